@@ -1,0 +1,1 @@
+"""Memory cgroups: finding them, reading them, and making throwaway ones for real-kernel runs."""

@@ -1,0 +1,1 @@
+"""The ``podmortem`` command line: one module per subcommand, dispatched by ``main``."""

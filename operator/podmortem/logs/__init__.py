@@ -1,0 +1,1 @@
+"""Pod logs that survive stream cuts, restarts and pod deletion, with exact resume."""

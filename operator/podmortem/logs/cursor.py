@@ -1,0 +1,85 @@
+"""Where a container's log was read up to, and the exact resume rule.
+
+The apiserver passes ``sinceTime`` to the kubelet in whole seconds, so a resume
+replays the rest of that second, and several lines may carry the very same
+timestamp. A cursor therefore remembers the last delivered timestamp *and* how
+many delivered lines carried it. A replayed line is skipped when it is older
+than the cursor, or when it is one of the first ``count`` lines at the cursor's
+own timestamp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+NS_PER_SECOND = 1_000_000_000
+
+
+@dataclass
+class LogCursor:
+    """Resume point of one container instance's log. Serializable to JSON, so it can persist."""
+
+    #: The container instance (``containerID`` from the pod status); a new one starts a new log.
+    container_id: str | None = None
+    #: Timestamp of the last delivered line, in integer nanoseconds since the epoch.
+    last_ts_ns: int | None = None
+    #: How many delivered lines carried exactly ``last_ts_ns``.
+    count_at_last: int = 0
+    #: Lines delivered from this container instance in all.
+    delivered: int = 0
+    #: Working state of one replay: lines seen at ``last_ts_ns`` since the last reconnect.
+    _replay_seen: int = field(default=0, repr=False, compare=False)
+
+    def since_time_param(self) -> str | None:
+        """The ``sinceTime`` query value to resume from: RFC3339 in whole seconds, rounded down."""
+        if self.last_ts_ns is None:
+            return None
+        from datetime import UTC, datetime
+
+        seconds = self.last_ts_ns // NS_PER_SECOND
+        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def begin_replay(self) -> None:
+        """Call at every (re)connect, before the first line of the new stream."""
+        self._replay_seen = 0
+
+    def accept(self, ts_ns: int) -> bool:
+        """Decide whether a complete line with this timestamp is new; if so, advance past it.
+
+        Lines must be offered in stream order. Returns False for a replayed duplicate.
+        """
+        last = self.last_ts_ns
+        if last is not None:
+            if ts_ns < last:
+                return False
+            if ts_ns == last:
+                if self._replay_seen < self.count_at_last:
+                    self._replay_seen += 1
+                    return False
+                self.count_at_last += 1
+                self._replay_seen += 1
+                self.delivered += 1
+                return True
+        self.last_ts_ns = ts_ns
+        self.count_at_last = 1
+        self._replay_seen = 1
+        self.delivered += 1
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "container_id": self.container_id,
+            "last_ts_ns": self.last_ts_ns,
+            "count_at_last": self.count_at_last,
+            "delivered": self.delivered,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LogCursor:
+        return cls(
+            container_id=data.get("container_id"),
+            last_ts_ns=data.get("last_ts_ns"),
+            count_at_last=int(data.get("count_at_last", 0)),
+            delivered=int(data.get("delivered", 0)),
+        )

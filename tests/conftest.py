@@ -1,0 +1,70 @@
+"""Fixtures shared by every test area: leak checks and real-kernel cgroups."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from podmortem.cgroups import sandbox
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if isinstance(item, pytest.Function) and asyncio.iscoroutinefunction(item.obj):
+            item.add_marker(pytest.mark.usefixtures("_no_leaked_tasks"))
+
+
+@pytest.fixture
+async def _no_leaked_tasks() -> AsyncIterator[None]:
+    """Fail any async test that leaves asyncio tasks running behind it (kopf's habit)."""
+    before = asyncio.all_tasks()
+    yield
+    current = asyncio.current_task()
+    leaked = [t for t in asyncio.all_tasks() - before if t is not current and not t.done()]
+    if leaked:
+        for task in leaked:
+            task.cancel()
+        pytest.fail(f"test left {len(leaked)} asyncio task(s) running: {leaked!r}")
+
+
+@pytest.fixture
+def cgroup_root() -> sandbox.CgroupRoot:
+    """A place for throwaway memory cgroups, or a skip that says why there is none."""
+    try:
+        return sandbox.find_root()
+    except sandbox.CgroupUnavailable as exc:
+        pytest.skip(f"needs a writable memory cgroup: {exc}")
+
+
+@pytest.fixture
+def make_cgroup(cgroup_root: sandbox.CgroupRoot) -> Iterator[Callable[..., sandbox.MemoryCgroup]]:
+    """Factory for throwaway memory cgroups: ``make_cgroup(limit_bytes=...)``. All are removed.
+
+    Only the processes started with ``cg.popen`` join; the pytest process never does.
+    """
+    made: list[sandbox.MemoryCgroup] = []
+
+    def make(*, limit_bytes: int | None = None) -> sandbox.MemoryCgroup:
+        cg = sandbox.MemoryCgroup(root=cgroup_root, prefix="podmortem-test", limit_bytes=limit_bytes)
+        try:
+            cg.create()
+        except sandbox.CgroupUnavailable as exc:
+            pytest.skip(f"needs a writable memory cgroup: {exc}")
+        made.append(cg)
+        return cg
+
+    try:
+        yield make
+    finally:
+        for cg in made:
+            cg.remove()
