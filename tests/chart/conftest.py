@@ -1,0 +1,42 @@
+"""Fixtures for the Helm chart tests: the loaded chart, and each scenario rendered once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import helm_python as helm
+import pytest
+
+from . import _render
+
+
+@pytest.fixture(scope="session")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(_render.CHART_DIR) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="session")
+def _rendered_cache() -> dict[str, _render.Rendered]:
+    return {}
+
+
+@pytest.fixture(params=_render.SCENARIOS)
+def scenario(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def rendered(
+    chart: helm.Chart, scenario: str, _rendered_cache: dict[str, _render.Rendered]
+) -> _render.Rendered:
+    """The scenario's manifests, rendered once per session (rendering is the slow part)."""
+    if scenario not in _rendered_cache:
+        _rendered_cache[scenario] = _render.render(chart, _render.scenario_values(scenario))
+    return _rendered_cache[scenario]
+
+
+@pytest.fixture(scope="session")
+def default_rendered(chart: helm.Chart) -> _render.Rendered:
+    return _render.render(chart, {})
