@@ -155,7 +155,7 @@ def test_printer_columns_show_the_story() -> None:
     assert shown["Phase"] == "Failed"
     assert shown["Epoch"] == 57
     assert shown["Peak/Limit"] == "31.8Gi/32Gi (99%)"
-    assert shown["Verdict"] == "memcg-oom"
+    assert shown["Verdict"] == "memcg-limit"
 
 
 def test_failure_report_documents_its_size_limit(chart_values: dict[str, Any]) -> None:
