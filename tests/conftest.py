@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -18,9 +19,36 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
+def _is_async_test(item: pytest.Function) -> bool:
+    # pytest-asyncio replaces ``obj`` with a sync wrapper; ``function`` is the test as written.
+    return inspect.iscoroutinefunction(item.function) or item.get_closest_marker("asyncio") is not None
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[object]:
+    """Close the event loop looptime's hook opens even for sync tests.
+
+    looptime 0.9 asks the policy for a loop around every test; for a sync test
+    nobody closes it, and with ``filterwarnings = error`` the next test fails on
+    a ResourceWarning about an unclosed loop.
+    """
+    try:
+        return (yield)
+    finally:
+        if not _is_async_test(pyfuncitem):
+            policy = asyncio.get_event_loop_policy()
+            try:
+                loop = policy.get_event_loop()
+            except RuntimeError:
+                loop = None
+            if loop is not None and not loop.is_running():
+                loop.close()
+                policy.set_event_loop(None)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if isinstance(item, pytest.Function) and asyncio.iscoroutinefunction(item.obj):
+        if isinstance(item, pytest.Function) and _is_async_test(item):
             item.add_marker(pytest.mark.usefixtures("_no_leaked_tasks"))
 
 

@@ -1,0 +1,331 @@
+"""``podmortem diagnose``: explain the kernel OOM-kill records in a log, for people or (``--json``) tools.
+
+Exit codes: 0 a report was printed; 2 the input could not be read (missing file,
+bad arguments); 3 the input holds no OOM-kill record. Odd input (binary, cut
+short, garbage) never ends in a traceback: it gives a partial report or exit 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import sys
+from collections.abc import Iterator
+from importlib import resources
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from podmortem.reports.failure import FailureReport
+
+#: Bytes looked at to tell a binary file from a log, for the error message.
+_SNIFF_BYTES = 8192
+#: Task rows shown in the human table; ``--json`` always has them all.
+_TABLE_ROWS = 12
+
+EXIT_OK = 0
+EXIT_INPUT = 2
+EXIT_NO_RECORD = 3
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "diagnose",
+        help="explain kernel OOM-kill records (dmesg, journalctl -k, /dev/kmsg, syslog)",
+        description=(
+            "Read kernel log text and explain every OOM kill in it: which limit was hit, which kind "
+            "of memory filled it, which processes held it, whether forked workers doubled it, and "
+            "what to do. Accepts dmesg, dmesg -T, raw /dev/kmsg, journalctl -k, syslog files "
+            "(also .gz) and text quoted in mail."
+        ),
+        epilog=(
+            "examples:\n"
+            "  sudo dmesg | podmortem diagnose\n"
+            "  journalctl -k --since '1 hour ago' | podmortem diagnose --json\n"
+            "  podmortem diagnose /var/log/messages\n"
+            "  podmortem diagnose --example k3s-stress\n\n"
+            "exit codes: 0 report printed, 2 input unreadable, 3 no OOM-kill record in the input"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "file",
+        nargs="?",
+        metavar="FILE",
+        help="kernel log file, or '-' for standard input (the default when piped)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help='print {"reports": [...]}, one report per kill, instead of text'
+    )
+    parser.add_argument(
+        "--example", metavar="NAME", help="diagnose a bundled real record (see --list-examples)"
+    )
+    parser.add_argument("--list-examples", action="store_true", help="list the bundled records and exit")
+    parser.set_defaults(func=run)
+
+
+# -- input -----------------------------------------------------------------------------------------
+
+
+def _examples() -> dict[str, dict[str, str]]:
+    index = resources.files("podmortem").joinpath("examples", "index.json")
+    data: dict[str, dict[str, str]] = json.loads(index.read_text(encoding="utf-8"))
+    return data
+
+
+def _lines(stream: IO[bytes]) -> Iterator[str]:
+    for raw in stream:
+        yield raw.decode("utf-8", errors="replace")
+
+
+class _Sniffer(io.RawIOBase):
+    """Remembers the first bytes read through it, to tell binary from text afterwards."""
+
+    def __init__(self, inner: IO[bytes]) -> None:
+        self.inner = inner
+        self.head = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.inner.read(len(buffer))
+        if len(self.head) < _SNIFF_BYTES:
+            self.head += data[: _SNIFF_BYTES - len(self.head)]
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _looks_binary(head: bytes) -> bool:
+    if not head:
+        return False
+    if b"\x00" in head:
+        return True
+    text = head.decode("utf-8", errors="replace")
+    odd = sum(1 for ch in text if ch == "\ufffd" or (ord(ch) < 32 and ch not in "\t\r\n\f"))
+    return odd > len(text) * 0.1
+
+
+def _open(path: str | None) -> tuple[IO[bytes], list[IO[bytes]]]:
+    """The byte stream to read, and what to close afterwards (stdin is left open)."""
+    if path is None:
+        return sys.stdin.buffer, []
+    raw = open(path, "rb")  # noqa: SIM115 (closed by the caller)
+    if raw.peek(2)[:2] == b"\x1f\x8b":
+        packed: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]  # messages.1.gz
+        return packed, [packed, raw]
+    return raw, [raw]
+
+
+# -- command ---------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    from podmortem.cgroups import paths
+    from podmortem.diagnosis import diagnose
+    from podmortem.kernel import oom_parser
+
+    if args.list_examples:
+        for name, meta in _examples().items():
+            print(f"{name:24} {meta['title']}")
+        return EXIT_OK
+
+    path: str | None
+    if args.example is not None:
+        examples = _examples()
+        if args.example not in examples:
+            print(
+                f"podmortem diagnose: no example named {args.example!r}; "
+                f"choose one of: {', '.join(examples)}",
+                file=sys.stderr,
+            )
+            return EXIT_INPUT
+        label = f"example {args.example}"
+        path = str(resources.files("podmortem").joinpath("examples", examples[args.example]["file"]))
+    elif args.file in (None, "-"):
+        if args.file is None and sys.stdin.isatty():
+            print(
+                "podmortem diagnose: give a FILE, '-' for standard input, or --example NAME "
+                "(try: sudo dmesg | podmortem diagnose)",
+                file=sys.stderr,
+            )
+            return EXIT_INPUT
+        label, path = "standard input", None
+    else:
+        label, path = args.file, args.file
+
+    try:
+        stream, to_close = _open(path)
+    except FileNotFoundError:
+        print(f"podmortem diagnose: no such file: {path}", file=sys.stderr)
+        return EXIT_INPUT
+    except IsADirectoryError:
+        print(f"podmortem diagnose: {path} is a directory, not a log file", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as exc:
+        print(f"podmortem diagnose: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_INPUT
+
+    sniffer = _Sniffer(stream)
+    try:
+        with io.BufferedReader(sniffer) as buffered:
+            records = oom_parser.parse_lines(_lines(buffered))
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        print(f"podmortem diagnose: cannot read {label}: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    finally:
+        for opened in to_close:
+            opened.close()
+
+    reports = []
+    for record in records:
+        cpuset = record.oom_kill.cpuset if record.oom_kill is not None else record.cpuset
+        pod = paths.pod_ref(task_memcg=record.task_memcg, oom_memcg=record.oom_memcg, cpuset=cpuset)
+        reports.append(diagnose(record, pod=pod))
+
+    if args.json:
+        print(json.dumps({"reports": [r.model_dump(mode="json") for r in reports]}, indent=2))
+    if not reports:
+        why = " (it looks like binary data, not a kernel log)" if _looks_binary(sniffer.head) else ""
+        print(f"podmortem diagnose: no kernel OOM-kill record found in {label}{why}", file=sys.stderr)
+        return EXIT_NO_RECORD
+    if not args.json:
+        sys.stdout.write(render(reports))
+    return EXIT_OK
+
+
+# -- human output ----------------------------------------------------------------------------------
+
+
+def render(reports: list[FailureReport]) -> str:
+    """The reports as text for a person: what killed it, what filled it, who held it, what to do."""
+    out: list[str] = []
+    for index, report in enumerate(reports, 1):
+        if index > 1:
+            out.append("")
+        out.extend(_render_one(report, index, len(reports)))
+    return "\n".join(out) + "\n"
+
+
+def _render_one(report: FailureReport, index: int, count: int) -> list[str]:
+    from podmortem.reports.units import human_bytes as hb
+
+    kill = report.kill
+    cg = report.cgroup
+    lines: list[str] = []
+    when = []
+    if kill is not None:
+        if kill.time_text:
+            when.append(kill.time_text)
+        if kill.monotonic_s is not None:
+            when.append(f"{kill.monotonic_s:.3f} s after boot")
+        if kill.host:
+            when.append(f"host {kill.host}")
+        if kill.kernel_version:
+            when.append(f"kernel {kill.kernel_version}")
+    head = f"OOM kill {index} of {count}"
+    lines.append(head + (f"  ({', '.join(when)})" if when else ""))
+    if report.partial:
+        lines.append(f"  PARTIAL record, the text lacks: {', '.join(report.missing)}")
+    if kill is not None:
+        who = f"{kill.comm or '?'} (pid {kill.pid if kill.pid is not None else '?'})"
+        sizes = ""
+        if kill.anon_rss_kb is not None:
+            sizes = (
+                f": anon {hb((kill.anon_rss_kb or 0) * 1024)}, file {hb((kill.file_rss_kb or 0) * 1024)},"
+                f" shmem {hb((kill.shmem_rss_kb or 0) * 1024)}"
+            )
+        lines.append(f"  killed    {who}{sizes}")
+        if len(kill.killed_pids) > 1:
+            lines.append(f"            with the whole group (memory.oom.group): pids {kill.killed_pids}")
+        if kill.trigger_comm and (kill.trigger_pid is None or kill.trigger_pid != kill.pid):
+            trig = f"{kill.trigger_comm}" + (f" (pid {kill.trigger_pid})" if kill.trigger_pid else "")
+            lines.append(f"  trigger   {trig} asked for memory and set off the OOM killer")
+        constraint = kill.constraint_effective or "unknown"
+        if constraint == "CONSTRAINT_MEMCG":
+            what = "memory cgroup limit"
+        elif constraint == "CONSTRAINT_NONE":
+            what = "the whole node ran out of memory (global OOM)"
+        else:
+            what = constraint
+        lines.append(
+            f"  limit     {what}" + (f" [{constraint}]" if constraint.startswith("CONSTRAINT") else "")
+        )
+        if kill.constraint_note:
+            lines.append(f"            {kill.constraint_note}")
+        if kill.oom_memcg:
+            lines.append(f"  cgroup    {kill.oom_memcg}")
+        if kill.pod_uid:
+            pod = f"pod uid {kill.pod_uid}"
+            if kill.container_id:
+                pod += f", container {kill.container_id[:12]}"
+            if kill.qos:
+                pod += f", QoS {kill.qos}"
+            lines.append(f"  pod       {pod}")
+    if cg is not None:
+        if cg.limit_bytes is not None or cg.usage_bytes is not None:
+            extra = f", failcnt {cg.failcnt}" if cg.failcnt is not None else ""
+            lines.append(
+                f"  usage     {hb(cg.usage_bytes)} of a {hb(cg.limit_bytes)} limit{extra}"
+                + (f" (cgroup v{cg.version})" if cg.version else "")
+            )
+        if cg.breakdown is not None and cg.breakdown.categories():
+            total = cg.breakdown.total_bytes() or 1
+            parts = [
+                f"{name} {hb(value)} ({value / total:.0%})"
+                for name, value in cg.breakdown.categories().items()
+            ]
+            verdict = f" -> {cg.dominant} dominates" if cg.dominant else " -> no single category dominates"
+            lines.append(f"  memory    {', '.join(parts)}{verdict}")
+            lines.append(f"            from {cg.breakdown.source}")
+    if report.tasks:
+        lines.append("")
+        lines.extend(_task_table(report))
+    if report.findings:
+        lines.append("")
+        lines.append("  Findings")
+        for finding in report.findings:
+            lines.append(f"  [{finding.severity.value}] {finding.code}")
+            lines.extend(_wrap(finding.message, "    "))
+            if finding.action:
+                lines.extend(_wrap("what to do: " + finding.action, "    "))
+    return lines
+
+
+def _task_table(report: FailureReport) -> list[str]:
+    from podmortem.reports.units import human_bytes as hb
+
+    page = report.page_size_bytes
+    rows = sorted(report.tasks, key=lambda t: t.rss_pages or 0, reverse=True)
+    shown = rows[:_TABLE_ROWS]
+    shown += [t for t in rows[_TABLE_ROWS:] if t.killed]
+    has_anon = any(t.rss_anon_pages is not None for t in shown)
+
+    def size(pages: int | None) -> str:
+        return hb(pages * page) if pages is not None else "-"
+
+    header = (
+        ["PID", "NAME", "RSS"] + (["ANON", "FILE", "SHMEM"] if has_anon else []) + ["SWAP", "ADJ", "HOLDS"]
+    )
+    table = [header]
+    for t in shown:
+        holds = {"owned": "owned", "shared": "shared (fork)", "unknown": "-"}[t.sharing]
+        row = [f"{t.pid}{'*' if t.killed else ''}", t.name[:20], size(t.rss_pages)]
+        if has_anon:
+            row += [size(t.rss_anon_pages), size(t.rss_file_pages), size(t.rss_shmem_pages)]
+        row += [size(t.swapents_pages), str(t.oom_score_adj) if t.oom_score_adj is not None else "-", holds]
+        table.append(row)
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    out = [f"  Processes ({len(report.tasks)} in the task table; * = killed; pages x {page} B)"]
+    for r in table:
+        out.append("    " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
+    if len(rows) > len(shown):
+        out.append(f"    ... {len(rows) - len(shown)} smaller processes not shown (--json has them all)")
+    return out
+
+
+def _wrap(text: str, indent: str, width: int = 100) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent) or [indent]

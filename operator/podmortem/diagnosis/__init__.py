@@ -1,0 +1,24 @@
+"""Diagnosis rules: pure functions from evidence to findings, and ``diagnose`` that runs them all.
+
+Each rule returns a `Finding` with a stable code, or None when it does not apply.
+"""
+
+from podmortem.diagnosis.categories import dominant_category
+from podmortem.diagnosis.cause import eviction, global_oom, memcg_limit, sigkill_not_oom
+from podmortem.diagnosis.forks import fork_copies, fork_view, shared_pages_double_counted
+from podmortem.diagnosis.logs import stale_log
+from podmortem.diagnosis.report import CAUSE_CODES, diagnose
+
+__all__ = [
+    "CAUSE_CODES",
+    "diagnose",
+    "dominant_category",
+    "eviction",
+    "fork_copies",
+    "fork_view",
+    "global_oom",
+    "memcg_limit",
+    "shared_pages_double_counted",
+    "sigkill_not_oom",
+    "stale_log",
+]
