@@ -1,0 +1,1 @@
+"""STAND-IN for pointcept.engines (tests only)."""

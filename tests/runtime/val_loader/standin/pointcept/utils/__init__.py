@@ -1,0 +1,1 @@
+"""STAND-IN for pointcept.utils (tests only)."""

@@ -1,0 +1,74 @@
+"""make_val_loader's policies and the documented "auto" rule (no cgroups needed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.utils.data
+
+from podmortem_runtime import val_loader
+
+ROOT = Path(__file__).resolve().parents[3]
+GIB = 1024**3
+
+
+@pytest.mark.parametrize(
+    ("policy", "workers", "private", "expected"),
+    [
+        ("auto", 0, GIB, "none"),
+        ("auto", 4, GIB // 2, "persistent"),
+        ("auto", 4, GIB, "persistent"),  # at the budget: still forks
+        ("auto", 4, GIB + 1, "forkserver"),
+        ("persistent", 0, 0, "none"),
+        ("forkserver", 2, 100 * GIB, "forkserver"),
+        ("none", 8, 0, "none"),
+    ],
+)
+def test_choose_policy(policy: val_loader.Policy, workers: int, private: int, expected: str) -> None:
+    choice = val_loader.choose_policy(policy, num_workers=workers, private_bytes=private)
+    assert choice.policy == expected
+    assert choice.reason
+
+
+def test_auto_reads_this_process_when_not_told() -> None:
+    choice = val_loader.choose_policy("auto", num_workers=2, fork_budget_bytes=1)
+    assert choice.policy == "forkserver"
+    assert "exceeds the fork budget" in choice.reason
+
+
+def test_bad_arguments_are_clear() -> None:
+    with pytest.raises(ValueError, match=r"unknown validation loader policy 'fork'.*none, persistent"):
+        val_loader.choose_policy("fork", num_workers=2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="num_workers must be >= 0"):
+        val_loader.choose_policy("auto", num_workers=-1)
+
+
+DATA = torch.utils.data.TensorDataset(torch.arange(10))
+
+
+@pytest.mark.parametrize("policy", ["none", "persistent", "forkserver"])
+def test_every_policy_yields_every_item_in_order(policy: val_loader.Policy) -> None:
+    loader = val_loader.make_val_loader(DATA, batch_size=3, num_workers=2, policy=policy)
+    assert loader.num_workers == (0 if policy == "none" else 2)
+    assert loader.persistent_workers == (policy == "persistent")
+    assert val_loader.prestart_workers(loader) == (policy == "persistent")
+    for _ in range(2):
+        assert torch.cat([batch[0] for batch in loader]).tolist() == list(range(10))
+
+
+def test_worker_init_chains_the_users_own() -> None:
+    seen: list[int] = []
+    val_loader.WorkerInit(None, seen.append)(3)
+    assert seen == [3]
+
+
+def test_malloc_threshold_is_set_in_a_fresh_process() -> None:
+    code = "from podmortem_runtime import val_loader; print(val_loader.set_malloc_mmap_threshold(131072))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "runtime_patch")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
