@@ -18,6 +18,8 @@ from podmortem import __version__
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
     "diagnose",
+    "logs",
+    "operator",
 )
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-NS_PER_SECOND = 1_000_000_000
+from podmortem.logs import timestamps
+
+NS_PER_SECOND = timestamps.NS_PER_SECOND
 
 
 @dataclass
@@ -35,37 +37,77 @@ class LogCursor:
         """The ``sinceTime`` query value to resume from: RFC3339 in whole seconds, rounded down."""
         if self.last_ts_ns is None:
             return None
-        from datetime import UTC, datetime
-
-        seconds = self.last_ts_ns // NS_PER_SECOND
-        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return timestamps.format_seconds(self.last_ts_ns)
 
     def begin_replay(self) -> None:
         """Call at every (re)connect, before the first line of the new stream."""
         self._replay_seen = 0
+
+    def is_replayed(self, ts_ns: int) -> bool:
+        """Whether a line with this timestamp was delivered before (counting it if so).
+
+        Lines must be offered in stream order. A False answer leaves the cursor as
+        it was: the caller then delivers the line and advances the cursor.
+        """
+        last = self.last_ts_ns
+        if last is None or ts_ns > last:
+            return False
+        if ts_ns < last:
+            return True
+        if self._replay_seen < self.count_at_last:
+            self._replay_seen += 1
+            return True
+        return False
 
     def accept(self, ts_ns: int) -> bool:
         """Decide whether a complete line with this timestamp is new; if so, advance past it.
 
         Lines must be offered in stream order. Returns False for a replayed duplicate.
         """
-        last = self.last_ts_ns
-        if last is not None:
-            if ts_ns < last:
-                return False
-            if ts_ns == last:
-                if self._replay_seen < self.count_at_last:
-                    self._replay_seen += 1
-                    return False
-                self.count_at_last += 1
-                self._replay_seen += 1
-                self.delivered += 1
-                return True
-        self.last_ts_ns = ts_ns
-        self.count_at_last = 1
-        self._replay_seen = 1
+        if self.is_replayed(ts_ns):
+            return False
+        if ts_ns == self.last_ts_ns:
+            self.count_at_last += 1
+        else:
+            self.last_ts_ns = ts_ns
+            self.count_at_last = 1
+        self._replay_seen = self.count_at_last
         self.delivered += 1
         return True
+
+    def replay_missed(self) -> bool:
+        """Whether the replay so far lacks lines we delivered at ``last_ts_ns``.
+
+        Asked when the first new line of a reconnect arrives. ``sinceTime`` is the
+        cursor's second rounded down, so a complete log file replays every line
+        at ``last_ts_ns`` first; when they are missing, the file was rotated while
+        we were away, and lines between the two may be lost.
+        """
+        return self.last_ts_ns is not None and self._replay_seen < self.count_at_last
+
+    def advance_block(self, *, last_ts_ns: int, trailing: int, count: int) -> None:
+        """Advance past ``count`` new lines at once (the fast path, once the replay is over).
+
+        ``trailing`` is how many of them, at the end, carry ``last_ts_ns``.
+        Timestamps within one container's log never go back, so this equals
+        calling :meth:`accept` for each line.
+        """
+        if trailing == count and last_ts_ns == self.last_ts_ns:
+            self.count_at_last += count
+        else:
+            self.last_ts_ns = last_ts_ns
+            self.count_at_last = trailing
+        self._replay_seen = self.count_at_last
+        self.delivered += count
+
+    def copy(self) -> LogCursor:
+        """A snapshot to persist or hand over; the follower keeps advancing its own."""
+        return LogCursor(
+            container_id=self.container_id,
+            last_ts_ns=self.last_ts_ns,
+            count_at_last=self.count_at_last,
+            delivered=self.delivered,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -34,6 +34,9 @@ class GapReason(enum.StrEnum):
     ROTATION = "rotation"
     #: The stream ended because ``limitBytes`` was reached.
     LIMIT_BYTES = "limit-bytes"
+    #: The container restarted more than once while the follower was away (or the previous
+    #: instance's log was already removed): whole instances' logs cannot be read any more.
+    RESTARTS = "restarts"
 
 
 @dataclass(frozen=True, slots=True)

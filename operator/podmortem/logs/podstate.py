@@ -1,0 +1,55 @@
+"""What a follower needs to know about a container from its pod's status."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class Phase(enum.StrEnum):
+    WAITING = "waiting"          # not started yet, or waiting to restart
+    RUNNING = "running"
+    TERMINATED = "terminated"
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    """One container's instance as the pod status shows it now."""
+
+    name: str
+    #: The current (or last) instance; a new value means the container restarted.
+    container_id: str | None
+    restart_count: int
+    phase: Phase
+    #: ``lastState.terminated.containerID``: the instance before this one, readable with previous=true.
+    previous_id: str | None
+
+
+def container_names(pod: dict[str, Any]) -> list[str]:
+    """The pod's (non-init) container names, in spec order."""
+    return [c["name"] for c in pod.get("spec", {}).get("containers", []) if "name" in c]
+
+
+def container_state(pod: dict[str, Any], name: str) -> ContainerState:
+    """The named container's state; WAITING without an instance when the status has none yet."""
+    for status in pod.get("status", {}).get("containerStatuses", None) or []:
+        if status.get("name") != name:
+            continue
+        state = status.get("state") or {}
+        if "running" in state:
+            phase = Phase.RUNNING
+        elif "terminated" in state:
+            phase = Phase.TERMINATED
+        else:
+            phase = Phase.WAITING
+        last_terminated = (status.get("lastState") or {}).get("terminated") or {}
+        return ContainerState(
+            name=name,
+            container_id=status.get("containerID") or None,
+            restart_count=int(status.get("restartCount", 0)),
+            phase=phase,
+            previous_id=last_terminated.get("containerID") or None,
+        )
+    return ContainerState(name=name, container_id=None, restart_count=0, phase=Phase.WAITING,
+                          previous_id=None)

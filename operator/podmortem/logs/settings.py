@@ -1,0 +1,50 @@
+"""Tunables of the log follower, each with its unit and the reason for its default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FollowSettings:
+    """How a follower reads, waits and retries. Defaults suit an operator following many pods."""
+
+    #: Seconds without a single byte before a stream counts as dead and is reopened.
+    #: Load balancers drop idle connections silently; without a read timeout a follower
+    #: would wait forever on a dead socket. A reconnect costs one pod read and a replay of
+    #: at most one second of lines, so 2 minutes keeps 1,000 quiet streams at ~8 requests/s.
+    read_timeout_s: float = 120.0
+
+    #: Seconds to wait for a TCP/TLS connection and the response headers of any request.
+    connect_timeout_s: float = 30.0
+
+    #: Seconds for a whole pod read (a small JSON object).
+    pod_read_timeout_s: float = 30.0
+
+    #: First back-off in seconds when the API is unreadable (5xx, 429, network) or a stream
+    #: ends without progress; it doubles up to ``backoff_max_s`` and resets after progress.
+    backoff_min_s: float = 2.0
+
+    #: Ceiling of the back-off in seconds: a pod that comes back is picked up within this time.
+    backoff_max_s: float = 30.0
+
+    #: Each back-off is shortened by a random fraction up to this much, so that many followers
+    #: cut at once (an apiserver restart) do not come back in lock-step.
+    backoff_jitter: float = 0.5
+
+    #: ``limitBytes`` for each log request, or None for no limit. The stream ends there even
+    #: while following; the follower resumes from its cursor, so nothing is lost unless one
+    #: line alone is longer than the limit (then that line is skipped and marked as a gap).
+    limit_bytes: int | None = None
+
+    #: ``tailLines`` for the very first request of a container without a cursor, or None for
+    #: the whole log. Resumes always use the cursor, never this.
+    tail_lines: int | None = None
+
+    #: Reads of a terminated container that end with the same unfinished last line before
+    #: that line is taken as the log's true end (a program that exited without a newline).
+    final_partial_reads: int = 3
+
+    def backoff(self, attempt: int) -> float:
+        """The back-off before retry number ``attempt`` (0-based), before jitter."""
+        return float(min(self.backoff_max_s, self.backoff_min_s * (2 ** min(attempt, 30))))

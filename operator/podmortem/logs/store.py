@@ -1,0 +1,728 @@
+"""The durable log store: every followed container's lines on local disk, resumable exactly.
+
+The operator follows pod logs into this store (a PVC in the cluster) and serves
+them over HTTP from it, during the run and after the pod is gone.
+
+Layout::
+
+    <root>/<namespace>/<job>/<pod>/<container>/<instance>/
+        instance.json         the container ID of this instance (written once, atomically)
+        00000000.seg ...      segments: batches of lines, gap and end markers (see segments.py)
+        cursor.json           only once retention deleted the last segment: its resume point
+
+``<instance>`` is a 4-digit sequence per container: a container restart (a new
+``containerID``) starts a new instance, as the kubelet starts a new log file.
+A pod outside any job is filed under its own name as the job.
+
+Consistency: the cursor is written *in* the data. Each batch header carries the
+cursor handed over with that batch, plus a CRC; on open the last segment is
+scanned and cut at the first torn batch, and the cursor is read from the last
+intact one. After a kill at any point, the reopened cursor covers exactly the
+lines on disk: the follower resumes with no loss and no duplicate.
+
+fsync policy (``StoreSettings.fsync_interval_s``):
+
+* Every batch is handed to the kernel with one ``write()`` before ``write()``
+  returns. A crash of the operator process (kill -9, OOM kill, a bug) therefore
+  loses nothing the store acknowledged, whatever the policy.
+* A crash of the whole node (kernel panic, power loss) can lose what was not yet
+  fsynced. With the default, data is fsynced every second (group commit in a
+  worker thread, off the event loop), so at most the last second is lost. The
+  cursor is lost with it, never ahead of it: the follower re-reads those lines
+  from the kubelet, which still has them unless it rotated the file meanwhile.
+* ``0`` fsyncs every batch before ``write()`` returns (slow: one disk flush per
+  batch); ``None`` never fsyncs (only for tests and benchmarks).
+* A segment is fsynced before the next one is started, and end markers are
+  fsynced at once, so older segments and the fact that a log ended are durable.
+
+Concurrency: one process writes a store (enforced with a lock file). Readers in
+the same process follow live writes through an asyncio notification. A store
+opened ``read_only`` (e.g. to inspect a copied PVC) sees what is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from podmortem.logs import retention, segments
+from podmortem.logs.cursor import LogCursor
+from podmortem.logs.events import EndReason, GapMarker, LogEnd, LogLine
+from podmortem.logs.lines import LineBatch
+
+logger = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_LOCK_NAME = ".lock"
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """How the store writes; see the module docstring for what each fsync policy guarantees."""
+
+    #: Start a new segment file once the current one holds this many bytes. Default 16 MiB:
+    #: large enough that a million lines a second opens a file only every second or so,
+    #: small enough that crash recovery (which reads the last segment) takes milliseconds
+    #: and retention frees space in fine steps.
+    segment_bytes: int = 16 << 20
+    #: fsync written data at most this often, in seconds; 0: every batch; None: never.
+    #: Default 1 s: a node crash loses at most a second, which the follower re-reads.
+    fsync_interval_s: float | None = 1.0
+    #: Per-job limits by age and size.
+    retention: retention.RetentionSettings = field(default_factory=retention.RetentionSettings)
+
+    def __post_init__(self) -> None:
+        if self.segment_bytes < 4096:
+            raise ValueError("segment_bytes must be at least 4096")
+        if self.fsync_interval_s is not None and self.fsync_interval_s < 0:
+            raise ValueError("fsync_interval_s must be >= 0 or None")
+
+
+class StoreError(Exception):
+    """A problem with the log store itself."""
+
+
+class StoreLocked(StoreError):
+    """Another process has this store open for writing."""
+
+
+class StoreClosed(StoreError):
+    """The store is not open (use it as ``async with LogStore(...)``)."""
+
+
+class LogNotFound(StoreError):
+    """No stored log for this pod or container."""
+
+
+class ContainerRequired(StoreError):
+    """The pod has several containers and none was chosen."""
+
+    def __init__(self, message: str, containers: Sequence[str]) -> None:
+        super().__init__(message)
+        self.containers = list(containers)
+
+
+def check_name(kind: str, name: str) -> str:
+    """Accept only Kubernetes object names: they become path components."""
+    if not _NAME.match(name):
+        raise ValueError(f"{kind} {name!r} is not a valid Kubernetes name")
+    return name
+
+
+def _segment_name(seq: int) -> str:
+    return f"{seq:08d}{retention.SEGMENT_SUFFIX}"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class Instance:
+    """One container instance's log: its files on disk and, while open, its writer state."""
+
+    def __init__(self, *, path: Path, container: str, seq: int, container_id: str | None) -> None:
+        self.path = path
+        self.container = container
+        self.seq = seq
+        self.container_id = container_id
+        #: Lines stored so far (the running index after the last batch).
+        self.index = 0
+        #: The cursor as handed over with the last batch.
+        self.cursor = segments.CursorFields(segments.NO_TS, 0, 0)
+        #: Set once an end marker is stored.
+        self.ended: LogEnd | None = None
+        #: The segment being appended to and its committed size (valid batches only).
+        self.active_seq: int | None = None
+        self.active_size = 0
+        self.fd: int | None = None
+        self.dirty = False
+        self.lock = asyncio.Lock()
+        self.changed = asyncio.Event()
+        #: Set when a newer instance of the same container appears.
+        self.superseded = False
+
+    def segment_path(self, seq: int) -> Path:
+        return self.path / _segment_name(seq)
+
+    def segment_seqs(self) -> list[int]:
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            return []
+        suffix = retention.SEGMENT_SUFFIX
+        stems = [n[: -len(suffix)] for n in names if n.endswith(suffix)]
+        return sorted(int(stem) for stem in stems if stem.isdigit())
+
+    def committed_size(self, seq: int) -> int | None:
+        """Bytes of a segment that readers may read; None if the file is gone."""
+        if seq == self.active_seq:
+            return self.active_size
+        try:
+            return os.stat(self.segment_path(seq)).st_size
+        except FileNotFoundError:
+            return None
+
+    def log_cursor(self) -> LogCursor:
+        c = self.cursor
+        return LogCursor(
+            container_id=self.container_id,
+            last_ts_ns=None if c.last_ts == segments.NO_TS else c.last_ts,
+            count_at_last=c.count,
+            delivered=c.delivered,
+        )
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    @property
+    def finished(self) -> bool:
+        """No more lines will come to this instance."""
+        return self.ended is not None or self.superseded
+
+
+def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
+    """Open an instance directory, cutting a torn tail off its last segment (crash recovery)."""
+    meta = json.loads((path / retention.INSTANCE_META).read_text())
+    inst = Instance(path=path, container=container, seq=int(path.name), container_id=meta.get("container_id"))
+    seqs = inst.segment_seqs()
+    last: segments.BatchHeader | None = None
+    while seqs:
+        seg = inst.segment_path(seqs[-1])
+        data = seg.read_bytes()
+        result = segments.scan(data)
+        if result.valid_len < len(data):
+            logger.warning(
+                "log store: %s: cutting %d bytes after the last intact batch (%s)",
+                seg, len(data) - result.valid_len, result.problem,
+            )
+            if writable:
+                os.truncate(seg, result.valid_len)
+        if result.last is None:
+            if writable:
+                seg.unlink()
+            seqs.pop()
+            continue
+        last = result.last
+        inst.active_seq = seqs[-1]
+        inst.active_size = result.valid_len
+        break
+    if last is not None:
+        inst.index = last.index_after
+        inst.cursor = segments.CursorFields(last.cursor_last_ts, last.cursor_count, last.cursor_delivered)
+        if last.kind is segments.BatchKind.END:
+            inst.ended = end_from_event(container, segments.decode_event(_read_payload(inst, last)))
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            tomb = json.loads((path / retention.TOMBSTONE).read_text())
+            inst.index = int(tomb["index"])
+            inst.cursor = segments.CursorFields(
+                int(tomb["last_ts"]), int(tomb["count"]), int(tomb["delivered"])
+            )
+            if tomb.get("ended"):
+                inst.ended = LogEnd(container, inst.container_id, EndReason.STOPPED)
+    return inst
+
+
+def _read_payload(inst: Instance, head: segments.BatchHeader) -> bytes:
+    assert inst.active_seq is not None
+    start = inst.active_size - head.total_len + segments.HEADER_SIZE
+    with open(inst.segment_path(inst.active_seq), "rb") as f:
+        f.seek(start)
+        return f.read(head.payload_len)
+
+
+def end_from_event(container: str, data: dict[str, Any]) -> LogEnd:
+    """The ``LogEnd`` an end batch's JSON payload stands for."""
+    try:
+        reason = EndReason(str(data.get("reason")))
+    except ValueError:
+        reason = EndReason.STOPPED
+    return LogEnd(container, data.get("container_id"), reason)
+
+
+class Pod:
+    """A pod's stored log: its directory and its containers' instances (loaded lazily)."""
+
+    def __init__(self, *, path: Path, namespace: str, job: str, name: str) -> None:
+        self.path = path
+        self.namespace = namespace
+        self.job = job
+        self.name = name
+        self.instances: dict[str, list[Instance]] = {}
+
+    def container_names(self) -> list[str]:
+        names = set(self.instances)
+        with contextlib.suppress(FileNotFoundError):
+            names.update(p.name for p in self.path.iterdir() if p.is_dir())
+        return sorted(names)
+
+
+class LogStore:
+    """Durable, bounded, resumable storage of pod logs under one directory.
+
+    Use as ``async with LogStore(path) as store``; get a ``LogSink`` for a pod
+    with ``store.sink(namespace=..., pod=..., job=...)``; read back with
+    ``podmortem.logs.reading``.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, settings: StoreSettings | None = None,
+                 read_only: bool = False) -> None:
+        self.root = Path(root)
+        self.settings = settings or StoreSettings()
+        self.read_only = read_only
+        self._pods: dict[tuple[str, str], Pod] = {}
+        self._lock_fd: int | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._open = False
+        self._dirty_dirs: set[Path] = set()
+        self._job_bytes: dict[Path, int] = {}
+        self._retention_running: set[Path] = set()
+        #: Retention runs one at a time (a job's enforcement and the sweep would race on files).
+        self._retention_lock = asyncio.Lock()
+        #: Gap markers stored since the store opened (wired to metrics by the caller).
+        self.gaps_total = 0
+        #: Lines and bytes stored since the store opened.
+        self.lines_total = 0
+        self.bytes_total = 0
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if not self.read_only:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.EAGAIN, errno.EACCES):
+                    raise StoreLocked(f"another process is writing the log store at {self.root}") from exc
+                raise
+            self._lock_fd = fd
+            self._open = True
+            await self.sweep()
+            loop_tasks = [self._sweep_forever()]
+            if self.settings.fsync_interval_s:
+                loop_tasks.append(self._flush_forever(self.settings.fsync_interval_s))
+            self._tasks = [asyncio.create_task(coro) for coro in loop_tasks]
+        self._open = True
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        try:
+            if not self.read_only and self.settings.fsync_interval_s is not None:
+                await self.flush()
+        finally:
+            self._open = False
+            for pod in self._pods.values():
+                for insts in pod.instances.values():
+                    for inst in insts:
+                        if inst.fd is not None:
+                            os.close(inst.fd)
+                            inst.fd = None
+                        inst.superseded = True  # wake followers: nothing more comes from this store
+                        inst.notify()
+            self._pods.clear()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise StoreClosed("the log store is not open")
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    # --- pods and instances -----------------------------------------------------------------
+
+    def sink(self, *, namespace: str, pod: str, job: str | None = None) -> PodLogSink:
+        """A ``LogSink`` for one pod's containers. ``job`` groups pods for retention."""
+        self._check_open()
+        if self.read_only:
+            raise StoreError("the log store is open read-only")
+        return PodLogSink(self, self._pod(namespace, pod, job=job, create=True))
+
+    def set_job_retention(self, *, namespace: str, job: str, settings: retention.RetentionSettings) -> None:
+        """Give one job its own age and size limits (e.g. from a job annotation).
+
+        Kept in the job's directory, so it holds across operator restarts and sweeps.
+        """
+        self._check_open()
+        job_dir = self.root / check_name("namespace", namespace) / check_name("job", job)
+        retention.save_job_override(job_dir, settings)
+        limit = settings.max_job_bytes
+        if limit is not None and self._job_bytes.get(job_dir, 0) > limit:
+            self._start_retention(job_dir)
+
+    def _job_limit(self, job_dir: Path) -> int | None:
+        return retention.job_settings(job_dir, self.settings.retention).max_job_bytes
+
+    def _pod(self, namespace: str, name: str, *, job: str | None = None, create: bool = False) -> Pod:
+        key = (check_name("namespace", namespace), check_name("pod", name))
+        pod = self._pods.get(key)
+        if pod is not None:
+            return pod
+        found = sorted(
+            (self.root / namespace).glob(f"*/{name}"), key=lambda p: p.stat().st_mtime, reverse=True
+        ) if (self.root / namespace).is_dir() else []
+        if found:
+            path = found[0]
+            job = path.parent.name
+        elif create:
+            job = check_name("job", job or name)
+            path = self.root / namespace / job / name
+        else:
+            raise LogNotFound(f"no stored log for pod {namespace}/{name}")
+        pod = Pod(path=path, namespace=namespace, job=job or name, name=name)
+        self._pods[key] = pod
+        return pod
+
+    def _instances(self, pod: Pod, container: str) -> list[Instance]:
+        insts = pod.instances.get(container)
+        if insts is None:
+            insts = []
+            cdir = pod.path / container
+            if cdir.is_dir():
+                for d in sorted(cdir.iterdir()):
+                    if not d.is_dir() or not d.name.isdigit():
+                        continue
+                    if not (d / retention.INSTANCE_META).exists():
+                        continue  # a creation interrupted before its meta landed: never written to
+                    insts.append(_load_instance(d, container=container, writable=not self.read_only))
+                for older in insts[:-1]:
+                    older.superseded = True
+            pod.instances[container] = insts
+        return insts
+
+    def _new_instance(self, pod: Pod, container: str, container_id: str | None) -> Instance:
+        insts = self._instances(pod, container)
+        seq = insts[-1].seq + 1 if insts else 0
+        path = pod.path / container / f"{seq:04d}"
+        path.mkdir(parents=True, exist_ok=True)
+        retention.write_json_atomic(path / retention.INSTANCE_META,
+                                    {"container_id": container_id, "created": time.time()})
+        self._dirty_dirs.add(path.parent)
+        inst = Instance(path=path, container=container, seq=seq, container_id=container_id)
+        for older in insts:
+            older.superseded = True
+            older.notify()
+        insts.append(inst)
+        return inst
+
+    def _instance_for_write(self, pod: Pod, container: str, container_id: str | None) -> Instance:
+        check_name("container", container)
+        insts = self._instances(pod, container)
+        if insts:
+            latest = insts[-1]
+            if container_id is None or latest.container_id == container_id:
+                return latest
+            if latest.container_id is None and latest.index == 0:
+                latest.container_id = container_id  # adopt an instance that so far holds only markers
+                retention.write_json_atomic(latest.path / retention.INSTANCE_META,
+                                            {"container_id": container_id, "created": time.time()})
+                return latest
+            for inst in insts[:-1]:
+                if inst.container_id == container_id:
+                    return inst  # draining a previous instance
+        return self._new_instance(pod, container, container_id)
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    async def _append(self, pod: Pod, inst: Instance, encode: Callable[[Instance], bytes], *,
+                      durable: bool = False) -> None:
+        self._check_open()
+        async with inst.lock:
+            if inst.fd is None or inst.active_size >= self.settings.segment_bytes:
+                await self._roll(pod, inst)
+            assert inst.fd is not None
+            saved = (inst.index, inst.cursor)
+            data = encode(inst)
+            if inst.active_size == 0:
+                data = segments.FILE_MAGIC + data
+            try:
+                _write_all(inst.fd, data)
+            except BaseException:
+                # e.g. ENOSPC: drop whatever part landed, so the file ends at a batch boundary.
+                inst.index, inst.cursor = saved
+                with contextlib.suppress(OSError):
+                    os.ftruncate(inst.fd, inst.active_size)
+                raise
+            inst.active_size += len(data)
+            inst.dirty = True
+            self._job_bytes[pod.path.parent] = self._job_bytes.get(pod.path.parent, 0) + len(data)
+            self.bytes_total += len(data)
+            interval = self.settings.fsync_interval_s
+            if interval == 0 or (durable and interval is not None):
+                await asyncio.to_thread(os.fsync, inst.fd)
+                inst.dirty = False
+        inst.notify()
+
+    async def _roll(self, pod: Pod, inst: Instance) -> None:
+        """Finish the current segment (fsync, close) and create the next one."""
+        sync = self.settings.fsync_interval_s is not None
+        if inst.fd is not None:
+            old = inst.fd
+            inst.fd = None
+            if sync:
+                await asyncio.to_thread(os.fsync, old)
+            os.close(old)
+        if inst.active_seq is not None and 0 < inst.active_size < self.settings.segment_bytes:
+            # Reopened after a restart: keep appending to the intact (already cut) tail.
+            with contextlib.suppress(FileNotFoundError):
+                inst.fd = os.open(inst.segment_path(inst.active_seq), os.O_WRONLY | os.O_APPEND)
+                return
+        seqs = inst.segment_seqs()
+        candidates = [0]
+        if seqs:
+            candidates.append(seqs[-1] + 1)
+        if inst.active_seq is not None:
+            candidates.append(inst.active_seq + 1)
+        seq = max(candidates)
+        inst.fd = os.open(inst.segment_path(seq), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        inst.active_seq = seq
+        inst.active_size = 0
+        self._dirty_dirs.add(inst.path)
+        job_dir = pod.path.parent
+        limit = self._job_limit(job_dir)
+        if limit is not None:
+            if job_dir not in self._job_bytes:
+                self._job_bytes[job_dir] = await asyncio.to_thread(retention.job_bytes, job_dir)
+            if self._job_bytes[job_dir] > limit:
+                self._start_retention(job_dir)
+
+    def _start_retention(self, job_dir: Path) -> None:
+        if job_dir in self._retention_running:
+            return
+        self._retention_running.add(job_dir)
+        task = asyncio.create_task(self._enforce(job_dir))
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    async def _enforce(self, job_dir: Path) -> None:
+        try:
+            async with self._retention_lock:
+                await self._enforce_locked(job_dir)
+        except Exception:
+            logger.exception("log store retention failed for %s", job_dir)
+        finally:
+            self._retention_running.discard(job_dir)
+
+    async def _enforce_locked(self, job_dir: Path) -> None:
+        protected = self._protected()
+        await asyncio.to_thread(retention.enforce_job, job_dir, self.settings.retention, protected=protected)
+        self._job_bytes[job_dir] = await asyncio.to_thread(retention.job_bytes, job_dir)
+
+    def _protected(self) -> frozenset[Path]:
+        """Segments that retention must keep: the active ones of live instances of open pods."""
+        out: set[Path] = set()
+        for pod in self._pods.values():
+            for insts in pod.instances.values():
+                for inst in insts:
+                    if inst.active_seq is not None and inst.ended is None:
+                        out.add(inst.segment_path(inst.active_seq))
+        return frozenset(out)
+
+    async def sweep(self) -> retention.SweepResult:
+        """Apply retention to every job now (also runs every ``sweep_interval_s``)."""
+        async with self._retention_lock:
+            result = await asyncio.to_thread(
+                retention.sweep, self.root, self.settings.retention, protected=self._protected()
+            )
+        self._job_bytes.clear()
+        for key, pod in list(self._pods.items()):
+            if not pod.path.exists() and not any(i.fd is not None for v in pod.instances.values() for i in v):
+                del self._pods[key]
+        return result
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.retention.sweep_interval_s)
+            try:
+                await self.sweep()
+            except Exception:
+                logger.exception("log store retention sweep failed")
+
+    async def _flush_forever(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.flush()
+            except Exception:
+                logger.exception("log store fsync failed")
+
+    async def flush(self) -> None:
+        """fsync everything written so far (the group commit of the interval policy)."""
+        fds: list[int] = []
+        for pod in self._pods.values():
+            for insts in pod.instances.values():
+                for inst in insts:
+                    if inst.dirty and inst.fd is not None:
+                        fds.append(os.dup(inst.fd))  # a dup stays valid even if the writer rolls over
+                        inst.dirty = False
+        dirs = list(self._dirty_dirs)
+        self._dirty_dirs.clear()
+        if fds or dirs:
+            await asyncio.to_thread(_fsync_all, fds, dirs)
+
+    async def load_cursor(self, pod: Pod, container: str) -> LogCursor | None:
+        self._check_open()
+        insts = self._instances(pod, check_name("container", container))
+        if not insts:
+            return None
+        return insts[-1].log_cursor()
+
+    async def write(self, pod: Pod, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None:
+        if not lines:
+            return
+        inst = self._instance_for_write(pod, container, cursor.container_id)
+        fields = segments.CursorFields(
+            segments.NO_TS if cursor.last_ts_ns is None else cursor.last_ts_ns,
+            cursor.count_at_last, cursor.delivered,
+        )
+
+        raw = getattr(lines, "raw", None)
+        n_lines = len(lines)
+
+        def encode(inst: Instance) -> bytes:
+            if isinstance(raw, bytes) and isinstance(lines, LineBatch):
+                data = segments.encode_raw(raw, n_lines=n_lines, first_ts=lines.first_ts_ns,
+                                           last_ts=lines.last_ts_ns, index_before=inst.index, cursor=fields)
+            else:
+                data = segments.encode_lines(lines, index_before=inst.index, cursor=fields)
+            inst.index += n_lines
+            inst.cursor = fields
+            return data
+
+        await self._append(pod, inst, encode)
+        self.lines_total += n_lines
+
+    async def gap(self, pod: Pod, marker: GapMarker) -> None:
+        insts = self._instances(pod, check_name("container", marker.container))
+        inst = insts[-1] if insts else self._new_instance(pod, marker.container, None)
+        data = {"reason": str(marker.reason), "after_ts_ns": marker.after_ts_ns,
+                "before_ts_ns": marker.before_ts_ns, "detail": marker.detail}
+
+        def encode(inst: Instance) -> bytes:
+            return segments.encode_event(
+                segments.BatchKind.GAP, data,
+                first_ts=segments.NO_TS if marker.after_ts_ns is None else marker.after_ts_ns,
+                last_ts=segments.NO_TS if marker.before_ts_ns is None else marker.before_ts_ns,
+                index=inst.index, cursor=inst.cursor,
+            )
+
+        await self._append(pod, inst, encode)
+        self.gaps_total += 1
+
+    async def end(self, pod: Pod, end: LogEnd) -> None:
+        inst = self._instance_for_write(pod, end.container, end.container_id)
+        if inst.ended is not None:
+            return  # already ended: keep the first reason
+        data = {"reason": str(end.reason), "container_id": end.container_id}
+
+        def encode(inst: Instance) -> bytes:
+            return segments.encode_event(segments.BatchKind.END, data, first_ts=segments.NO_TS,
+                                         last_ts=segments.NO_TS, index=inst.index, cursor=inst.cursor)
+
+        await self._append(pod, inst, encode, durable=True)
+        inst.ended = end
+        inst.notify()
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def find(self, *, namespace: str, pod: str, container: str | None = None,
+             previous: bool = False) -> Instance:
+        """The stored instance to read: the latest of the container, or the one before it."""
+        self._check_open()
+        p = self._pod(namespace, pod)
+        names = p.container_names()
+        if container is None:
+            if len(names) == 1:
+                container = names[0]
+            elif not names:
+                raise LogNotFound(f"no stored log for pod {namespace}/{pod}")
+            else:
+                raise ContainerRequired(
+                    f"pod {namespace}/{pod} has several containers; choose one of: {', '.join(names)}", names
+                )
+        check_name("container", container)
+        insts = self._instances(p, container)
+        if not insts:
+            raise LogNotFound(f"no stored log for container {container!r} of pod {namespace}/{pod}")
+        if previous:
+            if len(insts) < 2:
+                raise LogNotFound(f"no previous instance of container {container!r} of pod {namespace}/{pod}")
+            return insts[-2]
+        return insts[-1]
+
+
+def _fsync_all(fds: list[int], dirs: list[Path]) -> None:
+    try:
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    for d in dirs:
+        with contextlib.suppress(FileNotFoundError):
+            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+
+
+class PodLogSink:
+    """The ``LogSink`` of one pod: what the follower writes lines, gaps and ends into."""
+
+    def __init__(self, store: LogStore, pod: Pod) -> None:
+        self._store = store
+        self._pod = pod
+
+    @property
+    def namespace(self) -> str:
+        return self._pod.namespace
+
+    @property
+    def pod(self) -> str:
+        return self._pod.name
+
+    @property
+    def job(self) -> str:
+        return self._pod.job
+
+    async def load_cursor(self, container: str) -> LogCursor | None:
+        return await self._store.load_cursor(self._pod, container)
+
+    async def write(self, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None:
+        await self._store.write(self._pod, container, lines, cursor)
+
+    async def gap(self, marker: GapMarker) -> None:
+        await self._store.gap(self._pod, marker)
+
+    async def end(self, end: LogEnd) -> None:
+        await self._store.end(self._pod, end)
