@@ -1,0 +1,131 @@
+"""Running the node agent: sampling, the kernel log follower and the HTTP server, until told to stop.
+
+Permissions (the DaemonSet's securityContext; never privileged): CAP_SYSLOG to
+read /dev/kmsg, CAP_SYS_PTRACE to read other users' /proc/PID/smaps_rollup,
+``hostPID: true`` so cgroup.procs lists pids this process can see, and the
+host's ``/proc`` and ``/sys/fs/cgroup`` mounted read-only (``--proc-root``,
+``--cgroup-root``). Everything else is dropped.
+
+A graceful stop (SIGTERM, SIGINT) hands over complete kernel records, saves the
+/dev/kmsg position and closes the server within ``stop_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from podmortem.agent import cgroupfs, pods, server
+from podmortem.agent.kmsg_follower import KmsgFollower
+from podmortem.agent.metrics import AgentMetrics
+from podmortem.agent.node import NodeAgent
+from podmortem.agent.settings import AgentSettings
+from podmortem.reports.evidence import KmsgStatus
+
+logger = logging.getLogger(__name__)
+
+
+def build_agent(settings: AgentSettings, *, registry: CollectorRegistry | None = None) -> NodeAgent:
+    """The agent's state with its pod source; a missing cgroup hierarchy is reported, not raised."""
+    hierarchy: cgroupfs.MemoryHierarchy | None
+    try:
+        hierarchy = cgroupfs.detect(settings.cgroup_root)
+        error = None
+    except cgroupfs.HierarchyMissing as exc:
+        hierarchy, error = None, str(exc)
+        logger.error("cannot sample: %s", error)
+    source: pods.PodSource
+    if settings.static_pods:
+        source = pods.StaticPods(settings.static_pods)
+    else:
+        source = pods.KubernetesPods(
+            node_name=settings.node_name,
+            hierarchy=hierarchy,
+            watch_annotation=settings.watch_annotation,
+            refresh_s=settings.pod_refresh_s,
+        )
+    metrics = AgentMetrics(registry if registry is not None else CollectorRegistry())
+    return NodeAgent(
+        settings=settings, pod_source=source, metrics=metrics, hierarchy=hierarchy, hierarchy_error=error
+    )
+
+
+async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = None) -> None:
+    """Run until ``stop`` is set (or SIGTERM/SIGINT when no event is given)."""
+    loop = asyncio.get_running_loop()
+    stop = stop if stop is not None else asyncio.Event()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+
+    agent = build_agent(settings)
+    if settings.token_path is None:
+        logger.warning("no token file configured: the evidence endpoint is open to anyone who can reach it")
+
+    def set_status(status: KmsgStatus) -> None:
+        agent.kmsg = status
+
+    follower: KmsgFollower | None = None
+    if settings.kernel_log_source == "off":
+        agent.kmsg = KmsgStatus(readable=False, error="kernel log reading is off (--kernel-log-source off)")
+        agent.metrics.kmsg_readable.set(0)
+    else:
+        follower = KmsgFollower(
+            kmsg_path=settings.kmsg_path,
+            state_file=settings.kmsg_state_file,
+            proc_root=settings.proc_root,
+            metrics=agent.metrics,
+            on_records=agent.on_records,
+            on_status=set_status,
+        )
+
+    runner = web.AppRunner(server.make_app(agent, token_path=settings.token_path), access_log=None)
+    await runner.setup()
+    runners = [runner]
+    await web.TCPSite(runner, settings.listen_host, settings.listen_port).start()
+    if settings.metrics_port and settings.metrics_port != settings.listen_port:
+        metrics_runner = web.AppRunner(server.make_metrics_app(agent), access_log=None)
+        await metrics_runner.setup()
+        runners.append(metrics_runner)
+        await web.TCPSite(metrics_runner, settings.listen_host, settings.metrics_port).start()
+    logger.info(
+        "agent on node %r serving on %s:%s (metrics on %s), cgroup v%s at %s",
+        settings.node_name,
+        settings.listen_host,
+        settings.listen_port,
+        settings.metrics_port or "same",
+        agent.hierarchy.version if agent.hierarchy else "?",
+        agent.hierarchy.root if agent.hierarchy else "?",
+    )
+
+    tasks = [asyncio.create_task(agent.run_sampling(), name="podmortem-agent-sampling")]
+    if follower is not None:
+        tasks.append(asyncio.create_task(follower.run(), name="podmortem-agent-kmsg"))
+    try:
+        waiter = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        for task in done:
+            if task is not waiter and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        logger.info("stopping: saving the kernel log position")
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=settings.stop_timeout_s)
+        if follower is not None:
+            follower.close()  # idempotent; the task's finally has usually done it
+        for r in runners:
+            await r.cleanup()
+        close = getattr(agent.pod_source, "close", None)
+        if close is not None:
+            await close()
+        for sig in installed:
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,211 @@
+"""The agent's state and its sampling loop: pods, rings, kernel records, health.
+
+One `NodeAgent` per process. The sampling loop and the kmsg follower both
+write into it; the HTTP server only reads. Everything runs on one event loop
+(file reads go to a worker thread in one batch per round), so no locks are needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from podmortem.agent import cgroupfs, matching, sampler
+from podmortem.agent.assemble import Entry, build_evidence
+from podmortem.agent.metrics import AgentMetrics
+from podmortem.agent.pods import PodSource, WatchedPod
+from podmortem.agent.ring import PodRings
+from podmortem.agent.settings import AgentSettings
+from podmortem.reports.evidence import KmsgStatus, PodEvidence
+from podmortem.reports.memory import MemorySample
+from podmortem.reports.oom_record import OomKillRecord
+
+logger = logging.getLogger(__name__)
+
+
+class NodeAgent:
+    """What one node's agent knows: the watched pods, their rings, and the kmsg reader's status."""
+
+    def __init__(
+        self,
+        *,
+        settings: AgentSettings,
+        pod_source: PodSource,
+        metrics: AgentMetrics,
+        hierarchy: cgroupfs.MemoryHierarchy | None,
+        hierarchy_error: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.pod_source = pod_source
+        self.metrics = metrics
+        self.hierarchy = hierarchy
+        self.hierarchy_error = hierarchy_error
+        self.rings: PodRings[Entry, OomKillRecord] = PodRings(
+            ring_size=settings.ring_size, records_per_pod=settings.kernel_records_per_pod
+        )
+        self.pods: dict[str, WatchedPod] = {}
+        #: Everything ever watched and not yet forgotten, so evidence outlives the pod.
+        self.known: dict[str, WatchedPod] = {}
+        self.kmsg = KmsgStatus(readable=False, error="not started yet")
+        self.rounds = 0
+        self.last_round_at: datetime | None = None
+        self.last_round_error: str | None = None
+        #: pid → pod UID from the last samples, to place kernel records that name no cgroup.
+        self._pid_owners: dict[int, str] = {}
+        self._record_keys: set[tuple[str, int | None, int | None, float | None]] = set()
+
+    # -- sampling ---------------------------------------------------------------------------------
+
+    async def sample_once(self) -> None:
+        """One round: refresh the pod set, sample every pod, update rings and gauges."""
+        pods = await self.pod_source.current()
+        now_mono = time.monotonic()
+        self.pods = pods
+        self.known.update(pods)
+        self.rings.mark_present(pods, now=now_mono)
+        for uid in self.rings.forget_gone(now=now_mono, after_s=self.settings.forget_after_s):
+            gone = self.known.pop(uid, None)
+            self.metrics.forget_pod(self._labels(gone or WatchedPod(uid=uid)))
+        for uid in [u for u in self.known if u not in pods and self.rings.get(u) is None]:
+            self.known.pop(uid)
+        self.metrics.watched_pods.set(len(pods))
+        error = getattr(self.pod_source, "last_error", None)
+        if self.hierarchy is None:
+            self.last_round_error = self.hierarchy_error
+            return
+        now = datetime.now(UTC)
+        results = await asyncio.to_thread(self._sample_all, list(pods.values()), now)
+        owners: dict[int, str] = {}
+        for pod, result in results:
+            entry: Entry
+            if result.sample is not None:
+                entry = result.sample
+                self._observe(pod, result.sample)
+                owners.update(dict.fromkeys((p.pid for p in result.sample.processes), pod.uid))
+            else:
+                assert result.gap is not None
+                entry = result.gap
+                self.metrics.sample_gaps.labels(result.gap.reason).inc()
+            if result.unreadable_processes:
+                self.metrics.unreadable_processes.inc(result.unreadable_processes)
+            self.rings.add_sample(pod.uid, entry)
+        self._pid_owners = owners
+        self.rounds += 1
+        self.last_round_at = now
+        self.last_round_error = error
+
+    def _sample_all(
+        self, pods: list[WatchedPod], now: datetime
+    ) -> list[tuple[WatchedPod, sampler.SampleResult]]:
+        assert self.hierarchy is not None
+        return [
+            (
+                pod,
+                sampler.sample_pod(
+                    hierarchy=self.hierarchy, proc_root=self.settings.proc_root, pod=pod, now=now
+                ),
+            )
+            for pod in pods
+        ]
+
+    def _labels(self, pod: WatchedPod) -> tuple[str, str, str]:
+        return (pod.namespace, pod.name, pod.uid)
+
+    def _observe(self, pod: WatchedPod, sample: MemorySample) -> None:
+        labels = self._labels(pod)
+        m = self.metrics
+        for gauge, value in (
+            (m.usage, sample.usage_bytes),
+            (m.limit, sample.limit_bytes),
+            (m.peak, sample.peak_bytes),
+        ):
+            if value is None:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*labels)
+            else:
+                gauge.labels(*labels).set(value)
+        m.pss.labels(*labels).set(sum(p.pss_bytes or 0 for p in sample.processes))
+        m.private.labels(*labels).set(sum(p.private_bytes or 0 for p in sample.processes))
+        m.processes.labels(*labels).set(len(sample.processes))
+
+    async def run_sampling(self) -> None:
+        """Sample every ``poll_interval_s`` until cancelled; one failed round never ends the loop."""
+        interval = self.settings.poll_interval_s
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                await self.sample_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.last_round_error = f"sampling round failed: {exc!r}"
+                logger.exception("sampling round failed")
+            await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
+
+    # -- kernel records ---------------------------------------------------------------------------
+
+    def on_records(self, records: list[OomKillRecord]) -> list[tuple[str, OomKillRecord]]:
+        """Map fresh OOM records to watched pods and keep them; return what was kept, for logging."""
+        pod_paths = {uid: pod.cgroup_path for uid, pod in self.known.items() if pod.cgroup_path}
+        kept: list[tuple[str, OomKillRecord]] = []
+        for record in records:
+            uid = matching.match_record(
+                record, pod_paths=pod_paths, pid_owners=self._pid_owners, watched_uids=set(self.known)
+            )
+            if uid is None:
+                self.metrics.oom_unmatched.inc()
+                continue
+            key = (uid, record.kmsg_seq, record.victim_pid, record.monotonic_s)
+            if key in self._record_keys:
+                continue
+            self._record_keys.add(key)
+            self.rings.add_record(uid, record)
+            self.metrics.oom_records.labels(*self._labels(self.known[uid])).inc()
+            kept.append((uid, record))
+            logger.info(
+                "OOM kill of pid %s (%s) mapped to pod %s", record.victim_pid, record.victim_comm, uid
+            )
+        return kept
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def evidence(self, uid: str, *, since: datetime | None = None) -> PodEvidence | None:
+        history = self.rings.get(uid)
+        pod = self.known.get(uid)
+        if history is None and pod is None:
+            return None
+        return build_evidence(
+            uid=uid,
+            history=history,
+            pod=pod,
+            node=self.settings.node_name,
+            cgroup_version=self.hierarchy.version if self.hierarchy else None,
+            kmsg=self.kmsg,
+            now=datetime.now(UTC),
+            since=since,
+        )
+
+    def health(self) -> dict[str, Any]:
+        """Sampling is what the agent must do; an unreadable /dev/kmsg degrades it but is not fatal."""
+        ok = self.hierarchy is not None
+        return {
+            "ok": ok,
+            "node": self.settings.node_name,
+            "cgroup": {
+                "root": str(self.hierarchy.root) if self.hierarchy else None,
+                "version": self.hierarchy.version if self.hierarchy else None,
+                "error": self.hierarchy_error,
+            },
+            "kmsg": self.kmsg.model_dump(),
+            "sampling": {
+                "rounds": self.rounds,
+                "last_round_at": self.last_round_at.isoformat() if self.last_round_at else None,
+                "error": self.last_round_error,
+                "watched_pods": len(self.pods),
+            },
+        }
