@@ -1,0 +1,3 @@
+from pointcept.utils.registry import Registry
+
+HOOKS = Registry("hooks")

@@ -1,0 +1,3 @@
+from .point_group_v1m1_base import PointGroup
+
+__all__ = ["PointGroup"]
