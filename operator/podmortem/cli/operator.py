@@ -1,0 +1,181 @@
+"""``podmortem operator``: run the operator (kopf handlers, log store, metrics and health endpoints).
+
+Every flag can also come from the environment variable the Helm chart sets
+(``PODMORTEM_*``); a flag wins over its variable. Heavy imports happen in
+:func:`run`, so ``podmortem --help`` works with pydantic alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from podmortem.control import settings as s
+
+ENV = os.environ.get
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "operator",
+        help="run the operator: TrainingJobs, annotated jobs and pods, failure reports on exit 137",
+        description=(
+            "Run the podmortem operator. It creates and follows TrainingJob pods, follows pods and jobs "
+            'annotated podmortem.io/watch: "true", keeps their logs in a durable store, and on exit 137, '
+            "OOMKilled or eviction writes a failure report (TrainingJob status, or the "
+            "podmortem.io/failure-report annotation plus an Event). Flags default to the PODMORTEM_* "
+            "environment variables the Helm chart sets."
+        ),
+    )
+    d = s.OperatorSettings()
+    p.add_argument(
+        "--kubeconfig",
+        default=ENV("KUBECONFIG"),
+        help="kubeconfig file (default: $KUBECONFIG, then in-cluster)",
+    )
+    p.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        help="watch only this namespace (repeatable; default: $PODMORTEM_NAMESPACES or all)",
+    )
+    p.add_argument(
+        "--store-dir",
+        type=Path,
+        default=Path(ENV("PODMORTEM_LOG_STORE_DIR", str(d.store_dir))),
+        help="directory of the durable log store (default: %(default)s)",
+    )
+    p.add_argument(
+        "--prometheus-url",
+        default=ENV("PODMORTEM_PROMETHEUS_URL") or None,
+        help="Prometheus base URL for the pod's working set (default: none, agent samples)",
+    )
+    p.add_argument(
+        "--agent-port",
+        type=int,
+        default=int(ENV("PODMORTEM_AGENT_PORT", str(d.agent.port))),
+        help="port of the node agents' evidence endpoint (default: %(default)s)",
+    )
+    p.add_argument("--agent-namespace", default=ENV("PODMORTEM_AGENT_NAMESPACE", d.agent.namespace))
+    p.add_argument(
+        "--agent-selector",
+        default=ENV("PODMORTEM_AGENT_SELECTOR", d.agent.label_selector),
+        help="label selector of the agent pods (default: %(default)s)",
+    )
+    p.add_argument(
+        "--agent-token-file",
+        type=Path,
+        default=ENV("PODMORTEM_AGENT_TOKEN_FILE"),
+        help="file with the bearer token the agents expect",
+    )
+    p.add_argument(
+        "--no-agent",
+        action="store_true",
+        default=ENV("PODMORTEM_AGENT_ENABLED", "true") == "false",
+        help="there is no node agent: reports use the pod status and logs only",
+    )
+    p.add_argument("--http-port", type=int, default=int(ENV("PODMORTEM_HTTP_PORT", str(d.log_http_port))))
+    p.add_argument(
+        "--metrics-port", type=int, default=int(ENV("PODMORTEM_METRICS_PORT", str(d.metrics_port)))
+    )
+    p.add_argument("--health-port", type=int, default=int(ENV("PODMORTEM_HEALTH_PORT", str(d.health_port))))
+    p.add_argument(
+        "--early-warning-epochs",
+        type=int,
+        default=int(ENV("PODMORTEM_EARLY_WARNING_EPOCHS", str(d.early_warning_epochs))),
+        help="warn when the peak is projected to cross the limit within K epochs (default: %(default)s)",
+    )
+    p.add_argument(
+        "--memory-warning-ratio",
+        type=float,
+        default=float(ENV("PODMORTEM_MEMORY_WARNING_RATIO", str(d.memory_warning_ratio))),
+    )
+    p.add_argument(
+        "--status-max-bytes",
+        type=int,
+        default=int(ENV("PODMORTEM_REPORT_STATUS_MAX_BYTES", str(d.status_report_max_bytes))),
+    )
+    p.add_argument(
+        "--annotation-max-bytes",
+        type=int,
+        default=int(ENV("PODMORTEM_REPORT_ANNOTATION_MAX_BYTES", str(d.annotation_report_max_bytes))),
+    )
+    p.add_argument(
+        "--foreign-kinds",
+        default=ENV("PODMORTEM_FOREIGN_KINDS", ""),
+        help='annotated job kinds: JSON from the chart, or "jobs.batch,pytorchjobs.kubeflow.org"',
+    )
+    p.set_defaults(func=run)
+
+
+def _foreign_kinds(text: str) -> tuple[s.ForeignKind, ...]:
+    if not text.strip():
+        return s.DEFAULT_FOREIGN_KINDS
+    if text.lstrip().startswith("["):
+        return tuple(s.ForeignKind.from_json(item) for item in json.loads(text))
+    return tuple(s.ForeignKind.parse(part) for part in text.split(",") if part.strip())
+
+
+def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
+    namespaces = args.namespaces or [n for n in ENV("PODMORTEM_NAMESPACES", "").split(",") if n]
+    return s.OperatorSettings(
+        agent=s.AgentSettings(
+            enabled=not args.no_agent,
+            namespace=args.agent_namespace,
+            label_selector=args.agent_selector,
+            port=args.agent_port,
+            token_path=args.agent_token_file,
+        ),
+        prometheus=s.PrometheusSettings(url=args.prometheus_url),
+        store_dir=args.store_dir,
+        foreign_kinds=_foreign_kinds(args.foreign_kinds),
+        early_warning_epochs=args.early_warning_epochs,
+        memory_warning_ratio=args.memory_warning_ratio,
+        status_report_max_bytes=args.status_max_bytes,
+        annotation_report_max_bytes=args.annotation_max_bytes,
+        log_http_port=args.http_port,
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+        namespaces=tuple(namespaces),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import sys
+
+    from kubernetes_asyncio import config as kube_config
+    from kubernetes_asyncio.client import Configuration
+
+    from podmortem.handlers import runtime
+
+    logging.basicConfig(
+        level=ENV("PODMORTEM_LOG_LEVEL", "info").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = settings_from(args)
+    except (ValueError, json.JSONDecodeError) as exc:
+        print(f"podmortem operator: {exc}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        configuration = Configuration()
+        if args.kubeconfig:
+            await kube_config.load_kube_config(
+                config_file=args.kubeconfig, client_configuration=configuration
+            )
+        else:
+            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        await runtime.run_operator(settings=settings, api_config=configuration)
+
+    try:
+        asyncio.run(main())
+    except kube_config.ConfigException as exc:
+        print(f"podmortem operator: no Kubernetes credentials: {exc}", file=sys.stderr)
+        return 1
+    return 0

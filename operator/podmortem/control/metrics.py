@@ -1,0 +1,39 @@
+"""Prometheus metrics of the report pipeline, served next to the log follower's metrics.
+
+They live in prometheus-client's default registry, like the log metrics, so
+one ``/metrics`` endpoint serves both.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+OOM_KILLS = Counter(
+    "podmortem_oom_kills_total",
+    "Terminations with exit 137, OOMKilled or eviction that got a report, by the report's verdict.",
+    ["namespace", "verdict"],
+)
+REPORTS = Counter(
+    "podmortem_reports_total",
+    "Failure reports written, by where they went (status, annotation, event) and outcome (ok, error).",
+    ["target", "outcome"],
+)
+REPORT_LATENCY = Histogram(
+    "podmortem_report_latency_seconds",
+    "Seconds from seeing a termination to the report written (Prometheus evidence aside).",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0),
+)
+EVIDENCE_FAILURES = Counter(
+    "podmortem_evidence_failures_total",
+    "Evidence sources that failed during a report (agent, prometheus).",
+    ["source"],
+)
+MEMORY_PRESSURE = Counter(
+    "podmortem_memory_pressure_warnings_total",
+    "Early warnings raised because the memory peak is projected to cross the limit.",
+    ["namespace"],
+)
+FOLLOWED_PODS = Gauge(
+    "podmortem_followed_pods",
+    "Pods whose logs this operator follows now.",
+)

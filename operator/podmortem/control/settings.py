@@ -1,0 +1,162 @@
+"""Everything the operator can be tuned by, in one documented place.
+
+The CLI fills these from flags; the tests build them directly. Each field
+says its unit and why its default is what it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: The API coordinates of the TrainingJob custom resource.
+TRAININGJOB_GROUP = "podmortem.io"
+TRAININGJOB_VERSION = "v1alpha1"
+TRAININGJOB_PLURAL = "trainingjobs"
+TRAININGJOB_KIND = "TrainingJob"
+
+
+@dataclass(frozen=True)
+class ForeignKind:
+    """A job kind the operator does not own but follows when annotated ``podmortem.io/watch: "true"``."""
+
+    group: str
+    #: Empty means the group's preferred version.
+    version: str
+    plural: str
+
+    @classmethod
+    def parse(cls, text: str) -> ForeignKind:
+        """``plural.group`` or ``group/version/plural``: ``jobs.batch``, ``kubeflow.org/v1/pytorchjobs``."""
+        parts = text.strip().split("/")
+        if len(parts) == 3 and parts[2]:
+            return cls(group=parts[0], version=parts[1], plural=parts[2])
+        if len(parts) == 1 and "." in parts[0]:
+            plural, group = parts[0].split(".", 1)
+            if plural and group:
+                return cls(group=group, version="", plural=plural)
+        raise ValueError(
+            f"foreign kind {text!r}: expected PLURAL.GROUP or GROUP/VERSION/PLURAL, e.g. jobs.batch"
+        )
+
+    @classmethod
+    def from_json(cls, data: dict[str, str]) -> ForeignKind:
+        """The chart's form: ``{"group": "batch", "version": "v1", "resource": "jobs"}``."""
+        plural = data.get("resource") or data.get("plural") or ""
+        if not plural:
+            raise ValueError(f"foreign kind {data!r}: 'resource' is required")
+        return cls(group=data.get("group") or "", version=data.get("version") or "", plural=plural)
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group}" + (f"/{self.version}" if self.version else "")
+
+
+DEFAULT_FOREIGN_KINDS: tuple[ForeignKind, ...] = (
+    ForeignKind("batch", "v1", "jobs"),
+    ForeignKind("kubeflow.org", "v1", "pytorchjobs"),
+)
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """How the operator finds and talks to the node agent on a pod's node."""
+
+    #: Namespace of the agent DaemonSet's pods (the chart installs it next to the operator).
+    namespace: str = "podmortem"
+    #: Whether there is an agent to ask at all; without one, reports rest on the pod status and logs.
+    enabled: bool = True
+    #: Label selector of the agent pods; the one on ``spec.nodeName`` is asked.
+    label_selector: str = "app.kubernetes.io/name=podmortem,app.kubernetes.io/component=agent"
+    #: TCP port the agent serves ``/v1/pods/{uid}/evidence`` on (the chart's ``agent.http.port``).
+    port: int = 8090
+    #: File holding the bearer token the agent expects; ``None`` sends no token (local use only).
+    token_path: Path | None = None
+    #: Seconds for one evidence request, connect included. The report must land within 2 s of the
+    #: kill, so the agent gets about half of that before the report is written without it.
+    timeout_s: float = 1.0
+    #: URL scheme: the agent serves plain HTTP inside the cluster network by default.
+    scheme: str = "http"
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    """Where the working set over the pod's whole life comes from, when there is a Prometheus."""
+
+    #: Base URL, e.g. ``http://prometheus-server.monitoring``; ``None`` uses the agent's samples only.
+    url: str | None = None
+    #: Seconds for the query. Prometheus is outside the 2 s budget: a slow one is patched in afterwards.
+    timeout_s: float = 10.0
+    #: Seconds the report waits for Prometheus before it is written without it (then patched).
+    inline_wait_s: float = 0.3
+    #: Most points asked for; the step is the pod's life divided by this (Prometheus caps at 11,000).
+    max_points: int = 500
+
+
+@dataclass(frozen=True)
+class LeaderElectionSettings:
+    """Lease-based leader election: only the holder runs handlers and follows logs.
+
+    Durations follow client-go's defaults. A leader that cannot renew within
+    ``renew_deadline_s`` stops (and is restarted by its Deployment) rather than risk
+    two replicas writing the same reports.
+    """
+
+    lease_name: str = "podmortem-operator"
+    lease_namespace: str = "podmortem"
+    #: This replica's identity in the Lease (the pod name in the cluster).
+    identity: str = ""
+    #: Seconds a Lease stays valid without renewal.
+    lease_duration_s: float = 15.0
+    #: Seconds the leader keeps trying to renew before it gives up leadership.
+    renew_deadline_s: float = 10.0
+    #: Seconds between attempts (a standby's acquisitions and the leader's renewals).
+    retry_period_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """The operator's settings; see ``podmortem operator --help`` for the flags that set them."""
+
+    agent: AgentSettings = field(default_factory=AgentSettings)
+    prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
+    #: Directory of the durable log store (a PVC in the cluster); cursors persist here too.
+    store_dir: Path = Path("/var/lib/podmortem/logs")
+    #: Job kinds followed when annotated ``podmortem.io/watch: "true"`` (pods always are).
+    foreign_kinds: tuple[ForeignKind, ...] = DEFAULT_FOREIGN_KINDS
+    #: Epochs ahead the early-warning projection looks: warn when the pod peak is projected to
+    #: cross the limit within this many epochs. 3 leaves time to act on a multi-hour job.
+    early_warning_epochs: int = 3
+    #: Fraction of the limit at which the pod peak alone raises MemoryPressure, projection or not.
+    memory_warning_ratio: float = 0.9
+    #: Seconds between the last log line and the kill above which the log tail is called stale:
+    #: a training loop that prints per step or per epoch is silent longer only when stuck.
+    stale_log_threshold_s: float = 600.0
+    #: Bytes of JSON the report may take in a TrainingJob's status (etcd objects are capped at 1.5 MiB
+    #: and the status shares the object with the pod template).
+    status_report_max_bytes: int = 16 * 1024
+    #: Bytes of JSON in the ``podmortem.io/failure-report`` annotation (all annotations together
+    #: must stay under 256 KiB, and they are sent with every watch event of that object).
+    annotation_report_max_bytes: int = 4 * 1024
+    #: Seconds between ``status.lastLogLineAt`` updates of a TrainingJob: each is an API write.
+    last_log_line_interval_s: float = 30.0
+    #: Whether logs are followed unless a job says otherwise.
+    follow_logs: bool = True
+    #: Address the HTTP servers bind (logs, metrics, health).
+    listen_host: str = "0.0.0.0"
+    #: Port of the log HTTP API (``GET /logs/{namespace}/{pod}``); 0 picks a free one (tests).
+    log_http_port: int = 8080
+    #: Whether the log HTTP API checks bearer tokens with TokenReview/SubjectAccessReview.
+    log_http_auth: bool = True
+    #: Port of the Prometheus ``/metrics`` endpoint; 0 picks a free one.
+    metrics_port: int = 9090
+    #: Port of ``/healthz`` (liveness) and ``/readyz`` (readiness); 0 picks a free one.
+    health_port: int = 8081
+    #: Default retention of a job's logs after its pod is gone.
+    log_retention_s: float = 7 * 86400
+    #: Whether bare pods may be patched (only to write the ``podmortem.io/failure-report`` annotation);
+    #: without it their report is an Event only.
+    patch_pods: bool = True
+    #: Leader election through a coordination.k8s.io Lease, for a second (standby) replica.
+    leader_election: LeaderElectionSettings | None = None
+    #: Namespaces to watch; empty watches the whole cluster.
+    namespaces: tuple[str, ...] = ()

@@ -1,0 +1,111 @@
+"""Spot the terminations worth a failure report in a pod's status: exit 137, OOMKilled, eviction.
+
+The kubelet reports a cgroup OOM kill as reason ``OOMKilled`` (exit 137); a
+plain SIGKILL (deletion, preemption, a failed liveness probe) is exit 137 with
+another reason or none; an eviction is the *pod's* reason ``Evicted``, often
+with containers that never got a terminated state. Pure: takes the pod as a dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+SIGKILL_EXIT = 137
+
+
+@dataclass(frozen=True)
+class Termination:
+    """One container instance's end that needs a report."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+    node: str | None
+    container: str
+    #: The container instance; a report is written once per instance.
+    container_id: str | None
+    exit_code: int | None
+    #: The container's terminated reason (``OOMKilled``, ``Error``…), if any.
+    reason: str | None
+    #: The pod-level reason and message (``Evicted``, ``DeadlineExceeded``, ``Preempting``…).
+    pod_reason: str | None
+    pod_message: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    #: The pod had a deletionTimestamp when it was seen: the kill may be the deletion's.
+    deleting: bool
+
+    @property
+    def key(self) -> str:
+        """What makes a termination unique, for reporting once."""
+        return f"{self.pod_uid}/{self.container}/{self.container_id or 'evicted'}"
+
+
+def parse_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def find(pod: Mapping[str, Any]) -> list[Termination]:
+    """Every termination in this pod's status that deserves a report."""
+    meta = pod.get("metadata", {}) or {}
+    spec = pod.get("spec", {}) or {}
+    status = pod.get("status", {}) or {}
+    pod_reason = status.get("reason")
+    found: list[Termination] = []
+    base = {
+        "namespace": meta.get("namespace", ""),
+        "pod": meta.get("name", ""),
+        "pod_uid": meta.get("uid", ""),
+        "node": spec.get("nodeName"),
+        "pod_reason": pod_reason,
+        "pod_message": status.get("message"),
+        "deleting": bool(meta.get("deletionTimestamp")),
+    }
+    for cs, term in _terminated_states(status):
+        code = term.get("exitCode")
+        reason = term.get("reason")
+        if code == SIGKILL_EXIT or reason == "OOMKilled" or pod_reason == "Evicted":
+            found.append(
+                Termination(
+                    container=cs.get("name", ""),
+                    container_id=term.get("containerID") or cs.get("containerID"),
+                    exit_code=code,
+                    reason=reason,
+                    started_at=parse_time(term.get("startedAt")),
+                    finished_at=parse_time(term.get("finishedAt")),
+                    **base,
+                )
+            )
+    if pod_reason == "Evicted" and not found:
+        # Evicted pods may show no terminated container at all.
+        first = (spec.get("containers") or [{}])[0]
+        found.append(
+            Termination(
+                container=first.get("name", ""),
+                container_id=None,
+                exit_code=None,
+                reason=None,
+                started_at=parse_time(status.get("startTime")),
+                finished_at=None,
+                **base,
+            )
+        )
+    return found
+
+
+def _terminated_states(status: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    for cs in status.get("containerStatuses", []) or []:
+        for key in ("state", "lastState"):
+            term = (cs.get(key) or {}).get("terminated")
+            if term:
+                yield cs, term

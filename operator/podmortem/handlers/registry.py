@@ -1,0 +1,83 @@
+"""The kopf handlers: each one hands its event to :class:`podmortem.control.service.Podmortem`.
+
+They are registered into a fresh ``kopf.OperatorRegistry`` (no global state), so
+an operator can be built more than once in one process (tests, the benchmark).
+Only event handlers are used: they persist nothing on the objects (no kopf
+annotations or ``status.kopf``), and every service call is idempotent, so a
+replayed or repeated event does no harm.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from podmortem.control import jobs
+from podmortem.control.service import Podmortem
+from podmortem.control.settings import (
+    TRAININGJOB_GROUP,
+    TRAININGJOB_PLURAL,
+    TRAININGJOB_VERSION,
+    OperatorSettings,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def build(
+    *,
+    service: Podmortem,
+    settings: OperatorSettings,
+    server: str | None = None,
+) -> kopf.OperatorRegistry:
+    """All handlers of the operator. ``server`` pins the API URL (tests); otherwise kopf logs in
+    with its usual fallbacks (kubeconfig, then the in-cluster service account)."""
+    registry = kopf.OperatorRegistry()
+
+    if server is not None:
+
+        @kopf.on.login(registry=registry)
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            return kopf.ConnectionInfo(server=server, insecure=True, default_namespace="default")
+
+    @kopf.on.event(TRAININGJOB_GROUP, TRAININGJOB_VERSION, TRAININGJOB_PLURAL, registry=registry)
+    async def trainingjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if type == "DELETED":
+            service.forget_owner(str(body.get("metadata", {}).get("uid", "")))
+            return
+        await service.on_trainingjob(body)
+
+    for kind in settings.foreign_kinds:
+        selector: tuple[str, ...] = (
+            (kind.group, kind.version, kind.plural) if kind.version else (kind.group, kind.plural)
+        )
+        plural = kind.plural
+
+        @kopf.on.event(*selector, registry=registry, id=f"foreign-{kind.plural}.{kind.group}")
+        async def foreign_event(type: str | None, body: kopf.Body, _plural: str = plural, **_: Any) -> None:
+            if type == "DELETED":
+                service.forget_owner(str(body.get("metadata", {}).get("uid", "")))
+                return
+            await service.on_foreign(body, plural=_plural)
+
+    @kopf.on.event("", "v1", "pods", registry=registry, when=_maybe_followed)
+    async def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        await service.on_pod(body, deleted=type == "DELETED")
+
+    @kopf.on.cleanup(registry=registry)
+    async def graceful_stop(**_: Any) -> None:
+        await service.stop()
+
+    return registry
+
+
+def _maybe_followed(body: kopf.Body, **_: Any) -> bool:
+    """Cheap pre-filter: a pod is a candidate when it has owners or the watch annotation."""
+    meta = body.get("metadata", {})
+    return (
+        bool(meta.get("ownerReferences"))
+        or "podmortem.io/watch" in (meta.get("annotations") or {})
+        or jobs.TRAININGJOB_UID_LABEL in (meta.get("labels") or {})
+    )

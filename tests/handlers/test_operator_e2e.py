@@ -1,0 +1,403 @@
+"""End to end on kmock: TrainingJobs and annotated Jobs, from creation to the report after exit 137.
+
+One emulated cluster and one operator serve the whole module (kopf's start and
+stop have fixed delays). Prometheus is configured at a closed port throughout,
+so every report also shows the fallback to the agent's samples.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from tests.handlers.harness import NODE, Harness, harness
+
+from podmortem.control.settings import PrometheusSettings
+from podmortem.kernel import oom_parser
+from podmortem.reports.evidence import PodEvidence
+from podmortem.reports.memory import MemorySample
+from podmortem.testing.kubelet import LineText
+
+RECORDS = Path("/work/shared/data/oom-records")
+GIB = 2**30
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    tmp = tmp_path_factory.mktemp("operator")
+    with harness(tmp) as h:
+        h.add_agent_pod()
+        settings = h.settings(
+            prometheus=PrometheusSettings(
+                url=f"http://127.0.0.1:{closed_port()}", timeout_s=1.0, inline_wait_s=0.5
+            )
+        )
+        h.start_operator(settings)
+        yield h
+        assert h.operator_error is None, h.operator_error
+
+
+def training_text(peaks_gib: list[float]) -> LineText:
+    """Every 10th line is the per-epoch memory line; the pod peak grows by the given steps."""
+
+    def factory(container: str, instance: int) -> LineText:
+        def text(seq: int) -> bytes:
+            if seq % 10 == 9 and seq // 10 < len(peaks_gib):
+                epoch = seq // 10
+                peak = peaks_gib[epoch]
+                return (
+                    f"-> memory epoch {epoch}: rss 3.00GiB (peak 3.50GiB), pod {peak - 0.5:.2f}GiB "
+                    f"of 32.00GiB (peak {peak:.2f}GiB), workers 2 pss 1.20GiB"
+                ).encode()
+            return b"step %d loss=0.%04d" % (seq, seq % 9973)
+
+        return text
+
+    return factory  # type: ignore[return-value]
+
+
+def evidence_for(uid: str, record_file: str) -> PodEvidence:
+    record = oom_parser.parse_text((RECORDS / record_file).read_text())[0]
+    now = datetime.now(UTC)
+    samples = [
+        MemorySample(
+            at=now - timedelta(seconds=10 * (5 - i)),
+            usage_bytes=(20 + 2 * i) * GIB,
+            limit_bytes=32 * GIB,
+            peak_bytes=(21 + 2 * i) * GIB,
+        )
+        for i in range(5)
+    ]
+    return PodEvidence(pod_uid=uid, node=NODE, samples=samples, kernel_records=[record])
+
+
+def run_pod(h: Harness, *, name: str, namespace: str = "default", text: LineText | None = None) -> str:
+    """Make the pod the operator (or a Job) created run: emulated container logs plus a Running status."""
+    pod = h.wait(lambda: h.get(f"/api/v1/namespaces/{namespace}/pods/{name}"), what=f"pod {name}")
+    uid = pod["metadata"]["uid"]
+    kwargs = {"text": text} if text is not None else {}
+    emulated = h.sync(lambda: h.api.add_pod(name, namespace=namespace, containers=("trainer",), **kwargs))
+    container = emulated.containers["trainer"]
+    h.patch(
+        f"/api/v1/namespaces/{namespace}/pods/{name}",
+        {
+            "spec": {"nodeName": NODE},
+            "status": {
+                "phase": "Running",
+                "startTime": "2024-05-01T10:00:00Z",
+                "containerStatuses": [
+                    {
+                        "name": "trainer",
+                        "containerID": container.current.container_id,
+                        "restartCount": 0,
+                        "state": {"running": {"startedAt": "2024-05-01T10:00:00Z"}},
+                    }
+                ],
+            },
+        },
+    )
+    return str(uid)
+
+
+def kill(
+    h: Harness,
+    *,
+    name: str,
+    namespace: str = "default",
+    reason: str = "OOMKilled",
+    pod_reason: str | None = None,
+) -> None:
+    emulated = h.sync(lambda: h.api.pods[namespace, name])
+    container = emulated.containers["trainer"]
+    h.sync(lambda: container.terminate(137))
+    finished = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status: dict[str, object] = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {
+                "name": "trainer",
+                "containerID": container.current.container_id,
+                "restartCount": 0,
+                "state": {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": reason,
+                        "containerID": container.current.container_id,
+                        "startedAt": "2024-05-01T10:00:00Z",
+                        "finishedAt": finished,
+                    }
+                },
+            }
+        ],
+    }
+    if pod_reason:
+        status["reason"] = pod_reason
+    h.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", {"status": status})
+
+
+def trainingjob(name: str, **spec: object) -> dict[str, object]:
+    template = spec.pop("template", {"spec": {"containers": [{"name": "trainer", "image": "pointgroup:1"}]}})
+    return {
+        "apiVersion": "podmortem.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"template": template, **spec},
+    }
+
+
+TJ_PATH = "/apis/podmortem.io/v1alpha1/namespaces/default/trainingjobs"
+
+
+def test_trainingjob_oom_kill_reported_in_status(cluster: Harness) -> None:
+    h = cluster
+    tj = h.create(TJ_PATH, trainingjob("pointgroup", earlyWarningEpochs=3))
+    pod = h.wait(lambda: h.get("/api/v1/namespaces/default/pods/pointgroup-train"), what="the training pod")
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("TrainingJob", tj["metadata"]["uid"], True)
+    assert pod["spec"]["restartPolicy"] == "Never"
+
+    uid = run_pod(h, name="pointgroup-train", text=training_text([20.0, 22.0, 24.0, 26.0, 28.0]))
+    emulated = h.sync(lambda: h.api.pods["default", "pointgroup-train"])
+    h.sync(lambda: emulated.containers["trainer"].write(50))
+
+    def memory_at_epoch_4() -> dict[str, object] | None:
+        status = (h.get(f"{TJ_PATH}/pointgroup") or {}).get("status", {})
+        return status if status.get("memory", {}).get("epoch") == 4 else None
+
+    status = h.wait(memory_at_epoch_4, what="status.memory of epoch 4")
+    memory = status["memory"]
+    assert memory["podPeakBytes"] == 28 * GIB and memory["podLimitBytes"] == 32 * GIB
+    assert memory["peakOfLimit"] == "28Gi/32Gi (88%)"
+    assert memory["workers"] == 2
+    pressure = h.wait(
+        lambda: next(
+            (
+                c
+                for c in (h.get(f"{TJ_PATH}/pointgroup") or {}).get("status", {}).get("conditions", [])
+                if c["type"] == "MemoryPressure"
+            ),
+            None,
+        ),
+        what="the MemoryPressure condition",
+    )
+    assert pressure["status"] == "True" and "projected to cross the limit at epoch 6" in pressure["message"]
+    assert any(e["reason"] == "MemoryPressure" and e["type"] == "Warning" for e in h.events_for("pointgroup"))
+
+    h.sync(lambda: h.agent.evidence.__setitem__(uid, evidence_for(uid, "01-k3s-v1-dmesgT-stress-4.15.log")))
+    kill(h, name="pointgroup-train")
+    report = h.wait(
+        lambda: (h.get(f"{TJ_PATH}/pointgroup") or {}).get("status", {}).get("failureReport"),
+        what="status.failureReport",
+    )
+    assert report["verdict"] == "memcg-limit"
+    assert report["findings"][0]["code"] == "memcg-limit"
+    assert report["pod"]["containerID"].startswith("containerd://")
+    assert report["evidence"]["agent"] == "ok" and report["evidence"]["kernelRecords"] == 1
+    ws = report["evidence"]["workingSet"]
+    assert ws["source"] == "agent" and ws["peakBytes"] > 0  # Prometheus is down: the agent's samples
+    assert any("Prometheus" in e for e in report["evidence"]["errors"])
+    assert report["evidence"]["log"]["lastLineAt"] is not None
+    assert len(json.dumps(report)) <= h.running[0].service.settings.status_report_max_bytes
+    assert uid in h.agent.requests
+    final = h.wait(
+        lambda: (lambda s: s if s.get("phase") == "Failed" and s.get("exitCode") == 137 else None)(
+            (h.get(f"{TJ_PATH}/pointgroup") or {}).get("status", {})
+        ),
+        what="phase Failed",
+    )
+    assert final["lastLogLineAt"]
+    assert any(e["reason"] == "MemcgLimit" for e in h.events_for("pointgroup"))
+
+
+def test_annotated_batch_job_gets_annotation_and_event(cluster: Harness) -> None:
+    h = cluster
+    job = h.create(
+        "/apis/batch/v1/namespaces/default/jobs",
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": "nightly",
+                "namespace": "default",
+                "annotations": {
+                    "podmortem.io/watch": "true",
+                    "podmortem.io/memory-warning-ratio": "1.5",
+                    "podmortem.io/log-retention": "forever",
+                },
+            },
+            "spec": {"template": {"spec": {"containers": [{"name": "trainer", "image": "x"}]}}},
+        },
+    )
+    warnings = h.wait(
+        lambda: (
+            [e for e in h.events_for("nightly") if e["reason"] == "InvalidOption"] or None
+            if len([e for e in h.events_for("nightly") if e["reason"] == "InvalidOption"]) >= 2
+            else None
+        ),
+        what="two InvalidOption events",
+    )
+    messages = " | ".join(e["message"] for e in warnings)
+    assert "podmortem.io/memory-warning-ratio='1.5'" in messages and "using the default (0.9)" in messages
+    assert "podmortem.io/log-retention='forever'" in messages
+    h.create(
+        "/api/v1/namespaces/default/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "nightly-abcde",
+                "namespace": "default",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": "nightly",
+                        "uid": job["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+        },
+    )
+    uid = run_pod(h, name="nightly-abcde")
+    h.sync(lambda: h.api.pods["default", "nightly-abcde"].containers["trainer"].write(20))
+    h.sync(lambda: h.agent.evidence.__setitem__(uid, evidence_for(uid, "02-k8s-v1-syslog-kmem-runc-el7.log")))
+    kill(h, name="nightly-abcde")
+    raw = h.wait(
+        lambda: (
+            (h.get("/apis/batch/v1/namespaces/default/jobs/nightly") or {})
+            .get("metadata", {})
+            .get("annotations", {})
+            .get("podmortem.io/failure-report")
+        ),
+        what="the annotation",
+    )
+    assert len(raw.encode()) <= 4096
+    summary = json.loads(raw)
+    assert summary["verdict"] == "memcg-limit"
+    assert summary["pod"]["name"] == "nightly-abcde" and summary["pod"]["exitCode"] == 137
+    assert summary["findings"][0]["code"] == "memcg-limit"
+    assert (
+        "status" not in (h.get("/apis/batch/v1/namespaces/default/jobs/nightly") or {})
+        or "failureReport" not in h.get("/apis/batch/v1/namespaces/default/jobs/nightly")["status"]
+    )
+    assert any(e["reason"] == "MemcgLimit" for e in h.events_for("nightly"))
+    # Every patch the operator sent carried a content type the API accepts.
+    assert h.sync(lambda: list(h.api.refused_patches)) == []
+
+
+def test_agent_unreachable_still_reports_from_pod_status(cluster: Harness) -> None:
+    h = cluster
+    h.create(
+        "/api/v1/namespaces/default/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "bare",
+                "namespace": "default",
+                "annotations": {"podmortem.io/watch": "true"},
+            },
+            "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+        },
+    )
+    run_pod(h, name="bare")
+    h.sync(lambda: setattr(h.agent, "available", False))
+    try:
+        kill(h, name="bare")
+        raw = h.wait(
+            lambda: (
+                (h.stored("v1/pods", "default", "bare") or {})
+                .get("metadata", {})
+                .get("annotations", {})
+                .get("podmortem.io/failure-report")
+            ),
+            what="the annotation",
+        )
+    finally:
+        h.sync(lambda: setattr(h.agent, "available", True))
+    summary = json.loads(raw)
+    assert summary["verdict"] == "memcg-limit"
+    assert "kernel's own record was not available" in summary["findings"][0]["message"]
+    assert any("answered HTTP 503" in e for e in summary["errors"])
+
+
+def test_sigkill_without_oom_names_the_pod_reason(cluster: Harness) -> None:
+    h = cluster
+    h.create(
+        "/api/v1/namespaces/default/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "preempted",
+                "namespace": "default",
+                "annotations": {"podmortem.io/watch": "true"},
+            },
+            "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+        },
+    )
+    run_pod(h, name="preempted")
+    kill(h, name="preempted", reason="Error", pod_reason="Preempting")
+    raw = h.wait(
+        lambda: (
+            (h.stored("v1/pods", "default", "preempted") or {})
+            .get("metadata", {})
+            .get("annotations", {})
+            .get("podmortem.io/failure-report")
+        ),
+        what="the annotation",
+    )
+    summary = json.loads(raw)
+    assert summary["verdict"] == "sigkill-not-oom"
+    assert "Preempting" in summary["findings"][0]["message"]
+
+
+def test_invalid_template_and_bad_options_give_conditions(cluster: Harness) -> None:
+    h = cluster
+    h.create(
+        TJ_PATH,
+        trainingjob("broken", memoryWarningRatio=3, template={"spec": {"containers": [{"name": "trainer"}]}}),
+    )
+
+    def conditions() -> dict[str, dict[str, str]] | None:
+        conds = {
+            c["type"]: c for c in (h.get(f"{TJ_PATH}/broken") or {}).get("status", {}).get("conditions", [])
+        }
+        return conds if {"TemplateValid", "OptionsValid"} <= conds.keys() else None
+
+    conds = h.wait(conditions, what="TemplateValid and OptionsValid conditions")
+    assert conds["TemplateValid"]["status"] == "False"
+    assert "has no image" in conds["TemplateValid"]["message"]
+    assert conds["OptionsValid"]["status"] == "False"
+    assert "spec.memoryWarningRatio='3'" in conds["OptionsValid"]["message"]
+    assert (h.get(f"{TJ_PATH}/broken") or {})["status"]["phase"] == "Failed"
+    assert h.get("/api/v1/namespaces/default/pods/broken-train") is None
+    reasons = {e["reason"] for e in h.events_for("broken")}
+    assert {"InvalidTemplate", "InvalidOption"} <= reasons
+
+
+def test_operator_healthy_and_metrics_after_bad_input(cluster: Harness) -> None:
+    running = cluster.running[0]
+    with urllib.request.urlopen(running.health_url + "/healthz", timeout=5) as resp:
+        assert resp.status == 200
+    with urllib.request.urlopen(running.health_url + "/readyz", timeout=5) as resp:
+        assert resp.status == 200
+    with urllib.request.urlopen(running.metrics_url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    assert 'podmortem_oom_kills_total{namespace="default",verdict="memcg-limit"}' in text
+    assert "podmortem_report_latency_seconds_count" in text
+    assert 'podmortem_reports_total{outcome="ok",target="status"}' in text
+    assert 'podmortem_evidence_failures_total{source="prometheus"}' in text
