@@ -1,7 +1,9 @@
 """The agent as a subprocess against the real kernel: a real OOM kill in a test memory cgroup.
 
-Other test runs OOM-kill processes at the same time; the agent must map only
-records of its own pod's cgroup, and this test checks for its own pid.
+It runs once per kernel log source: /dev/kmsg, and syslog(2) (chosen through
+``PODMORTEM_KERNEL_LOG_SOURCE``, as the Helm chart sets it). Other test runs
+OOM-kill processes at the same time; the agent must map only records of its own
+pod's cgroup, and this test checks for its own pid.
 """
 
 from __future__ import annotations
@@ -56,8 +58,11 @@ def _free_port() -> int:
 
 
 class Agent:
-    def __init__(self, *, cgroup: sandbox.MemoryCgroup, state_dir: Path, token_file: Path) -> None:
+    def __init__(
+        self, *, cgroup: sandbox.MemoryCgroup, state_dir: Path, token_file: Path, source: str = "kmsg"
+    ) -> None:
         self.port = _free_port()
+        self.source = source
         self.args = [
             sys.executable,
             "-m",
@@ -90,7 +95,8 @@ class Agent:
 
     def start(self) -> None:
         log = self.log.open("ab")
-        self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT)
+        env = {**os.environ, "PODMORTEM_KERNEL_LOG_SOURCE": self.source}
+        self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         self.wait_for(lambda: self.get("/healthz", token=False)[0] in (200, 503), what="the agent to listen")
 
@@ -142,16 +148,33 @@ class Agent:
         return body
 
 
-@pytest.fixture
-def agent_factory(tmp_path: Path) -> Iterator[Callable[[sandbox.MemoryCgroup], Agent]]:
-    if not _kmsg_readable():
+def _syslog_readable() -> bool:
+    from podmortem.agent import klog
+
+    try:
+        klog.buffer_size()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture(params=["kmsg", "syslog"])
+def source(request: pytest.FixtureRequest) -> str:
+    if request.param == "kmsg" and not _kmsg_readable():
         pytest.skip("needs a readable /dev/kmsg (root or CAP_SYSLOG)")
+    if request.param == "syslog" and not _syslog_readable():
+        pytest.skip("needs syslog(2) (CAP_SYSLOG)")
+    return str(request.param)
+
+
+@pytest.fixture
+def agent_factory(tmp_path: Path, source: str) -> Iterator[Callable[[sandbox.MemoryCgroup], Agent]]:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     started: list[Agent] = []
 
     def make(cgroup: sandbox.MemoryCgroup) -> Agent:
-        agent = Agent(cgroup=cgroup, state_dir=tmp_path / "state", token_file=token_file)
+        agent = Agent(cgroup=cgroup, state_dir=tmp_path / "state", token_file=token_file, source=source)
         started.append(agent)
         return agent
 
@@ -227,12 +250,19 @@ def test_agent_maps_a_real_oom_kill_and_does_not_repeat_it_after_a_restart(
     assert len(mine) == 1
     record = mine[0]
     assert record["oom_kill"]["task_memcg"].endswith(f"/{cgroup.name}")
-    assert record["kmsg_seq"] is not None
+    assert (record["kmsg_seq"] is not None) == (agent.source == "kmsg")
+    assert record["monotonic_s"] is not None
     # Only this pod's records: concurrent OOM kills of other cgroups are never mapped here.
     for other in body["kernel_records"]:
         assert (other.get("oom_kill") or {}).get("task_memcg", f"/{cgroup.name}").endswith(cgroup.name)
     assert body["kmsg"]["readable"] is True
+    health = agent.get("/healthz", token=False)[1]
+    assert health["kmsg"]["source"] == agent.source
+    assert f"kernel log: reading {'/dev/kmsg' if agent.source == 'kmsg' else 'it through syslog(2)'}" in (
+        agent.log.read_text()
+    )
     first_seq = record["kmsg_seq"]
+    first_at = record["monotonic_s"]
 
     status, metrics = agent.get("/metrics", token=False)
     assert status == 200
@@ -240,8 +270,12 @@ def test_agent_maps_a_real_oom_kill_and_does_not_repeat_it_after_a_restart(
         f'podmortem_agent_pod_oom_kill_records_total{{namespace="",pod="{UID}",uid="{UID}"}} 1.0' in metrics
     )
     assert agent.stop() == 0
-    state = json.loads((agent.state_dir / "kmsg-position.json").read_text())
-    assert state["seq"] >= first_seq
+    if agent.source == "kmsg":
+        state = json.loads((agent.state_dir / "kmsg-position.json").read_text())
+        assert state["seq"] >= first_seq
+    else:
+        state = json.loads((agent.state_dir / "syslog-cursor.json").read_text())
+        assert state["ts_us"] >= first_at * 1e6
 
     # Killed again while the agent is down; the restarted agent reports that one, not the old one.
     pid2 = _oom_kill(cgroup)
@@ -251,10 +285,13 @@ def test_agent_maps_a_real_oom_kill_and_does_not_repeat_it_after_a_restart(
         what=f"the kernel record of pid {pid2}, killed while the agent was down",
     )
     assert _records_for(body, pid) == []
-    assert all(r["kmsg_seq"] > first_seq for r in body["kernel_records"])
+    if agent.source == "kmsg":
+        assert all(r["kmsg_seq"] > first_seq for r in body["kernel_records"])
+    assert all(r["monotonic_s"] > first_at for r in body["kernel_records"])
     assert agent.stop() == 0
 
 
+@pytest.mark.parametrize("source", ["syslog"], indirect=True)  # auth does not depend on the source
 def test_wrong_or_missing_token_is_refused(
     make_cgroup: Callable[..., sandbox.MemoryCgroup], agent_factory: Callable[[sandbox.MemoryCgroup], Agent]
 ) -> None:

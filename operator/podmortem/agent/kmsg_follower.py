@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 class KmsgFollower:
     """Reads /dev/kmsg until cancelled; ``persist()`` saves the position (called on a graceful stop)."""
 
+    source = "kmsg"
+
     def __init__(
         self,
         *,

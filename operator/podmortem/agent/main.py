@@ -1,13 +1,14 @@
 """Running the node agent: sampling, the kernel log follower and the HTTP server, until told to stop.
 
 Permissions (the DaemonSet's securityContext; never privileged): CAP_SYSLOG to
-read /dev/kmsg, CAP_SYS_PTRACE to read other users' /proc/PID/smaps_rollup,
-``hostPID: true`` so cgroup.procs lists pids this process can see, and the
-host's ``/proc`` and ``/sys/fs/cgroup`` mounted read-only (``--proc-root``,
-``--cgroup-root``). Everything else is dropped.
+read the kernel log (/dev/kmsg, or syslog(2) where the device is blocked),
+CAP_SYS_PTRACE to read other users' /proc/PID/smaps_rollup, ``hostPID: true``
+so cgroup.procs lists pids this process can see, and the host's ``/proc`` and
+``/sys/fs/cgroup`` mounted read-only (``--proc-root``, ``--cgroup-root``).
+Everything else is dropped.
 
 A graceful stop (SIGTERM, SIGINT) hands over complete kernel records, saves the
-/dev/kmsg position and closes the server within ``stop_timeout_s``.
+kernel log position and closes the server within ``stop_timeout_s``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from podmortem.agent import cgroupfs, pods, server
-from podmortem.agent.kmsg_follower import KmsgFollower
+from podmortem.agent.kernel_log import KernelLog
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.node import NodeAgent
 from podmortem.agent.settings import AgentSettings
@@ -48,6 +49,10 @@ def build_agent(settings: AgentSettings, *, registry: CollectorRegistry | None =
             hierarchy=hierarchy,
             watch_annotation=settings.watch_annotation,
             refresh_s=settings.pod_refresh_s,
+            namespaces=settings.namespaces,
+            foreign_kinds=settings.foreign_kinds,
+            owner_cache_s=settings.owner_cache_s,
+            kubeconfig=settings.kubeconfig,
         )
     metrics = AgentMetrics(registry if registry is not None else CollectorRegistry())
     return NodeAgent(
@@ -69,21 +74,22 @@ async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = Non
     if settings.token_path is None:
         logger.warning("no token file configured: the evidence endpoint is open to anyone who can reach it")
 
+    kernel_log: KernelLog | None = None
+
     def set_status(status: KmsgStatus) -> None:
         agent.kmsg = status
+        if kernel_log is not None:
+            agent.kernel_log_source = kernel_log.source
+            gap = getattr(kernel_log.follower, "last_gap", None)
+            agent.kernel_log_gap = gap.describe() if gap is not None else None
 
-    follower: KmsgFollower | None = None
     if settings.kernel_log_source == "off":
         agent.kmsg = KmsgStatus(readable=False, error="kernel log reading is off (--kernel-log-source off)")
         agent.metrics.kmsg_readable.set(0)
+        logger.info("kernel log: not read (--kernel-log-source off); sampling only")
     else:
-        follower = KmsgFollower(
-            kmsg_path=settings.kmsg_path,
-            state_file=settings.kmsg_state_file,
-            proc_root=settings.proc_root,
-            metrics=agent.metrics,
-            on_records=agent.on_records,
-            on_status=set_status,
+        kernel_log = KernelLog(
+            settings=settings, metrics=agent.metrics, on_records=agent.on_records, on_status=set_status
         )
 
     runner = web.AppRunner(server.make_app(agent, token_path=settings.token_path), access_log=None)
@@ -106,8 +112,8 @@ async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = Non
     )
 
     tasks = [asyncio.create_task(agent.run_sampling(), name="podmortem-agent-sampling")]
-    if follower is not None:
-        tasks.append(asyncio.create_task(follower.run(), name="podmortem-agent-kmsg"))
+    if kernel_log is not None:
+        tasks.append(asyncio.create_task(kernel_log.run(), name="podmortem-agent-kernel-log"))
     try:
         waiter = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -120,8 +126,8 @@ async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = Non
         for task in tasks:
             task.cancel()
         await asyncio.wait(tasks, timeout=settings.stop_timeout_s)
-        if follower is not None:
-            follower.close()  # idempotent; the task's finally has usually done it
+        if kernel_log is not None:
+            kernel_log.close()  # idempotent; the task's finally has usually done it
         for r in runners:
             await r.cleanup()
         close = getattr(agent.pod_source, "close", None)

@@ -27,7 +27,7 @@ def path_belongs(record_path: str, pod_path: str) -> bool:
     rec, pod = _parts(record_path), _parts(pod_path)
     if not pod or len(rec) < len(pod):
         return False
-    return any(rec[start:start + len(pod)] == pod for start in range(len(rec) - len(pod) + 1))
+    return any(rec[start : start + len(pod)] == pod for start in range(len(rec) - len(pod) + 1))
 
 
 def record_paths(record: OomKillRecord) -> list[str]:

@@ -75,7 +75,7 @@ class AgentMetrics:
         )
         self.kmsg_readable = Gauge(
             "podmortem_agent_kmsg_readable",
-            "1 while /dev/kmsg is being read, 0 when it cannot be (see /healthz).",
+            "1 while the kernel log (/dev/kmsg or syslog(2)) is being read, 0 when it cannot be (/healthz).",
             registry=registry,
         )
         self.kmsg_lost = Counter(
@@ -84,7 +84,18 @@ class AgentMetrics:
             registry=registry,
         )
         self.kmsg_records = Counter(
-            "podmortem_agent_kmsg_records", "Kernel log records read from /dev/kmsg.", registry=registry
+            "podmortem_agent_kmsg_records", "Kernel log records (syslog(2): lines) read.", registry=registry
+        )
+        self.kernel_log_source = Gauge(
+            "podmortem_agent_kernel_log_source",
+            "1 for the kernel log source in use (kmsg: /dev/kmsg, syslog: syslog(2)), 0 for the other.",
+            ("source",),
+            registry=registry,
+        )
+        self.kernel_log_gaps = Counter(
+            "podmortem_agent_kernel_log_gaps",
+            "Times the syslog(2) ring buffer wrapped past the agent's cursor (lines may be lost).",
+            registry=registry,
         )
         self.oom_unmatched = Counter(
             "podmortem_agent_oom_records_unmatched",

@@ -51,6 +51,10 @@ class NodeAgent:
         #: Everything ever watched and not yet forgotten, so evidence outlives the pod.
         self.known: dict[str, WatchedPod] = {}
         self.kmsg = KmsgStatus(readable=False, error="not started yet")
+        #: "kmsg" or "syslog": where kernel records come from (None until chosen, or when off).
+        self.kernel_log_source: str | None = None
+        #: The last span of kernel log that may have been lost (syslog(2) wraps), in words.
+        self.kernel_log_gap: str | None = None
         self.rounds = 0
         self.last_round_at: datetime | None = None
         self.last_round_error: str | None = None
@@ -191,17 +195,24 @@ class NodeAgent:
         )
 
     def health(self) -> dict[str, Any]:
-        """Sampling is what the agent must do; an unreadable /dev/kmsg degrades it but is not fatal."""
+        """Sampling is what the agent must do; an unreadable kernel log degrades it but is not fatal."""
         ok = self.hierarchy is not None
         return {
             "ok": ok,
             "node": self.settings.node_name,
+            "agent_pod": f"{self.settings.pod_namespace}/{self.settings.pod_name}"
+            if self.settings.pod_name
+            else None,
             "cgroup": {
                 "root": str(self.hierarchy.root) if self.hierarchy else None,
                 "version": self.hierarchy.version if self.hierarchy else None,
                 "error": self.hierarchy_error,
             },
-            "kmsg": self.kmsg.model_dump(),
+            "kmsg": {
+                **self.kmsg.model_dump(),
+                "source": self.kernel_log_source,
+                "last_gap": self.kernel_log_gap,
+            },
             "sampling": {
                 "rounds": self.rounds,
                 "last_round_at": self.last_round_at.isoformat() if self.last_round_at else None,

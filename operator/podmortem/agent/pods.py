@@ -1,22 +1,27 @@
 """Which pods on this node the agent samples, and where their memory cgroups are.
 
-A pod is sampled when a TrainingJob owns it or it carries ``podmortem.io/watch:
-"true"``. The Kubernetes source lists this node's pods (``fieldSelector
-spec.nodeName``) and finds each pod's cgroup by walking the host's memory
-hierarchy for the pod UID, which covers the systemd and cgroupfs drivers and
-nested nodes (kind) without knowing the kubelet's configuration. The static
+A pod is sampled when a TrainingJob owns it, it carries ``podmortem.io/watch:
+"true"``, or its direct owner is an object of a configured foreign kind (a batch
+Job, a PyTorchJob) carrying that annotation (see `owners`). The Kubernetes source
+lists this node's pods (``fieldSelector spec.nodeName``) and finds each pod's
+cgroup by walking the host's memory hierarchy for the pod UID, which covers the
+systemd and cgroupfs drivers and nested nodes (kind) without knowing the
+kubelet's configuration. The static
 source takes UID → cgroup path directly, for tests and API-less nodes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from podmortem.agent import cgroupfs
+from podmortem.agent import cgroupfs, kubeapi, owners
 from podmortem.cgroups import paths
 
 TRAINING_JOB_GROUP = "podmortem.io/"
@@ -25,6 +30,8 @@ TRAINING_JOB_KIND = "TrainingJob"
 #: How deep below the hierarchy root a pod cgroup may sit. The deepest real layout seen is kind's
 #: ``/docker/<id>/kubelet/kubepods/burstable/pod<uid>`` (6); systemd slices stay under 5.
 MAX_POD_DEPTH = 8
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -102,9 +109,11 @@ def find_pod_cgroups(
 class KubernetesPods:
     """This node's watched pods, listed from the API server; cgroups found on the host.
 
-    The listing is refreshed at most every ``refresh_s`` seconds; between refreshes the last
-    result is returned. A failed listing keeps the last good pod set (and raises nothing), so
-    sampling continues while the API server is away; ``last_error`` says why.
+    The listing (``fieldSelector=spec.nodeName=<node>``, cluster-wide or in each configured
+    namespace, as the chart's RBAC allows) is refreshed at most every ``refresh_s`` seconds; between
+    refreshes the last result is returned. A failed listing keeps the last good pods of that
+    namespace (and raises nothing), so sampling continues while the API server is away;
+    ``last_error`` says why.
     """
 
     def __init__(
@@ -114,36 +123,57 @@ class KubernetesPods:
         hierarchy: cgroupfs.MemoryHierarchy | None,
         watch_annotation: str,
         refresh_s: float,
+        namespaces: tuple[str, ...] = (),
+        foreign_kinds: tuple[owners.ForeignKind, ...] = (),
+        owner_cache_s: float = 60.0,
+        kubeconfig: Path | None = None,
+        api: kubeapi.KubeApi | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not node_name:
-            raise ValueError("the Kubernetes pod source needs the node name (--node-name / NODE_NAME)")
+            raise ValueError(
+                "the Kubernetes pod source needs the node name (--node-name / PODMORTEM_NODE_NAME)"
+            )
         self.node_name = node_name
         self.hierarchy = hierarchy
         self.watch_annotation = watch_annotation
         self.refresh_s = refresh_s
+        self.namespaces = namespaces
+        self.foreign_kinds = foreign_kinds
+        self.owner_cache_s = owner_cache_s
+        self.kubeconfig = kubeconfig
         self.last_error: str | None = None
         self._pods: dict[str, WatchedPod] = {}
         self._listed_at: float | None = None
-        self._api: Any = None
+        self._api = api
+        self.clock = clock
+        self.owner_resolver: owners.OwnerResolver | None = None
 
-    async def _list(self) -> list[dict[str, Any]]:
-        import json
-
-        from kubernetes_asyncio import client, config
-
+    async def _connect(self) -> owners.OwnerResolver:
         if self._api is None:
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                await config.load_kube_config()
-            self._api = client.ApiClient()
-        core = client.CoreV1Api(self._api)
-        response = await core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={self.node_name}", _preload_content=False
-        )
-        body = json.loads(await response.read())  # type: ignore[attr-defined]
+            self._api = await kubeapi.connect(self.kubeconfig)
+        if self.owner_resolver is None:
+            self.owner_resolver = owners.OwnerResolver(
+                api=self._api,
+                kinds=self.foreign_kinds,
+                watch_annotation=self.watch_annotation,
+                cache_s=self.owner_cache_s,
+                clock=self.clock,
+            )
+        return self.owner_resolver
+
+    async def _list(self, namespace: str | None) -> list[dict[str, Any]]:
+        assert self._api is not None
+        path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+        body = await self._api.get_json(path, query=[("fieldSelector", f"spec.nodeName={self.node_name}")])
         items: list[dict[str, Any]] = body.get("items") or []
         return items
+
+    async def _why_watched(self, item: Mapping[str, Any], resolver: owners.OwnerResolver) -> str | None:
+        if is_watched(item, watch_annotation=self.watch_annotation):
+            return "annotated or owned by a TrainingJob"
+        owner = await resolver.watching_owner(item)
+        return f"owner {owner} is annotated" if owner is not None else None
 
     async def current(self) -> dict[str, WatchedPod]:
         import asyncio
@@ -152,23 +182,46 @@ class KubernetesPods:
         now = loop.time()
         if self._listed_at is not None and now - self._listed_at < self.refresh_s:
             return self._resolve(self._pods)
+        errors: list[str] = []
         try:
-            items = await self._list()
-        except Exception as exc:  # the API server being away must not stop sampling
-            self.last_error = f"listing pods on {self.node_name} failed: {exc!r}"
+            resolver = await self._connect()
+        except Exception as exc:  # no credentials yet, or a broken kubeconfig: keep sampling what we had
+            self.last_error = f"cannot reach the API server: {exc!r}"
             return self._resolve(self._pods)
-        self.last_error = None
-        self._listed_at = now
+        resolver.begin_round()
+        await resolver.resolve_kinds()
         pods: dict[str, WatchedPod] = {}
-        for item in items:
-            if not is_watched(item, watch_annotation=self.watch_annotation):
+        for namespace in self.namespaces or (None,):
+            try:
+                items = await self._list(namespace)
+            except Exception as exc:  # the API server being away must not stop sampling
+                where = f"namespace {namespace}" if namespace else "all namespaces"
+                errors.append(f"listing pods on {self.node_name} in {where} failed: {exc}")
+                pods.update(
+                    {u: p for u, p in self._pods.items() if namespace is None or p.namespace == namespace}
+                )
                 continue
-            meta = item.get("metadata") or {}
-            uid = meta.get("uid")
-            if uid:
-                pods[uid] = WatchedPod(
+            for item in items:
+                meta = item.get("metadata") or {}
+                uid = meta.get("uid")
+                if not uid:
+                    continue
+                why = await self._why_watched(item, resolver)
+                if why is None:
+                    continue
+                known = self._pods.get(uid)
+                if known is None:
+                    logger.info(
+                        "watching pod %s/%s (%s): %s", meta.get("namespace"), meta.get("name"), uid, why
+                    )
+                pods[uid] = known or WatchedPod(
                     uid=uid, namespace=meta.get("namespace", ""), name=meta.get("name", "")
                 )
+        resolver.end_round()
+        if resolver.last_error:
+            errors.append(resolver.last_error)
+        self.last_error = "; ".join(errors) or None
+        self._listed_at = now
         self._pods = pods
         return self._resolve(pods)
 
@@ -185,7 +238,7 @@ class KubernetesPods:
         if stale:
             where = find_pod_cgroups(hierarchy)
             for pod in stale:
-                pods[pod.uid] = WatchedPod(pod.uid, pod.namespace, pod.name, where.get(pod.uid))
+                pods[pod.uid] = dataclasses.replace(pod, cgroup_path=where.get(pod.uid))
         return dict(pods)
 
     async def close(self) -> None:
