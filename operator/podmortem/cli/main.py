@@ -20,6 +20,8 @@ COMMANDS: tuple[str, ...] = (
     "diagnose",
     "logs",
     "operator",
+    "agent",
+    "demo",
 )
 
 

@@ -1,0 +1,686 @@
+"""``podmortem demo``'s orchestration: a cluster, the operator, the agent and a kubelet on one machine.
+
+Three threads, as the pieces would be three programs on a real node:
+
+- the cluster thread runs the emulated API (kmock), the node agent and the
+  demo kubelet on one event loop;
+- the operator thread runs the real operator (kopf) on a loop of its own: kopf
+  treats every task on its loop as its own and would wait for kmock's at exit;
+- the calling thread drives the story: it creates a TrainingJob per policy,
+  waits for each step's effect, prints progress on stderr, checks the followed
+  log line by line against what the process printed, and returns the results.
+
+Nothing in the story is stubbed: the report in the TrainingJob status is the
+operator's, from the agent's evidence; the only substitute, where the machine
+cannot make memory cgroups or read /dev/kmsg, is the kernel record, and then
+every place that shows it says "recorded".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import copy
+import json
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+import kmock
+
+from podmortem.agent.settings import AgentSettings as NodeAgentSettings
+from podmortem.control import jobs
+from podmortem.control.settings import (
+    TRAININGJOB_GROUP,
+    TRAININGJOB_KIND,
+    TRAININGJOB_PLURAL,
+    TRAININGJOB_VERSION,
+    AgentSettings,
+    OperatorSettings,
+    PrometheusSettings,
+)
+from podmortem.demo import describe, kernel, quantity, trainer
+from podmortem.demo.agent import KubeletPods, RunningAgent, running_agent
+from podmortem.demo.cluster import DemoApi
+from podmortem.demo.kubelet import DemoKubelet, KubeletHooks, KubeletSettings, PodRun
+from podmortem.logs import reading
+from podmortem.logs.events import LogLine
+from podmortem.logs.settings import FollowSettings
+from podmortem.logs.store import LogNotFound, LogStore
+from podmortem.reports.oom_record import OomKillRecord
+
+T = TypeVar("T")
+MIB = 1024**2
+NODE = "demo-node"
+AGENT_NAMESPACE = "podmortem"
+AGENT_LABELS = {"app.kubernetes.io/name": "podmortem", "app.kubernetes.io/component": "agent"}
+TRAINER_CONTAINER = "trainer"
+MEMORY_MARKER = "-> memory epoch"
+
+
+class DemoFailed(RuntimeError):
+    """A step of the demo did not happen in time; ``str(exc)`` says which and what was seen."""
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """What ``podmortem demo`` runs; each default says why."""
+
+    #: The pod's memory limit, bytes. 256 MiB: the trainer's fresh-fork run passes it in its fourth
+    #: epoch (two copies of a ~120 MiB heap), the patched runs peak near 200 MiB.
+    limit_bytes: int = 256 * MIB
+    #: One run per policy, in order: the baseline that dies, then the runtime patch's policy.
+    policies: tuple[str, ...] = (trainer.FRESH_FORK, "auto")
+    #: "auto": real kernel where the machine allows it; "real" fails where it does not; "recorded".
+    kernel: kernel.KernelWish = "auto"
+    #: Trainer epochs (see `podmortem.demo.trainer.TrainerSettings`).
+    epochs: int = trainer.TrainerSettings.epochs
+    #: Namespace of the TrainingJobs.
+    namespace: str = "default"
+    #: Keep the work directory (log store, agent state) here instead of a removed temporary one.
+    keep_dir: Path | None = None
+    #: Seconds one run may take from creation to the checked log (each takes a few seconds).
+    run_timeout_s: float = 60.0
+    #: Lines after which the first log request is cut (see `KubeletSettings.cut_after_lines`).
+    cut_after_lines: tuple[int, ...] = (300,)
+
+
+@dataclass
+class LogCheck:
+    """The followed log against what the process printed: every line exactly once, in order."""
+
+    produced: int
+    delivered: int
+    lost: int
+    duplicated: int
+    cuts: int
+    in_order: bool
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "produced": self.produced,
+            "delivered": self.delivered,
+            "lost": self.lost,
+            "duplicated": self.duplicated,
+            "cuts": self.cuts,
+        }
+
+
+@dataclass
+class RunResult:
+    """One TrainingJob's run, for the summary and ``--json``."""
+
+    policy: str
+    training_job: dict[str, Any]
+    log: LogCheck
+    kernel: kernel.KernelMode
+    exit_code: int | None
+    reason: str
+    peak_bytes: int | None
+    memory_lines: list[str] = field(default_factory=list)
+    kernel_record: OomKillRecord | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "trainingJob": self.training_job,
+            "log": self.log.to_json(),
+            "kernel": self.kernel,
+        }
+
+
+def check_log(
+    produced: list[tuple[int, bytes]], delivered: list[tuple[int, bytes]], *, cuts: int
+) -> LogCheck:
+    """Compare line by line (timestamp and bytes): lost, duplicated, and whether the order held."""
+    want, got = collections.Counter(produced), collections.Counter(delivered)
+    return LogCheck(
+        produced=len(produced),
+        delivered=len(delivered),
+        lost=sum((want - got).values()),
+        duplicated=sum((got - want).values()),
+        cuts=cuts,
+        in_order=produced == delivered,
+    )
+
+
+def training_job(name: str, *, namespace: str, policy: str, limit_bytes: int, epochs: int) -> dict[str, Any]:
+    """The TrainingJob the demo submits: the trainer under a memory limit, with the given loader policy."""
+    limit = quantity.format_mib(limit_bytes)
+    return {
+        "apiVersion": f"{TRAININGJOB_GROUP}/{TRAININGJOB_VERSION}",
+        "kind": TRAININGJOB_KIND,
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "pointgroup-demo"}},
+        "spec": {
+            "followLogs": True,
+            "template": {
+                "metadata": {"labels": {"app": "pointgroup-demo"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": TRAINER_CONTAINER,
+                            "image": "podmortem-demo/trainer:local",
+                            "command": ["python", "-m", "podmortem.demo.trainer"],
+                            "args": ["--val-policy", policy, "--epochs", str(epochs)],
+                            "resources": {"requests": {"memory": limit}, "limits": {"memory": limit}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+class Progress:
+    """Progress lines on stderr, each with the seconds since the current run began."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self.stream = stream
+        self.t0 = time.monotonic()
+        self._lock = threading.Lock()
+
+    def restart(self) -> None:
+        self.t0 = time.monotonic()
+
+    def say(self, text: str, *, stamp: bool = True) -> None:
+        if self.stream is None:
+            return
+        prefix = f"[{time.monotonic() - self.t0:5.1f}s] " if stamp else ""
+        with self._lock:
+            for line in text.splitlines() or [""]:
+                self.stream.write(prefix + line + "\n")
+                prefix = " " * len(prefix)
+            self.stream.flush()
+
+
+class _Cluster:
+    """The cluster thread: emulated API, agent and kubelet on one loop, until `stop`."""
+
+    def __init__(
+        self, *, choice: kernel.KernelChoice, workdir: Path, demo: DemoSettings, progress: Progress
+    ) -> None:
+        self.choice = choice
+        self.workdir = workdir
+        self.demo = demo
+        self.progress = progress
+        self.loop = asyncio.new_event_loop()
+        self.api: DemoApi
+        self.url = ""
+        self.agent: RunningAgent
+        self.kubelet: DemoKubelet
+        self.pods = KubeletPods()
+        self.memory_lines: dict[str, list[str]] = collections.defaultdict(list)
+        self.records: dict[str, OomKillRecord] = {}
+        #: Seconds the kubelet held an OOM exit back until the agent had read the kernel record.
+        self.waited: dict[str, float] = {}
+        self.error: BaseException | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._main, name="demo-cluster", daemon=True)
+
+    def start(self, *, timeout: float = 30.0) -> None:
+        self._thread.start()
+        if not self._ready.wait(timeout) or self.error is not None:
+            raise DemoFailed(f"the emulated cluster did not start: {self.error!r}")
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(60)
+
+    def call(self, coro: Coroutine[Any, Any, T], *, timeout: float = 30.0) -> T:
+        """Run a coroutine on the cluster's loop and wait for its result."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    def sync(self, fn: Callable[[], T]) -> T:
+        """A plain function on the cluster's loop (kmock's state is not thread-safe)."""
+
+        async def wrap() -> T:
+            return fn()
+
+        return self.call(wrap())
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._run())
+        except BaseException as exc:
+            self.error = exc
+            self._ready.set()
+        finally:
+            self.loop.close()
+
+    async def _run(self) -> None:
+        self._stop = asyncio.Event()
+        real = self.choice.mode == "real"
+        token = self.workdir / "agent-token"
+        token.write_text("demo-agent-token\n")
+        agent_settings = NodeAgentSettings(
+            node_name=NODE,
+            poll_interval_s=0.5,
+            state_dir=self.workdir / "agent",
+            token_path=token,
+            listen_host="127.0.0.1",
+            listen_port=0,
+            metrics_port=0,
+            kernel_log_source="kmsg" if real else "off",
+        )
+        recorded_path = kernel.recorded_cgroup_path() if not real else None
+        api = DemoApi()
+        async with api, kmock.Server(api) as server, running_agent(agent_settings, pods=self.pods) as agent:
+            self.api, self.url, self.agent = api, str(server.url).rstrip("/"), agent
+            await self._post(
+                f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"podmortem-agent-{NODE}",
+                        "namespace": AGENT_NAMESPACE,
+                        "labels": AGENT_LABELS,
+                    },
+                    "spec": {
+                        "nodeName": NODE,
+                        "containers": [{"name": "agent", "image": "podmortem:local", "args": ["agent"]}],
+                    },
+                    "status": {"phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1"},
+                },
+            )
+            hooks = KubeletHooks(started=self._started, line=self._line, before_terminated=self._terminated)
+            settings = KubeletSettings(node_name=NODE, cut_after_lines=self.demo.cut_after_lines)
+            kubelet_dir = self.workdir / "kubelet"
+            kubelet_dir.mkdir(exist_ok=True)
+            async with DemoKubelet(
+                api=api,
+                url=self.url,
+                settings=settings,
+                cgroup_root=self.choice.cgroup_root,
+                workdir=kubelet_dir,
+                hooks=hooks,
+                static_cgroup_path=(lambda _run: str(recorded_path)) if recorded_path else None,
+            ) as kubelet:
+                self.kubelet = kubelet
+                self._ready.set()
+                await self._stop.wait()
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        client = self.api.servers[0].client
+        async with client.post(
+            path, data=json.dumps(body), headers={"Content-Type": "application/json"}
+        ) as r:
+            text = await r.text()
+            if r.status >= 400:
+                raise DemoFailed(f"POST {path}: HTTP {r.status}: {text[:300]}")
+            result: dict[str, Any] = json.loads(text)
+            return result
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.call(self._post(path, body))
+
+    # -- kubelet hooks (on the cluster loop) ------------------------------------------------------
+
+    def _started(self, run: PodRun) -> None:
+        self.pods.add(uid=run.uid, namespace=run.namespace, name=run.name, cgroup_path=run.cgroup_path)
+        limit = quantity.format_mib(run.limit_bytes) if run.limit_bytes else "none"
+        if run.cgroup is not None:
+            where = f"in memory cgroup {run.cgroup_path} (v{run.cgroup.version}, limit {limit})"
+        else:
+            where = (
+                f"without a memory cgroup: the demo kubelet enforces the {limit} limit itself "
+                "(summed anonymous PSS, SIGKILL to the largest process)"
+            )
+        self.progress.say(f"pod {run.namespace}/{run.name} starts {where}")
+
+    def _line(self, run: PodRun, text: bytes) -> None:
+        line = text.decode("utf-8", errors="replace")
+        if MEMORY_MARKER in line:
+            self.memory_lines[run.uid].append(line)
+            self.progress.say(f"  {line}")
+        elif line.startswith(("validation loader:", "RuntimeError", "training finished")):
+            self.progress.say(f"  {line}")
+
+    async def _terminated(self, run: PodRun) -> None:
+        oom = run.reason == "OOMKilled"
+        if not oom:
+            return
+        if self.choice.mode == "real":
+            # The agent hands a record over after a second of kernel-log quiet; a node's kubelet
+            # (PLEG relist) is about as slow to report the exit. Report once the agent has it.
+            began = time.monotonic()
+            evidence = await self.agent.kernel_records_for(run.uid, within_s=5.0)
+            self.waited[run.uid] = time.monotonic() - began
+            if evidence is not None:
+                self.records[run.uid] = evidence.kernel_records[-1]
+            return
+        # Recorded: the agent is handed the bundled real record, whose cgroup it was told is this pod's.
+        await self.agent.agent.sample_once()
+        records = kernel.recorded_records()
+        kept = self.agent.agent.on_records(records)
+        if kept:
+            self.records[run.uid] = kept[-1][1]
+
+
+class _Operator:
+    """The operator thread: ``podmortem operator``'s own code on a loop of its own."""
+
+    def __init__(self, *, url: str, settings: OperatorSettings) -> None:
+        self.url = url
+        self.settings = settings
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.running: list[Any] = []
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="demo-operator", daemon=True)
+
+    def _main(self) -> None:
+        from kubernetes_asyncio.client import Configuration
+
+        from podmortem.handlers import runtime
+
+        follow = FollowSettings(read_timeout_s=10.0, backoff_min_s=0.05, backoff_max_s=0.5)
+        try:
+            with asyncio.Runner() as runner:
+                self.loop = runner.get_loop()
+                runner.run(
+                    runtime.run_operator(
+                        settings=self.settings,
+                        api_config=Configuration(host=self.url),
+                        server=self.url,
+                        stop_flag=self._stop,
+                        running=self.running,
+                        follow_settings=follow,
+                    )
+                )
+        except BaseException as exc:
+            self.error = exc
+
+    def start(self, *, timeout: float = 30.0) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.running:
+            if self.error is not None or not self._thread.is_alive():
+                raise DemoFailed(f"the operator did not start: {self.error!r}")
+            if time.monotonic() > deadline:
+                raise DemoFailed("the operator did not start within 30 s")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    @property
+    def store(self) -> LogStore:
+        return self.running[0].store  # type: ignore[no-any-return]
+
+    def call(self, coro: Coroutine[Any, Any, T], *, timeout: float = 30.0) -> T:
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+
+async def _stored_lines(
+    store: LogStore, *, namespace: str, pod: str, container: str, within_s: float
+) -> list[tuple[int, bytes]] | None:
+    """The followed log once the follower has stored its end (or after ``within_s``); None if none."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        try:
+            inst = store.find(namespace=namespace, pod=pod, container=container)
+        except LogNotFound:
+            inst = None
+        if inst is not None and inst.ended is not None:
+            break
+        if loop.time() > deadline:
+            if inst is None:
+                return None
+            break
+        await asyncio.sleep(0.05)
+    items = await reading.read_lines(inst)
+    return [(item.ts_ns, item.text) for item in items if isinstance(item, LogLine)]
+
+
+@contextlib.contextmanager
+def _workdir(keep: Path | None) -> Iterator[Path]:
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    path = Path(tempfile.mkdtemp(prefix="podmortem-demo-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Demo:
+    """Runs the story once per policy and returns what happened (see `run`)."""
+
+    def __init__(self, settings: DemoSettings | None = None, *, progress: TextIO | None = None) -> None:
+        self.settings = settings or DemoSettings()
+        self.progress = Progress(progress)
+
+    def run(self) -> tuple[kernel.KernelChoice, list[RunResult]]:
+        s = self.settings
+        choice = kernel.choose(s.kernel)
+        say = self.progress.say
+        if choice.mode == "real":
+            assert choice.cgroup_root is not None
+            say(
+                f"kernel: real (memory cgroups v{choice.cgroup_root.version} at {choice.cgroup_root.path}, "
+                "OOM records from /dev/kmsg)",
+                stamp=False,
+            )
+        else:
+            why = "; ".join(choice.reasons) or "--kernel recorded was asked for"
+            say(f"kernel: RECORDED — {why}.", stamp=False)
+            say(
+                f"  The pod limit is enforced by the demo kubelet, and the kernel record the agent serves is "
+                f"a recorded real one ({kernel.RECORDED_EXAMPLE}: {kernel.RECORDED_SOURCE}).",
+                stamp=False,
+            )
+        results: list[RunResult] = []
+        with _workdir(s.keep_dir) as workdir:
+            cluster = _Cluster(choice=choice, workdir=workdir, demo=s, progress=self.progress)
+            cluster.start()
+            operator: _Operator | None = None
+            try:
+                operator = _Operator(url=cluster.url, settings=self._operator_settings(cluster, workdir))
+                operator.start()
+                say(
+                    f"emulated Kubernetes API at {cluster.url}; node agent on "
+                    f"127.0.0.1:{cluster.agent.port}; operator (kopf) and the demo kubelet for node {NODE} "
+                    f"running; work dir {workdir}",
+                    stamp=False,
+                )
+                for i, policy in enumerate(s.policies, 1):
+                    results.append(self._one(cluster, operator, policy, i, choice))
+            finally:
+                if operator is not None:
+                    operator.stop()
+                cluster.stop()
+        return choice, results
+
+    def _operator_settings(self, cluster: _Cluster, workdir: Path) -> OperatorSettings:
+        return OperatorSettings(
+            agent=AgentSettings(
+                namespace=AGENT_NAMESPACE,
+                port=cluster.agent.port,
+                token_path=workdir / "agent-token",
+                label_selector=",".join(f"{k}={v}" for k, v in AGENT_LABELS.items()),
+            ),
+            prometheus=PrometheusSettings(url=None),
+            store_dir=workdir / "logs",
+            foreign_kinds=(),
+            listen_host="127.0.0.1",
+            metrics_port=0,
+            health_port=0,
+            log_http_port=0,
+            log_http_auth=False,
+            last_log_line_interval_s=1.0,
+        )
+
+    def _one(
+        self, cluster: _Cluster, operator: _Operator, policy: str, index: int, choice: kernel.KernelChoice
+    ) -> RunResult:
+        s = self.settings
+        say = self.progress.say
+        name = f"pointgroup-{policy}"
+        pod = jobs.pod_name(name)
+        path = (
+            f"/apis/{TRAININGJOB_GROUP}/{TRAININGJOB_VERSION}/namespaces/{s.namespace}/{TRAININGJOB_PLURAL}"
+        )
+        say("", stamp=False)
+        say(f"== run {index}/{len(s.policies)}: validation loader policy {policy}", stamp=False)
+        self.progress.restart()
+        started = time.monotonic()
+        deadline = started + s.run_timeout_s
+        cluster.create(
+            path,
+            training_job(
+                name, namespace=s.namespace, policy=policy, limit_bytes=s.limit_bytes, epochs=s.epochs
+            ),
+        )
+        say(
+            f"TrainingJob {s.namespace}/{name} created: the trainer under a "
+            f"{quantity.format_mib(s.limit_bytes)} memory limit; the operator creates its pod"
+        )
+        run = cluster.call(
+            cluster.kubelet.wait_for(s.namespace, pod, within_s=s.run_timeout_s), timeout=s.run_timeout_s + 5
+        )
+        cluster.call(
+            asyncio.wait_for(run.done.wait(), max(1.0, deadline - time.monotonic())),
+            timeout=s.run_timeout_s + 5,
+        )
+        oom = run.reason == "OOMKilled"
+        how = (
+            f", cgroup oom_kill count {run.oom_kills}"
+            if run.cgroup is not None
+            else (
+                f", killed by the demo kubelet's limit (pid {run.watchdog.kill.pid})"
+                if run.watchdog is not None and run.watchdog.kill is not None
+                else ""
+            )
+        )
+        peak = f"; pod peak {run.peak_bytes / MIB:.0f}Mi" if run.peak_bytes else ""
+        say(f"container exited {run.exit_code} ({run.reason}{how}){peak}")
+        record = cluster.records.get(run.uid)
+        if oom:
+            say(_record_line(record, choice.mode))
+            if run.uid in cluster.waited:
+                say(
+                    f"the kubelet wrote the termination {cluster.waited[run.uid]:.1f} s after the exit, once "
+                    "the agent held the kernel record"
+                )
+
+        def final() -> dict[str, Any] | None:
+            found = cluster.sync(
+                lambda: cluster.api.stored(
+                    f"{TRAININGJOB_GROUP}/{TRAININGJOB_VERSION}/{TRAININGJOB_PLURAL}", s.namespace, name
+                )
+            )
+            obj = found[0] if found else None
+            st = (obj or {}).get("status") or {}
+            if st.get("phase") == "Failed" and st.get("failureReport"):
+                return obj
+            if st.get("phase") == "Succeeded":
+                return obj
+            return None
+
+        seen = time.monotonic()
+        tj = _wait(
+            final, until=deadline, what=f"TrainingJob {name} to reach Succeeded, or Failed with a report"
+        )
+        status = tj.get("status") or {}
+        if status.get("failureReport"):
+            report = status["failureReport"]
+            say(
+                f"failure report in TrainingJob status {time.monotonic() - seen:.1f} s after the kubelet "
+                f"wrote the termination: verdict {report.get('verdict')}"
+            )
+        else:
+            say(f"TrainingJob {status.get('phase')}")
+        delivered = operator.call(
+            _stored_lines(
+                operator.store,
+                namespace=s.namespace,
+                pod=pod,
+                container=run.container,
+                within_s=max(1.0, deadline - time.monotonic()),
+            ),
+            timeout=s.run_timeout_s + 5,
+        )
+        check = check_log(run.produced, delivered or [], cuts=run.cuts_served)
+        tj = copy.deepcopy(final() or tj)
+        reconnects = ((tj.get("status") or {}).get("log") or {}).get("reconnects")
+        say(
+            f"log followed through {check.cuts} stream cut(s): produced {check.produced} lines, delivered "
+            f"{check.delivered}, lost {check.lost}, duplicated {check.duplicated}"
+            + (", in order" if check.in_order else ", OUT OF ORDER")
+            + (f"; the follower reconnected {reconnects} time(s)" if reconnects is not None else "")
+        )
+        events = cluster.sync(
+            lambda: [
+                e
+                for e in cluster.api.stored("v1/events", s.namespace)
+                if (e.get("involvedObject") or {}).get("name") == name
+            ]
+        )
+        result = RunResult(
+            policy=policy,
+            training_job=tj,
+            log=check,
+            kernel=choice.mode,
+            exit_code=run.exit_code,
+            reason=run.reason,
+            peak_bytes=run.peak_bytes,
+            memory_lines=list(cluster.memory_lines.get(run.uid, [])),
+            kernel_record=record,
+            events=copy.deepcopy(events),
+            seconds=time.monotonic() - started,
+        )
+        say(f"kubectl describe trainingjob {name}", stamp=True)
+        say(describe.describe(tj, events=events), stamp=False)
+        return result
+
+
+def _record_line(record: OomKillRecord | None, mode: kernel.KernelMode) -> str:
+    if record is None:
+        return (
+            "kernel: no OOM record reached the agent within 5 s (the report says what it could "
+            "find without one)"
+        )
+    label = "real, read by the agent from /dev/kmsg" if mode == "real" else "RECORDED, not from this run"
+    victim = f"pid {record.victim_pid} ({record.victim_comm})"
+    memcg = record.oom_memcg or "?"
+    counter = record.counters.get("memory")
+    usage = (
+        f", usage {counter.usage_kb // 1024}Mi of limit {counter.limit_kb // 1024}Mi"
+        if counter is not None
+        else ""
+    )
+    return f"kernel OOM kill ({label}): {victim} in memcg {memcg}{usage}"
+
+
+def _wait(probe: Callable[[], T | None], *, until: float, what: str, poll_s: float = 0.05) -> T:
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() > until:
+            raise DemoFailed(f"timed out waiting for {what}")
+        time.sleep(poll_s)

@@ -1,0 +1,67 @@
+"""The TrainingJob printed the way `kubectl describe` prints a custom resource."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from podmortem.demo import describe
+
+
+def test_words_split_camel_case_like_kubectl() -> None:
+    assert describe.words("failureReport") == "Failure Report"
+    assert describe.words("podUID") == "Pod UID"
+    assert describe.words("lastLogLineAt") == "Last Log Line At"
+    assert describe.words("anon_rss_kb") == "Anon_rss_kb"
+
+
+def test_describe_shows_sections_report_and_events() -> None:
+    obj = {
+        "apiVersion": "podmortem.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {
+            "name": "pg",
+            "namespace": "ml",
+            "labels": {"app": "x"},
+            "uid": "u-1",
+            "managedFields": [{"manager": "kopf"}],
+        },
+        "spec": {"template": {"spec": {"containers": [{"name": "trainer", "args": ["--a", "1"]}]}}},
+        "status": {
+            "phase": "Failed",
+            "failureReport": {
+                "verdict": "memcg-limit",
+                "findings": [{"code": "fork-copies", "evidence": {"fork_pids": [1, 2]}}],
+                "cgroup": {"stat": {f"key{i}": i for i in range(40)}},
+            },
+        },
+    }
+    now = datetime(2024, 5, 1, 10, 0, 30, tzinfo=UTC)
+    events = [
+        {
+            "type": "Warning",
+            "reason": "MemcgLimit",
+            "message": "killed",
+            "lastTimestamp": "2024-05-01T10:00:00Z",
+            "source": {"component": "podmortem-operator"},
+        }
+    ]
+    text = describe.describe(obj, events=events, now=now)
+    lines = text.splitlines()
+    assert lines[0] == "Name:         pg"
+    assert "Namespace:    ml" in lines and "Labels:       app=x" in lines
+    assert "Managed Fields" not in text
+    assert "  Failure Report:" in lines and "    Verdict:  memcg-limit" in lines
+    assert "      - Code:  fork-copies" in lines
+    assert "          Fork_pids: 1, 2" in lines
+    assert "        - Name:  trainer" in lines
+    # A long map deep in the report is cut, with a count; the report's own keys are not.
+    assert "        … 29 more (kubectl get -o yaml shows all)" in lines
+    assert "        Key10:  10" in lines and "        Key11:  11" not in lines
+    assert lines[-1].split() == ["Warning", "MemcgLimit", "30s", "podmortem-operator", "killed"]
+
+
+def test_describe_without_events_or_limit() -> None:
+    obj = {"kind": "TrainingJob", "metadata": {"name": "a"}, "status": {"x": {"y": list(range(30))}}}
+    text = describe.describe(obj, max_items=None)
+    assert text.endswith("Events:       <none>")
+    assert "Y: 0, 1, 2" in text and "29" in text
