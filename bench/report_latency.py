@@ -9,8 +9,9 @@ server with a real kernel record), each on its own thread.
   annotation being visible, measured from outside the operator (so it includes
   the watch event delivery); plus the operator's own measure (from seeing the
   termination to the report written). Target: < 2 s without Prometheus.
-* Memory: process RSS before and after the operator follows P idle pods. The
-  emulated API server shares the process, so the per-pod figure is an upper bound.
+* Memory: the emulated cluster with P Running annotated pods runs in a process of
+  its own (bench/_operator_cluster.py); this process runs only the operator. RSS
+  before kopf starts, and once all P pods are followed.
 
 Usage: python bench/report_latency.py [--kills 20] [--pods 1000]
 """
@@ -25,10 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tests.handlers.harness import Harness, harness
-from tests.handlers.test_operator_e2e import evidence_for, kill, run_pod
+from _operator_harness import Harness, evidence_for, harness, kill, run_pod
 
 
 def rss_bytes() -> int:
@@ -52,17 +52,85 @@ def annotation(h: Harness, name: str) -> str | None:
     return str(value) if value else None
 
 
+def memory(pods: int) -> None:
+    """Operator RSS with ``pods`` followed pods; the cluster lives in a subprocess."""
+    import asyncio
+    import subprocess
+    import threading
+
+    from kubernetes_asyncio.client import Configuration
+
+    from podmortem.control.settings import AgentSettings, OperatorSettings
+    from podmortem.handlers import runtime
+
+    cluster = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve().parent / "_operator_cluster.py"), str(pods)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert cluster.stdout is not None
+        url = cluster.stdout.readline().strip()
+        if not url:
+            raise RuntimeError("the emulated cluster did not start")
+        with tempfile.TemporaryDirectory() as tmp:
+            gc.collect()
+            base = rss_bytes()
+            settings = OperatorSettings(
+                agent=AgentSettings(enabled=False), store_dir=Path(tmp) / "store", listen_host="127.0.0.1",
+                metrics_port=0, health_port=0, log_http_port=0, log_http_auth=False, foreign_kinds=(),
+            )
+            stop = threading.Event()
+            running: list[runtime.Running] = []
+            thread = threading.Thread(target=lambda: asyncio.run(runtime.run_operator(
+                settings=settings, api_config=Configuration(host=url), server=url,
+                stop_flag=stop, running=running)), daemon=True)
+            started = time.monotonic()
+            thread.start()
+            Harness.wait(lambda: running or None, what="operator start", timeout=60)
+            following = running[0].service.following
+            assert following is not None
+            Harness.wait(lambda: len(following) >= pods or None, what="all follows", timeout=900)
+            took = time.monotonic() - started
+            Harness.wait(lambda: sum((following.facts(u) or _NoFacts).lines  # type: ignore[attr-defined]
+                                     for u in list(following._tasks)) >= 20 * pods or None,
+                         what="every pod's first lines stored", timeout=900)
+            time.sleep(2.0)
+            gc.collect()
+            after = rss_bytes()
+            print(f"followed pods: {len(following)} (all following after {took:.1f} s); operator RSS "
+                  f"before kopf {base / 2**20:.1f} MiB, with them {after / 2**20:.1f} MiB; "
+                  f"{(after - base) / pods / 1024:.1f} KiB per followed pod")
+            stop.set()
+            thread.join(60)
+    finally:
+        if cluster.stdin is not None:
+            cluster.stdin.close()
+        cluster.wait(30)
+
+
+class _NoFacts:
+    lines = 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=20, help="pods killed one after another (latency)")
     parser.add_argument("--pods", type=int, default=1000, help="idle pods followed at once (memory)")
     args = parser.parse_args()
+    if args.kills:
+        latency(args.kills)
+    if args.pods:
+        memory(args.pods)
+    return 0
+
+
+def latency(kills: int) -> None:
     with tempfile.TemporaryDirectory() as tmp, harness(Path(tmp)) as h:
         h.add_agent_pod()
         h.start_operator(h.settings())
         outside: list[float] = []
-        for i in range(args.kills):
+        for i in range(kills):
             name = f"victim-{i}"
             annotated_pod(h, name)
             uid = run_pod(h, name=name, namespace="bench")
@@ -80,26 +148,6 @@ def main() -> int:
         print(f"termination seen -> report written (operator's histogram):   "
               f"median {statistics.median(inside):.3f} s, max {max(inside):.3f} s  (target < 2 s)")
 
-        gc.collect()
-        following = h.running[0].service.following
-        assert following is not None
-        before_pods = len(following)
-        base = rss_bytes()
-        for i in range(args.pods):
-            annotated_pod(h, f"idle-{i}")
-        for i in range(args.pods):
-            run_pod(h, name=f"idle-{i}", namespace="bench")
-        # The pods exist, the follows start as their Running events arrive.
-        h.wait(lambda: len(following) - before_pods >= args.pods or None, what="all follows", timeout=600)
-        time.sleep(2.0)
-        gc.collect()
-        after = rss_bytes()
-        per_pod = (after - base) / args.pods / 1024
-        print(f"followed pods: {len(following)}; RSS before follows {base / 2**20:.1f} MiB, "
-              f"after {after / 2**20:.1f} MiB; delta per followed pod {per_pod:.1f} KiB")
-        print("(an upper bound: the emulated API server, its pod objects and its open log streams "
-              "share this process)")
-    return 0
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import contextlib
 import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -113,6 +115,11 @@ class Harness:
         api.resources["v1/namespaces"] = kmock.ResourceInfo(
             kind="Namespace", namespaced=False, verbs={"get", "list", "watch"}
         )
+        api.resources["coordination.k8s.io/v1/leases"] = kmock.ResourceInfo(
+            kind="Lease",
+            namespaced=True,
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+        )
         api.resources["v1/events"] = kmock.ResourceInfo(
             kind="Event", namespaced=True, verbs={"create", "list"}
         )
@@ -183,6 +190,17 @@ class Harness:
         self._operator_thread = threading.Thread(target=main, name="operator", daemon=True)
         self._operator_thread.start()
         return self.wait(lambda: self.running[0] if self.running else None, what="operator start")
+
+    def delete(self, path: str) -> None:
+        self.call(self._request("DELETE", path))
+
+    def http_get(self, url: str) -> tuple[int, bytes]:
+        """A plain GET from the test's thread (the operator's own servers)."""
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                return int(resp.status), resp.read()
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read()
 
     def stop_operator(self) -> None:
         self._operator_stop.set()

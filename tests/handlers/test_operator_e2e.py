@@ -24,6 +24,7 @@ from podmortem.reports.memory import MemorySample
 from podmortem.testing.kubelet import LineText
 
 RECORDS = Path("/work/shared/data/oom-records")
+LOG_BASE = "http://podmortem.podmortem.svc:8080"
 GIB = 2**30
 
 
@@ -41,7 +42,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
         settings = h.settings(
             prometheus=PrometheusSettings(
                 url=f"http://127.0.0.1:{closed_port()}", timeout_s=1.0, inline_wait_s=0.5
-            )
+            ),
+            log_http_auth=False,  # kmock has no TokenReview; auth itself is tested in tests/logs
+            log_base_url=LOG_BASE,
+            last_log_line_interval_s=0.2,
         )
         h.start_operator(settings)
         yield h
@@ -117,6 +121,7 @@ def kill(
     namespace: str = "default",
     reason: str = "OOMKilled",
     pod_reason: str | None = None,
+    pod_message: str | None = None,
 ) -> None:
     emulated = h.sync(lambda: h.api.pods[namespace, name])
     container = emulated.containers["trainer"]
@@ -143,6 +148,8 @@ def kill(
     }
     if pod_reason:
         status["reason"] = pod_reason
+    if pod_message:
+        status["message"] = pod_message
     h.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", {"status": status})
 
 
@@ -401,3 +408,119 @@ def test_operator_healthy_and_metrics_after_bad_input(cluster: Harness) -> None:
     assert "podmortem_report_latency_seconds_count" in text
     assert 'podmortem_reports_total{outcome="ok",target="status"}' in text
     assert 'podmortem_evidence_failures_total{source="prometheus"}' in text
+
+
+def bare_pod(h: Harness, name: str) -> None:
+    h.create(
+        "/api/v1/namespaces/default/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "annotations": {"podmortem.io/watch": "true"}},
+            "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+        },
+    )
+
+
+def report_annotation(h: Harness, name: str) -> dict[str, object]:
+    raw = h.wait(
+        lambda: (
+            (h.stored("v1/pods", "default", name) or {})
+            .get("metadata", {})
+            .get("annotations", {})
+            .get("podmortem.io/failure-report")
+        ),
+        what=f"the report annotation of {name}",
+    )
+    return dict(json.loads(raw))
+
+
+def test_log_served_over_http_after_the_pod_is_deleted(cluster: Harness) -> None:
+    h = cluster
+    bare_pod(h, "chatty")
+    uid = run_pod(h, name="chatty")
+    container = h.sync(lambda: h.api.pods["default", "chatty"].containers["trainer"])
+    h.sync(lambda: container.write(700))
+    following = h.running[0].service.following
+    assert following is not None
+    h.wait(lambda: (following.facts(uid) or None) and following.facts(uid).lines >= 700,  # type: ignore[union-attr]
+           what="the first 700 lines followed")
+    h.sync(lambda: container.rotate(keep=0))  # the kubelet rotated: only the store still has them
+    h.sync(lambda: container.write(300))
+    expected = b"".join(text + b"\n" for _ts, text in h.sync(lambda: container.current.log.lines()))
+    kill(h, name="chatty", reason="Error")
+    summary = report_annotation(h, "chatty")
+    h.sync(lambda: h.api.pods["default", "chatty"].delete())
+    h.delete("/api/v1/namespaces/default/pods/chatty")
+    assert h.get("/api/v1/namespaces/default/pods/chatty") is None
+
+    url = f"{h.running[0].log_url}/logs/default/chatty?container=trainer"
+
+    def body_when_ended() -> bytes | None:
+        status, body = h.http_get(url)
+        return body if status == 200 and b"--- podmortem: end of log" in body else None
+
+    body = h.wait(body_when_ended, what="the stored log with its end marker")
+    lines = [line for line in body.split(b"\n") if not line.startswith(b"--- podmortem:")]
+    assert b"\n".join(lines) == expected.rstrip(b"\n") + b"\n"  # all 1,000 lines, none twice
+    assert len(lines) - 1 == 1000
+    status, _ = h.http_get(f"{h.running[0].log_url}/logs/default/never-existed")
+    assert status == 404
+    assert summary["logUrl"] == f"{LOG_BASE}/logs/default/chatty?container=trainer"
+
+
+def test_evicted_pod_gets_the_eviction_verdict(cluster: Harness) -> None:
+    h = cluster
+    bare_pod(h, "evicted")
+    run_pod(h, name="evicted")
+    message = (
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 92Mi. "
+        "Container trainer was using 29Gi, request is 8Gi, has larger consumption of memory."
+    )
+    kill(h, name="evicted", reason="Error", pod_reason="Evicted", pod_message=message)
+    summary = report_annotation(h, "evicted")
+    assert summary["verdict"] == "eviction"
+    finding = summary["findings"][0]  # type: ignore[index]
+    assert finding["code"] == "eviction"
+    assert "node ran low on memory" in finding["message"]  # read from the pod's status message
+    assert summary["pod"]["podReason"] == "Evicted"  # type: ignore[index]
+    event = h.wait(  # posted right after the annotation
+        lambda: next((e for e in h.events_for("evicted") if e["reason"] == "Eviction"), None),
+        what="the Eviction event",
+    )
+    assert event["type"] == "Warning" and "eviction" in event["message"]
+
+
+def test_node_oom_from_a_real_global_record(cluster: Harness) -> None:
+    h = cluster
+    bare_pod(h, "node-oom")
+    uid = run_pod(h, name="node-oom")
+    h.sync(lambda: h.agent.evidence.__setitem__(
+        uid, evidence_for(uid, "12-fedora-global-journal-newtable-lkml.log")))
+    kill(h, name="node-oom", reason="Error")
+    summary = report_annotation(h, "node-oom")
+    assert summary["verdict"] == "global-oom"
+    assert summary["findings"][0]["code"] == "global-oom"  # type: ignore[index]
+    assert uid in h.agent.requests
+
+
+def test_log_status_refreshed_while_the_pod_runs_quietly(cluster: Harness) -> None:
+    h = cluster
+    h.create(TJ_PATH, trainingjob("quiet"))
+    h.wait(lambda: h.get("/api/v1/namespaces/default/pods/quiet-train"), what="the training pod")
+    run_pod(h, name="quiet-train")
+    container = h.sync(lambda: h.api.pods["default", "quiet-train"].containers["trainer"])
+    # No pod event and no memory line after this: only the periodic refresh can move the status.
+    for total, more in ((40, 40), (90, 50)):
+        h.sync(lambda n=more: container.write(n))  # type: ignore[misc]
+
+        def log_at(n: int = total) -> dict[str, object] | None:
+            status = (h.get(f"{TJ_PATH}/quiet") or {}).get("status", {})
+            return status if status.get("log", {}).get("lines") == n else None
+
+        status = h.wait(log_at, what=f"status.log.lines == {total}")
+        assert status["lastLogLineAt"]
+        log = status["log"]
+        assert isinstance(log, dict)
+        assert log["bytes"] > 0 and log["gaps"] == 0 and log["reconnects"] >= 0
+        assert log["url"] == f"{LOG_BASE}/logs/default/quiet-train"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 from pathlib import Path
 
 from podmortem.control import settings as s
@@ -79,6 +80,60 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--http-port", type=int, default=int(ENV("PODMORTEM_HTTP_PORT", str(d.log_http_port))))
     p.add_argument(
+        "--http-auth",
+        choices=("kubernetes", "none"),
+        default=ENV("PODMORTEM_HTTP_AUTH", "kubernetes"),
+        help="who may GET /logs: kubernetes = bearer tokens checked with TokenReview and a "
+        "SubjectAccessReview for get pods/log in the namespace; none = anyone who reaches the port "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--log-base-url",
+        default=ENV("PODMORTEM_LOG_BASE_URL") or _service_url(),
+        help="base URL users reach the log API at, written into reports and status.log.url "
+        "(default: $PODMORTEM_LOG_BASE_URL, else http://$PODMORTEM_SERVICE_NAME.$PODMORTEM_POD_NAMESPACE"
+        ".svc:$PODMORTEM_HTTP_PORT when the service name is set, else just the /logs/... path)",
+    )
+    p.add_argument(
+        "--status-refresh-seconds",
+        type=float,
+        default=float(ENV("PODMORTEM_STATUS_REFRESH_SECONDS", str(d.last_log_line_interval_s))),
+        help="how often a running TrainingJob's status.lastLogLineAt and status.log are refreshed "
+        "(0 = only on pod events; default: %(default)s)",
+    )
+    p.add_argument(
+        "--leader-election",
+        action=argparse.BooleanOptionalAction,
+        default=ENV("PODMORTEM_LEADER_ELECTION", "false") == "true",
+        help="hold a coordination.k8s.io Lease; only its holder runs the handlers (default: %(default)s)",
+    )
+    p.add_argument(
+        "--leader-election-lease",
+        default=ENV("PODMORTEM_LEADER_ELECTION_LEASE", "podmortem-operator"),
+        help="name of the Lease (default: %(default)s)",
+    )
+    p.add_argument(
+        "--leader-election-namespace",
+        default=ENV("PODMORTEM_POD_NAMESPACE", "podmortem"),
+        help="namespace of the Lease (default: $PODMORTEM_POD_NAMESPACE, else %(default)s)",
+    )
+    p.add_argument(
+        "--leader-election-identity",
+        default=ENV("PODMORTEM_POD_NAME") or socket.gethostname(),
+        help="this replica's name in the Lease (default: $PODMORTEM_POD_NAME, else the host name)",
+    )
+    for flag, env, default, what in (
+        ("--leader-election-lease-duration", "LEASE_DURATION_SECONDS", 15.0, "a Lease lives without renewal"),
+        ("--leader-election-renew-deadline", "RENEW_DEADLINE_SECONDS", 10.0, "the leader tries to renew"),
+        ("--leader-election-retry-period", "RETRY_PERIOD_SECONDS", 2.0, "between Lease attempts"),
+    ):
+        p.add_argument(
+            flag,
+            type=float,
+            default=float(ENV(f"PODMORTEM_LEADER_ELECTION_{env}", str(default))),
+            help=f"seconds {what} (default: %(default)s)",
+        )
+    p.add_argument(
         "--metrics-port", type=int, default=int(ENV("PODMORTEM_METRICS_PORT", str(d.metrics_port)))
     )
     p.add_argument("--health-port", type=int, default=int(ENV("PODMORTEM_HEALTH_PORT", str(d.health_port))))
@@ -111,6 +166,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=run)
 
 
+def _service_url() -> str:
+    """The in-cluster URL of the chart's Service, when the chart says its name; else empty."""
+    service = ENV("PODMORTEM_SERVICE_NAME")
+    if not service:
+        return ""
+    namespace = ENV("PODMORTEM_POD_NAMESPACE", "default")
+    return f"http://{service}.{namespace}.svc:{ENV('PODMORTEM_HTTP_PORT', '8080')}"
+
+
 def _foreign_kinds(text: str) -> tuple[s.ForeignKind, ...]:
     if not text.strip():
         return s.DEFAULT_FOREIGN_KINDS
@@ -137,6 +201,21 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
         status_report_max_bytes=args.status_max_bytes,
         annotation_report_max_bytes=args.annotation_max_bytes,
         log_http_port=args.http_port,
+        log_http_auth=args.http_auth == "kubernetes",
+        log_base_url=args.log_base_url,
+        last_log_line_interval_s=args.status_refresh_seconds,
+        leader_election=(
+            s.LeaderElectionSettings(
+                lease_name=args.leader_election_lease,
+                lease_namespace=args.leader_election_namespace,
+                identity=args.leader_election_identity,
+                lease_duration_s=args.leader_election_lease_duration,
+                renew_deadline_s=args.leader_election_renew_deadline,
+                retry_period_s=args.leader_election_retry_period,
+            )
+            if args.leader_election
+            else None
+        ),
         metrics_port=args.metrics_port,
         health_port=args.health_port,
         namespaces=tuple(namespaces),
@@ -177,5 +256,8 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(main())
     except kube_config.ConfigException as exc:
         print(f"podmortem operator: no Kubernetes credentials: {exc}", file=sys.stderr)
+        return 1
+    except runtime.LeadershipLost as exc:
+        print(f"podmortem operator: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -39,6 +39,8 @@ class PodLogFacts:
     last_line_ns: dict[str, int] = field(default_factory=dict)
     lines: int = 0
     bytes: int = 0
+    #: Streams reopened for any reason but the log's normal end (cuts, timeouts, API errors, restarts).
+    reconnects: int = 0
     gaps: list[GapMarker] = field(default_factory=list)
     ends: dict[str, LogEnd] = field(default_factory=dict)
     #: Set when the follower gave up (an unknown container, a refused request).
@@ -100,6 +102,10 @@ class WatchingSink:
         self.facts.ends[end.container] = end
 
 
+def _count_reconnect(facts: PodLogFacts) -> None:
+    facts.reconnects += 1
+
+
 class Following:
     """Starts one follower task per pod, at most once, and stops them all on a graceful stop."""
 
@@ -151,6 +157,7 @@ class Following:
                 sink=sink,
                 containers=list(containers) if containers else None,
                 settings=self.settings,
+                on_reconnect=lambda _r: _count_reconnect(facts),
             )
         except log_errors.PodGone:
             facts.error = "the pod was gone before its log could be read"

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 
 from podmortem.control import kube as kube_mod
-from podmortem.control import metrics, prometheus, verdicts
+from podmortem.control import log_links, metrics, prometheus, verdicts
 from podmortem.control.agent_client import AgentClient, AgentUnavailable
 from podmortem.control.annotations import FAILURE_REPORT
 from podmortem.control.following import PodLogFacts
@@ -101,6 +101,7 @@ class Reporter:
         status: StatusWriter,
         log_url: str = "",
     ) -> None:
+        """``log_url`` is the base URL of the operator's log API (see ``OperatorSettings.log_base_url``)."""
         self.kube = kube
         self.agent = agent
         self.session = session
@@ -198,8 +199,9 @@ class Reporter:
         prom_pending: bool,
     ) -> dict[str, Any]:
         log: dict[str, Any] = {"location": f"{t.namespace}/{t.pod}/{t.container}"}
-        if self.log_url:
-            log["url"] = f"{self.log_url}/logs/{t.namespace}/{t.pod}?container={t.container}"
+        log["url"] = log_links.log_url(
+            self.log_url, namespace=t.namespace, pod=t.pod, container=t.container
+        )
         if facts is not None:
             log["lastLineAt"] = _ns_iso(facts.last_line_at_ns(t.container))
             log["lines"] = facts.lines
@@ -402,6 +404,7 @@ def summary(report: FailureReport, context: Mapping[str, Any], *, max_bytes: int
         ],
         "workingSetPeakBytes": ws.get("peakBytes"),
         "lastLogLineAt": evidence.get("log", {}).get("lastLineAt"),
+        "logUrl": evidence.get("log", {}).get("url"),
         "errors": list(evidence.get("errors", [])),
     }
     if report.kill is not None:

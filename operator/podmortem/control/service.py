@@ -22,7 +22,7 @@ from typing import Any
 
 from podmortem import memory_line
 from podmortem.control import annotations as opts
-from podmortem.control import early_warning, jobs, memory_status, metrics, termination
+from podmortem.control import early_warning, jobs, log_links, memory_status, metrics, termination
 from podmortem.control import kube as kube_mod
 from podmortem.control.following import Following, PodLogFacts
 from podmortem.control.jobs import Target
@@ -313,6 +313,47 @@ class Podmortem:
         await self.status.patch(namespace=target.namespace, name=target.name, fields=changed)
         known.written.update(changed)
 
+    # --- periodic log status -------------------------------------------------------------------------------
+
+    async def refresh_log_status(self) -> int:
+        """Write each followed TrainingJob's ``lastLogLineAt`` and ``log`` counters where they changed.
+
+        Pod events and memory lines update these too, but a pod that runs for hours prints
+        between them; without this the status would look stale exactly when it is not.
+        Returns how many jobs were patched.
+        """
+        if self.following is None:
+            return 0
+        patched = 0
+        for pod_uid, known in list(self._pods.items()):
+            target = known.target
+            facts = self.following.facts(pod_uid)
+            if target.role != "trainingjob" or facts is None:
+                continue
+            fields = log_status_fields(facts, log_url=self.reporter.log_url)
+            changed = {k: v for k, v in fields.items() if known.written.get(k) != v}
+            if not changed:
+                continue
+            try:
+                await self.status.patch(namespace=target.namespace, name=target.name, fields=changed)
+            except (kube_mod.KubeError, OSError, TimeoutError) as exc:
+                logger.warning(
+                    "refreshing the log status of %s/%s failed: %s", target.namespace, target.name, exc
+                )
+                continue
+            known.written.update(changed)
+            patched += 1
+        return patched
+
+    async def refresh_forever(self, *, interval_s: float) -> None:
+        """:meth:`refresh_log_status` every ``interval_s`` until cancelled."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.refresh_log_status()
+            except Exception:  # one bad pass must not end the refreshes
+                logger.exception("refreshing log status failed")
+
     # --- memory lines and the early warning -----------------------------------------------------------
 
     async def on_memory_line(self, facts: PodLogFacts, container: str, ts_ns: int, text: bytes) -> None:
@@ -482,11 +523,11 @@ def log_status_fields(facts: PodLogFacts, *, log_url: str) -> dict[str, Any]:
             "location": f"{facts.namespace}/{facts.pod}",
             "lines": facts.lines,
             "bytes": facts.bytes,
+            "reconnects": facts.reconnects,
             "gaps": len(facts.gaps),
         }
     }
-    if log_url:
-        fields["log"]["url"] = f"/logs/{facts.namespace}/{facts.pod}"
+    fields["log"]["url"] = log_links.log_url(log_url, namespace=facts.namespace, pod=facts.pod)
     if last is not None:
         fields["lastLogLineAt"] = datetime.fromtimestamp(last / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return fields

@@ -101,7 +101,9 @@ class LeaderElectionSettings:
     two replicas writing the same reports.
     """
 
+    #: Name of the Lease object (``PODMORTEM_LEADER_ELECTION_LEASE``).
     lease_name: str = "podmortem-operator"
+    #: Namespace of the Lease: the operator's own (``PODMORTEM_POD_NAMESPACE``).
     lease_namespace: str = "podmortem"
     #: This replica's identity in the Lease (the pod name in the cluster).
     identity: str = ""
@@ -111,6 +113,15 @@ class LeaderElectionSettings:
     renew_deadline_s: float = 10.0
     #: Seconds between attempts (a standby's acquisitions and the leader's renewals).
     retry_period_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.identity:
+            raise ValueError("leader election needs an identity (PODMORTEM_POD_NAME)")
+        if not 0 < self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError(
+                "leader election needs retry period < renew deadline < lease duration, got "
+                f"{self.retry_period_s} s, {self.renew_deadline_s} s, {self.lease_duration_s} s"
+            )
 
 
 @dataclass(frozen=True)
@@ -137,7 +148,9 @@ class OperatorSettings:
     #: Bytes of JSON in the ``podmortem.io/failure-report`` annotation (all annotations together
     #: must stay under 256 KiB, and they are sent with every watch event of that object).
     annotation_report_max_bytes: int = 4 * 1024
-    #: Seconds between ``status.lastLogLineAt`` updates of a TrainingJob: each is an API write.
+    #: Seconds between refreshes of a followed TrainingJob's ``status.lastLogLineAt`` and
+    #: ``status.log`` (lines, bytes, reconnects, gaps) while its pod runs quietly. Each refresh that
+    #: changed something is one API write per job; 30 s keeps 1,000 jobs at ~33 writes/s at most.
     last_log_line_interval_s: float = 30.0
     #: Whether logs are followed unless a job says otherwise.
     follow_logs: bool = True
@@ -145,8 +158,13 @@ class OperatorSettings:
     listen_host: str = "0.0.0.0"
     #: Port of the log HTTP API (``GET /logs/{namespace}/{pod}``); 0 picks a free one (tests).
     log_http_port: int = 8080
-    #: Whether the log HTTP API checks bearer tokens with TokenReview/SubjectAccessReview.
+    #: Whether the log HTTP API checks bearer tokens with TokenReview/SubjectAccessReview
+    #: (``PODMORTEM_HTTP_AUTH=kubernetes``); off (``none``) only behind a port-forward.
     log_http_auth: bool = True
+    #: Base URL under which users reach the log HTTP API (``http://podmortem.podmortem.svc:8080``);
+    #: reports and ``status.log.url`` put ``/logs/{namespace}/{pod}`` after it. Empty writes the
+    #: path alone, since the operator cannot know how (or whether) users reach its Service.
+    log_base_url: str = ""
     #: Port of the Prometheus ``/metrics`` endpoint; 0 picks a free one.
     metrics_port: int = 9090
     #: Port of ``/healthz`` (liveness) and ``/readyz`` (readiness); 0 picks a free one.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ from podmortem.control.service import Podmortem
 from podmortem.control.settings import OperatorSettings
 from podmortem.control.status import StatusWriter
 from podmortem.handlers import registry as registry_mod
+from podmortem.handlers.leadership import Elector
+from podmortem.logs import auth as log_auth
+from podmortem.logs import http as log_http
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.retention import RetentionSettings
 from podmortem.logs.settings import FollowSettings
@@ -47,7 +51,15 @@ class Running:
     store: LogStore
     metrics_url: str = ""
     health_url: str = ""
+    #: Where the log HTTP API listens (``GET {log_url}/logs/{namespace}/{pod}``).
+    log_url: str = ""
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The Lease candidate, when leader election is on.
+    elector: Elector | None = None
+
+
+class LeadershipLost(RuntimeError):
+    """The Lease could not be renewed: this replica stopped its handlers and must exit (to restart)."""
 
 
 def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
@@ -60,9 +72,10 @@ def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
 
 @contextlib.asynccontextmanager
 async def probe_servers(
-    settings: OperatorSettings, *, is_ready: Any, is_alive: Any
-) -> AsyncIterator[tuple[str, str]]:
-    """``/metrics`` on the metrics port; ``/healthz`` and ``/readyz`` on the health port."""
+    settings: OperatorSettings, *, is_ready: Any, is_alive: Any, log_app: web.Application | None = None
+) -> AsyncIterator[tuple[str, str, str]]:
+    """``/metrics`` on the metrics port; ``/healthz`` and ``/readyz`` on the health port; the log
+    API (``log_app``) on the log HTTP port. Their base URLs, in that order."""
 
     async def metrics_view(_: web.Request) -> web.Response:
         body = generate_latest(REGISTRY)
@@ -83,8 +96,11 @@ async def probe_servers(
     health_app.router.add_get("/readyz", readyz)
     runners = []
     urls = []
+    apps = [(metrics_app, settings.metrics_port), (health_app, settings.health_port)]
+    if log_app is not None:
+        apps.append((log_app, settings.log_http_port))
     try:
-        for app, port in ((metrics_app, settings.metrics_port), (health_app, settings.health_port)):
+        for app, port in apps:
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
             runners.append(runner)
@@ -95,7 +111,7 @@ async def probe_servers(
                 real_port = int(address[1])
             host = "127.0.0.1" if settings.listen_host in ("0.0.0.0", "") else settings.listen_host
             urls.append(f"http://{host}:{real_port}")
-        yield urls[0], urls[1]
+        yield urls[0], urls[1], (urls[2] if log_app is not None else "")
     finally:
         for runner in reversed(runners):
             await runner.cleanup()
@@ -127,7 +143,7 @@ async def run_operator(
             session=session,
             settings=settings,
             status=status,
-            log_url=f"http://podmortem-operator:{settings.log_http_port}",
+            log_url=settings.log_base_url,
         )
 
         async def make_sink(namespace: str, pod: str, pod_uid: str) -> Any:
@@ -143,32 +159,131 @@ async def run_operator(
         following.on_memory_line = service.on_memory_line
         ready_flag = asyncio.Event()
         handles = Running(service=service, store=store)
+        elector = None
+        if settings.leader_election is not None:
+            elector = Elector(kube=kube, settings=settings.leader_election)
+            handles.elector = elector
 
         def is_ready() -> tuple[bool, str]:
             if not store.is_open:
                 return False, "log store closed"
+            if elector is not None and not elector.is_leader:
+                return True, f"ready: {elector.describe()}"  # a standby serves logs and takes over
             if not ready_flag.is_set():
                 return False, "kopf is starting"
-            return True, "ready"
+            return True, "ready" if elector is None else f"ready: {elector.describe()}"
 
         def is_alive() -> tuple[bool, str]:
             return (True, "alive") if store.is_open else (False, "log store closed")
 
+        reviewer = log_auth.Reviewer(
+            api=api_client if settings.log_http_auth else None,
+            settings=log_auth.AuthSettings(
+                authenticate=settings.log_http_auth, authorize=settings.log_http_auth
+            ),
+        )
+        log_app = log_http.make_app(log_store=store, reviewer=reviewer)
         registry = registry_mod.build(service=service, settings=settings, server=server)
-        async with probe_servers(settings, is_ready=is_ready, is_alive=is_alive) as (metrics_url, health_url):
-            handles.metrics_url, handles.health_url = metrics_url, health_url
+        async with probe_servers(settings, is_ready=is_ready, is_alive=is_alive, log_app=log_app) as urls:
+            handles.metrics_url, handles.health_url, handles.log_url = urls
+            logger.info("serving stored pod logs on %s/logs/{namespace}/{pod} (auth: %s)",
+                        urls[2], "kubernetes" if settings.log_http_auth else "none")
             if running is not None:
                 running.append(handles)
-            namespaces = list(settings.namespaces)
+            await _lead_and_run(
+                settings=settings,
+                registry=registry,
+                service=service,
+                elector=elector,
+                stop_flag=stop_flag,
+                ready_flag=ready_flag,
+            )
+
+
+async def _wait_flag(flag: asyncio.Event | threading.Event) -> None:
+    if isinstance(flag, asyncio.Event):
+        await flag.wait()
+        return
+    # A thread's Event cannot be awaited; a worker thread blocked in wait() would outlive a cancel.
+    while not flag.is_set():  # noqa: ASYNC110
+        await asyncio.sleep(0.1)
+
+
+def _install_signals(stop: asyncio.Event) -> None:
+    """SIGTERM/SIGINT stop a standby too (kopf installs its own once it runs)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+
+
+async def _lead_and_run(
+    *,
+    settings: OperatorSettings,
+    registry: kopf.OperatorRegistry,
+    service: Podmortem,
+    elector: Elector | None,
+    stop_flag: asyncio.Event | threading.Event | None,
+    ready_flag: asyncio.Event,
+) -> None:
+    """Run kopf, as the Lease holder when leader election is on.
+
+    Order on a graceful stop: kopf stops, the service cancels the followers (each
+    cursor is already persisted with its lines), and only then the Lease is
+    released, so the next leader resumes from cursors that are complete.
+    """
+    namespaces = list(settings.namespaces)
+    stop = asyncio.Event()  # the caller's stop, or a signal before kopf runs
+    lost = asyncio.Event()
+    kopf_stop = asyncio.Event()
+    background: list[asyncio.Task[None]] = []
+    if stop_flag is not None:
+        background.append(asyncio.create_task(_wait_flag(stop_flag), name="podmortem-stop-flag"))
+        background[-1].add_done_callback(lambda _t: stop.set())
+    try:
+        if elector is not None:
+            _install_signals(stop)
+            logger.info("standby: waiting for the lease %s/%s",
+                        elector.settings.lease_namespace, elector.settings.lease_name)
+            if not await elector.acquire(stop=stop):
+                return
+            background.append(asyncio.create_task(elector.keep(lost=lost), name="podmortem-lease"))
+
+        if settings.last_log_line_interval_s > 0:
+            background.append(asyncio.create_task(
+                service.refresh_forever(interval_s=settings.last_log_line_interval_s),
+                name="podmortem-log-status",
+            ))
+
+        async def relay() -> None:
+            waits = [asyncio.create_task(stop.wait()), asyncio.create_task(lost.wait())]
             try:
-                await kopf.operator(
-                    registry=registry,
-                    settings=kopf_settings(settings),
-                    clusterwide=not namespaces,
-                    namespaces=namespaces,
-                    standalone=True,
-                    stop_flag=stop_flag,
-                    ready_flag=ready_flag,
-                )
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                await service.stop()  # idempotent; kopf's cleanup handler did it on a normal stop
+                for w in waits:
+                    w.cancel()
+            kopf_stop.set()
+
+        background.append(asyncio.create_task(relay(), name="podmortem-stop-relay"))
+        try:
+            await kopf.operator(
+                registry=registry,
+                settings=kopf_settings(settings),
+                clusterwide=not namespaces,
+                namespaces=namespaces,
+                standalone=True,
+                stop_flag=kopf_stop,
+                ready_flag=ready_flag,
+            )
+        finally:
+            await service.stop()  # idempotent; kopf's cleanup handler did it on a normal stop
+            if elector is not None and not lost.is_set():
+                await elector.release()
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+    if lost.is_set():
+        raise LeadershipLost("lost the leader Lease; exiting so the Deployment restarts this replica")
