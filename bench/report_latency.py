@@ -26,9 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from podmortem.demo.harness import Harness, evidence_for, harness, kill, run_pod
+from podmortem.demo.threads import OperatorThread, wait_for
+from podmortem.kernel import oom_parser
 
-from _operator_harness import Harness, evidence_for, harness, kill, run_pod
+RECORD = Path("/work/shared/data/oom-records/01-k3s-v1-dmesgT-stress-4.15.log")
 
 
 def rss_bytes() -> int:
@@ -54,14 +56,9 @@ def annotation(h: Harness, name: str) -> str | None:
 
 def memory(pods: int) -> None:
     """Operator RSS with ``pods`` followed pods; the cluster lives in a subprocess."""
-    import asyncio
     import subprocess
-    import threading
-
-    from kubernetes_asyncio.client import Configuration
 
     from podmortem.control.settings import AgentSettings, OperatorSettings
-    from podmortem.handlers import runtime
 
     cluster = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve().parent / "_operator_cluster.py"), str(pods)],
@@ -79,29 +76,22 @@ def memory(pods: int) -> None:
                 agent=AgentSettings(enabled=False), store_dir=Path(tmp) / "store", listen_host="127.0.0.1",
                 metrics_port=0, health_port=0, log_http_port=0, log_http_auth=False, foreign_kinds=(),
             )
-            stop = threading.Event()
-            running: list[runtime.Running] = []
-            thread = threading.Thread(target=lambda: asyncio.run(runtime.run_operator(
-                settings=settings, api_config=Configuration(host=url), server=url,
-                stop_flag=stop, running=running)), daemon=True)
+            operator = OperatorThread(url=url, settings=settings)
             started = time.monotonic()
-            thread.start()
-            Harness.wait(lambda: running or None, what="operator start", timeout=60)
-            following = running[0].service.following
+            following = operator.start(timeout=60).service.following
             assert following is not None
-            Harness.wait(lambda: len(following) >= pods or None, what="all follows", timeout=900)
+            wait_for(lambda: len(following) >= pods or None, what="all follows", timeout=900, poll_s=0.1)
             took = time.monotonic() - started
-            Harness.wait(lambda: sum((following.facts(u) or _NoFacts).lines  # type: ignore[attr-defined]
-                                     for u in list(following._tasks)) >= 20 * pods or None,
-                         what="every pod's first lines stored", timeout=900)
+            wait_for(lambda: sum((following.facts(u) or _NoFacts).lines  # type: ignore[attr-defined]
+                                 for u in list(following._tasks)) >= 20 * pods or None,
+                     what="every pod's first lines stored", timeout=900, poll_s=0.1)
             time.sleep(2.0)
             gc.collect()
             after = rss_bytes()
             print(f"followed pods: {len(following)} (all following after {took:.1f} s); operator RSS "
                   f"before kopf {base / 2**20:.1f} MiB, with them {after / 2**20:.1f} MiB; "
                   f"{(after - base) / pods / 1024:.1f} KiB per followed pod")
-            stop.set()
-            thread.join(60)
+            operator.stop()
     finally:
         if cluster.stdin is not None:
             cluster.stdin.close()
@@ -129,14 +119,14 @@ def latency(kills: int) -> None:
     with tempfile.TemporaryDirectory() as tmp, harness(Path(tmp)) as h:
         h.add_agent_pod()
         h.start_operator(h.settings())
+        record = oom_parser.parse_text(RECORD.read_text())[0]
         outside: list[float] = []
         for i in range(kills):
             name = f"victim-{i}"
             annotated_pod(h, name)
             uid = run_pod(h, name=name, namespace="bench")
             h.sync(lambda name=name: h.api.pods["bench", name].containers["trainer"].write(100))
-            h.sync(lambda uid=uid: h.agent.evidence.__setitem__(
-                uid, evidence_for(uid, "01-k3s-v1-dmesgT-stress-4.15.log")))
+            h.sync(lambda uid=uid: h.agent.evidence.__setitem__(uid, evidence_for(uid, record)))
             started = time.monotonic()
             kill(h, name=name, namespace="bench")
             h.wait(lambda name=name: annotation(h, name), what=f"report of {name}", timeout=30)

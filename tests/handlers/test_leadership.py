@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
-from tests.handlers.harness import Harness, harness
 
 from podmortem.control import kube as kube_mod
 from podmortem.control.settings import LeaderElectionSettings
+from podmortem.demo.harness import Harness, harness
 from podmortem.handlers.leadership import Elector
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/podmortem/leases/podmortem-operator"

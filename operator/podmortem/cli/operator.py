@@ -73,6 +73,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="file with the bearer token the agents expect",
     )
     p.add_argument(
+        "--agent-record-wait",
+        type=float,
+        metavar="SECONDS",
+        default=float(ENV("PODMORTEM_AGENT_RECORD_WAIT_SECONDS", str(d.agent.record_wait_s))),
+        help="after a report of an OOM kill whose kernel record the agent did not have yet, ask again "
+        "for this long (with backoff) and update the report when it comes; 0 turns that off "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
         "--no-agent",
         action="store_true",
         default=ENV("PODMORTEM_AGENT_ENABLED", "true") == "false",
@@ -192,6 +201,7 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
             label_selector=args.agent_selector,
             port=args.agent_port,
             token_path=args.agent_token_file,
+            record_wait_s=args.agent_record_wait,
         ),
         prometheus=s.PrometheusSettings(url=args.prometheus_url),
         store_dir=args.store_dir,

@@ -77,19 +77,21 @@ class AgentClient:
     def forget(self, *, node: str) -> None:
         self._addresses.pop(node, None)
 
-    async def evidence(self, *, node: str | None, pod_uid: str) -> PodEvidence | AgentUnavailable:
+    async def evidence(
+        self, *, node: str | None, pod_uid: str, timeout_s: float | None = None
+    ) -> PodEvidence | AgentUnavailable:
+        """The pod's evidence, or why not. ``timeout_s`` defaults to the in-budget ``settings.timeout_s``."""
         if not self.settings.enabled:
             return AgentUnavailable(node=node, reason="the node agent is disabled in this installation")
         if not node:
             return AgentUnavailable(node=node, reason="the pod was never scheduled to a node")
+        limit = self.settings.timeout_s if timeout_s is None else timeout_s
         try:
-            async with asyncio.timeout(self.settings.timeout_s):
+            async with asyncio.timeout(limit):
                 return await self._fetch(node=node, pod_uid=pod_uid)
         except TimeoutError:
             self.forget(node=node)
-            return AgentUnavailable(
-                node, f"the agent on node {node} did not answer within {self.settings.timeout_s:g} s"
-            )
+            return AgentUnavailable(node, f"the agent on node {node} did not answer within {limit:g} s")
         except (aiohttp.ClientError, OSError) as exc:
             self.forget(node=node)
             return AgentUnavailable(node, f"the agent on node {node} is unreachable: {exc}")

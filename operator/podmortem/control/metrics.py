@@ -28,6 +28,12 @@ EVIDENCE_FAILURES = Counter(
     "Evidence sources that failed during a report (agent, prometheus).",
     ["source"],
 )
+KERNEL_RECORDS = Counter(
+    "podmortem_kernel_records_total",
+    "OOM-like kills by whether the kernel's record made it into the report: attached (at once or"
+    " later), not-found (not within the follow-up window).",
+    ["outcome"],
+)
 MEMORY_PRESSURE = Counter(
     "podmortem_memory_pressure_warnings_total",
     "Early warnings raised because the memory peak is projected to cross the limit.",

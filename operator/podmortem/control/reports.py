@@ -3,8 +3,10 @@
 The steps run against a clock that starts when the operator sees the
 termination. The agent on the pod's node is asked with a short timeout; the
 log facts are in memory already; Prometheus (the working set over the pod's
-whole life) gets a fraction of a second inline, and when it is slower its
-series is patched into the report afterwards. Every source that fails is
+whole life) gets a fraction of a second inline. What comes later is patched
+in afterwards: Prometheus' series, and the kernel's OOM record, which the
+agent often holds only a second or more after the kubelet reported the kill
+(see :mod:`podmortem.control.kernel_record`). Every source that fails is
 named in the report instead of failing it.
 """
 
@@ -22,8 +24,8 @@ from typing import Any
 
 import aiohttp
 
+from podmortem.control import kernel_record, log_links, metrics, prometheus, verdicts
 from podmortem.control import kube as kube_mod
-from podmortem.control import log_links, metrics, prometheus, verdicts
 from podmortem.control.agent_client import AgentClient, AgentUnavailable
 from podmortem.control.annotations import FAILURE_REPORT
 from podmortem.control.following import PodLogFacts
@@ -42,7 +44,7 @@ SERIES_POINTS = 48
 
 @dataclass
 class Outcome:
-    """What one report run produced, for metrics, tests and the benchmark."""
+    """What one report run produced, for metrics, tests and the benchmark; later patches update it."""
 
     termination: Termination
     target: Target
@@ -53,6 +55,19 @@ class Outcome:
     #: Where it went: "status", "annotation", "event".
     written: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: The log's last line (for re-diagnosing when the kernel record comes late).
+    last_line_ns: int | None = None
+    #: Why the agent gave no evidence in the report's budget, if it did not.
+    agent_error: str | None = None
+    #: The report as last written to a status, so that a later patch can remove what it no longer has.
+    in_status: dict[str, Any] = field(default_factory=dict)
+    #: The first report and its patches (Prometheus series, kernel record) are written one at a time.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def kernel_record_state(self) -> str:
+        """``attached``, ``pending``, ``not-found`` or ``not-sought`` (`podmortem.control.kernel_record`)."""
+        return str(self.document["evidence"]["kernelRecord"]["state"])
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -86,6 +101,27 @@ def working_set_document(ws: prometheus.WorkingSet) -> dict[str, Any]:
         doc["note"] = ws.note
     doc["points"] = thin(ws.points)
     return doc
+
+
+def agent_fields(evidence: PodEvidence | None) -> dict[str, Any]:
+    """The report's summary of what the agent gave."""
+    return {
+        "agent": "ok" if evidence is not None else "unavailable",
+        "kernelRecords": len(evidence.kernel_records) if evidence is not None else 0,
+        "samples": len(evidence.samples) if evidence is not None else 0,
+    }
+
+
+def _no_record_note(evidence: PodEvidence | None, *, waited_s: float) -> str:
+    when = f"within {waited_s:g} s of the report" if waited_s > 0 else "when the report was written"
+    note = f"no kernel OOM record of this pod had reached the node agent {when}"
+    if evidence is None:
+        return note + "; the agent did not answer"
+    if evidence.kmsg is not None and not evidence.kmsg.readable:
+        return note + f"; the agent cannot read the kernel log ({evidence.kmsg.error or 'no reason given'})"
+    if evidence.kmsg_lost:
+        return note + f"; {evidence.kmsg_lost} record(s) on the node were lost to ring-buffer overwrites"
+    return note
 
 
 class Reporter:
@@ -136,9 +172,11 @@ class Reporter:
             )
         evidence = await self.agent.evidence(node=t.node, pod_uid=t.pod_uid)
         errors: list[str] = []
+        agent_error: str | None = None
         if isinstance(evidence, AgentUnavailable):
             metrics.EVIDENCE_FAILURES.labels(source="agent").inc()
-            errors.append(evidence.reason)
+            agent_error = evidence.reason
+            errors.append(agent_error)
             agent_evidence: PodEvidence | None = None
         else:
             agent_evidence = evidence
@@ -151,8 +189,17 @@ class Reporter:
             last_line_ns=last_line_ns,
             stale_after_s=self.settings.stale_log_threshold_s,
         )
-        document = self._document(report, t, agent_evidence, errors, working_set, facts, prom_pending)
-        outcome = Outcome(termination=t, target=target, report=report, document=document, latency_s=0.0)
+        record = kernel_record.initial_state(t, agent_evidence, settings=self.settings.agent)
+        document = self._document(t, agent_evidence, record, errors, working_set, facts, prom_pending)
+        outcome = Outcome(
+            termination=t,
+            target=target,
+            report=report,
+            document=document,
+            latency_s=0.0,
+            last_line_ns=last_line_ns,
+            agent_error=agent_error,
+        )
         await self._write(outcome)
         outcome.latency_s = time.monotonic() - seen_at
         metrics.REPORT_LATENCY.observe(outcome.latency_s)
@@ -160,6 +207,10 @@ class Reporter:
         self.outcomes.append(outcome)
         if prom_pending and prom_task is not None:
             self._spawn(self._patch_working_set_later(outcome, prom_task))
+        if record == kernel_record.PENDING:
+            self._spawn(self._attach_record_later(outcome))
+        elif record != kernel_record.NOT_SOUGHT:
+            metrics.KERNEL_RECORDS.labels(outcome=record).inc()
         return outcome
 
     async def _working_set(
@@ -190,9 +241,9 @@ class Reporter:
 
     def _document(
         self,
-        report: FailureReport,
         t: Termination,
         evidence: PodEvidence | None,
+        record: kernel_record.State,
         errors: list[str],
         working_set: prometheus.WorkingSet,
         facts: PodLogFacts | None,
@@ -214,6 +265,14 @@ class Reporter:
                 log["error"] = facts.error
         else:
             log["note"] = "the log of this pod was not followed"
+        kernel: dict[str, Any] = {"state": record}
+        if record == kernel_record.PENDING:
+            kernel["note"] = (
+                "the node agent had no kernel record of this kill yet; it is asked again for "
+                f"{self.settings.agent.record_wait_s:g} s and this report is updated when it comes"
+            )
+        elif record == kernel_record.NOT_FOUND:
+            kernel["note"] = _no_record_note(evidence, waited_s=0)
         context = {
             "pod": {
                 "namespace": t.namespace,
@@ -230,10 +289,9 @@ class Reporter:
                 "finishedAt": _iso(t.finished_at),
             },
             "reportedAt": kube_mod.now_rfc3339(),
-            "evidence": {
-                "agent": "ok" if evidence is not None else "unavailable",
-                "kernelRecords": len(evidence.kernel_records) if evidence is not None else 0,
-                "samples": len(evidence.samples) if evidence is not None else 0,
+            "evidence": agent_fields(evidence)
+            | {
+                "kernelRecord": kernel,
                 "workingSet": working_set_document(working_set) | ({"pending": True} if prom_pending else {}),
                 "log": log,
                 "errors": errors,
@@ -248,53 +306,81 @@ class Reporter:
     def annotation_document(self, outcome: Outcome) -> dict[str, Any]:
         return summary(outcome.report, outcome.document, max_bytes=self.settings.annotation_report_max_bytes)
 
-    async def _write(self, outcome: Outcome) -> None:
-        target = outcome.target
-        t = outcome.termination
+    def _where(self, target: Target) -> str:
+        return "status.failureReport" if target.role == "trainingjob" else FAILURE_REPORT
+
+    def _headline(self, outcome: Outcome) -> tuple[str, str]:
+        """The verdict and the one-line cause (a condition's and an Event's message)."""
         verdict = outcome.report.verdict or "unknown"
         cause = next((f for f in outcome.report.findings if f.code == verdict), None)
-        headline = (
+        t = outcome.termination
+        return verdict, (
             cause.message if cause is not None else f"exit {t.exit_code}, reason {t.reason or t.pod_reason}"
         )
-        if target.role == "trainingjob":
-            try:
+
+    async def _put(self, outcome: Outcome, *, condition: bool) -> str | None:
+        """Write the report where its target keeps it: ``status``, ``annotation``, or None (nowhere).
+
+        ``condition`` also sets the TrainingJob's ``Failed`` condition from the verdict.
+        """
+        target = outcome.target
+        async with outcome.lock:
+            if target.role == "trainingjob":
+                verdict, headline = self._headline(outcome)
+                document = self.status_document(outcome)
                 await self.status.patch(
                     namespace=target.namespace,
                     name=target.name,
-                    fields={"failureReport": self.status_document(outcome)},
-                    conditions=[("Failed", True, _reason(verdict), headline)],
+                    fields={"failureReport": merge_patch(outcome.in_status, document)},
+                    conditions=[("Failed", True, _reason(verdict), headline)] if condition else (),
                 )
-                outcome.written.append("status")
-                metrics.REPORTS.labels(target="status", outcome="ok").inc()
-            except (kube_mod.KubeError, aiohttp.ClientError, TimeoutError) as exc:
-                outcome.errors.append(f"status: {exc}")
-                metrics.REPORTS.labels(target="status", outcome="error").inc()
-        elif target.role == "foreign" or self.settings.patch_pods:
-            body = {
-                "metadata": {
-                    "annotations": {
-                        FAILURE_REPORT: json.dumps(self.annotation_document(outcome), separators=(",", ":"))
-                    }
-                }
-            }
-            try:
-                await self.kube.merge_patch(target.path(), body)
-                outcome.written.append("annotation")
-                metrics.REPORTS.labels(target="annotation", outcome="ok").inc()
-            except (kube_mod.KubeError, aiohttp.ClientError, TimeoutError) as exc:
-                outcome.errors.append(f"annotation: {exc}")
-                metrics.REPORTS.labels(target="annotation", outcome="error").inc()
-        where = "status.failureReport" if target.role == "trainingjob" else FAILURE_REPORT
-        message = f"{t.pod}/{t.container} {verdict}: {headline} (podmortem failure report in {where})"
+                outcome.in_status = document
+                return "status"
+            if target.role == "foreign" or self.settings.patch_pods:
+                report = json.dumps(self.annotation_document(outcome), separators=(",", ":"))
+                await self.kube.merge_patch(
+                    target.path(), {"metadata": {"annotations": {FAILURE_REPORT: report}}}
+                )
+                return "annotation"
+            return None
+
+    async def _post_event(self, outcome: Outcome, *, reason: str, message: str) -> None:
         try:
             await self.kube.post_event(
-                involved=target.involved(), type_="Warning", reason=_reason(verdict), message=message
+                involved=outcome.target.involved(), type_="Warning", reason=reason, message=message
             )
             outcome.written.append("event")
             metrics.REPORTS.labels(target="event", outcome="ok").inc()
-        except (kube_mod.KubeError, aiohttp.ClientError, TimeoutError) as exc:
+        except _WRITE_ERRORS as exc:
             outcome.errors.append(f"event: {exc}")
             metrics.REPORTS.labels(target="event", outcome="error").inc()
+
+    async def _write(self, outcome: Outcome) -> None:
+        place = "status" if outcome.target.role == "trainingjob" else "annotation"
+        try:
+            written = await self._put(outcome, condition=True)
+            if written is not None:
+                outcome.written.append(written)
+                metrics.REPORTS.labels(target=written, outcome="ok").inc()
+        except _WRITE_ERRORS as exc:
+            outcome.errors.append(f"{place}: {exc}")
+            metrics.REPORTS.labels(target=place, outcome="error").inc()
+        t = outcome.termination
+        verdict, headline = self._headline(outcome)
+        message = (
+            f"{t.pod}/{t.container} {verdict}: {headline} "
+            f"(podmortem failure report in {self._where(outcome.target)})"
+        )
+        await self._post_event(outcome, reason=_reason(verdict), message=message)
+
+    async def _patch(self, outcome: Outcome, *, what: str, condition: bool = False) -> bool:
+        """Write an updated report after the first; failures are logged (the first report stands)."""
+        try:
+            await self._put(outcome, condition=condition)
+        except _WRITE_ERRORS as exc:
+            logger.warning("patching %s into the report of %s failed: %s", what, outcome.target.name, exc)
+            return False
+        return True
 
     async def _patch_working_set_later(
         self, outcome: Outcome, prom_task: asyncio.Task[prometheus.WorkingSet]
@@ -309,27 +395,56 @@ class Reporter:
             if not ws.points:
                 return
             outcome.document["evidence"]["workingSet"] = working_set_document(ws)
-        try:
-            target = outcome.target
-            if target.role == "trainingjob":
-                await self.status.patch(
-                    namespace=target.namespace,
-                    name=target.name,
-                    fields={"failureReport": self.status_document(outcome)},
-                )
-            elif target.role == "foreign" or self.settings.patch_pods:
-                body = {
-                    "metadata": {
-                        "annotations": {
-                            FAILURE_REPORT: json.dumps(
-                                self.annotation_document(outcome), separators=(",", ":")
-                            )
-                        }
-                    }
-                }
-                await self.kube.merge_patch(target.path(), body)
-        except (kube_mod.KubeError, aiohttp.ClientError, TimeoutError) as exc:
-            logger.warning("patching the Prometheus working set into %s failed: %s", outcome.target.name, exc)
+        await self._patch(outcome, what="the Prometheus working set")
+
+    async def _attach_record_later(self, outcome: Outcome) -> None:
+        """Ask the agent again for the kernel record; patch the report (and post an Event) when it comes."""
+        t = outcome.termination
+        assert t.node is not None  # kernel_record.worth_seeking
+        began = time.monotonic()
+        evidence, asked = await kernel_record.ask_until_record(
+            agent=self.agent, node=t.node, pod_uid=t.pod_uid, settings=self.settings.agent
+        )
+        waited = time.monotonic() - began
+        found = evidence is not None and bool(evidence.kernel_records)
+        ev = outcome.document["evidence"]
+        if evidence is not None:
+            ev.update(agent_fields(evidence))
+            if outcome.agent_error is not None and outcome.agent_error in ev["errors"]:
+                ev["errors"].remove(outcome.agent_error)  # the agent answered after all
+            outcome.report = verdicts.diagnose_termination(
+                termination=t,
+                evidence=evidence,
+                last_line_ns=outcome.last_line_ns,
+                stale_after_s=self.settings.stale_log_threshold_s,
+            )
+        if found:
+            ev["kernelRecord"] = {"state": kernel_record.ATTACHED, "arrivedAfterS": round(waited, 1)}
+        else:
+            ev["kernelRecord"] = {
+                "state": kernel_record.NOT_FOUND,
+                "note": _no_record_note(evidence, waited_s=self.settings.agent.record_wait_s),
+            }
+        ev["kernelRecord"]["requests"] = asked
+        outcome.document["updatedAt"] = kube_mod.now_rfc3339()
+        metrics.KERNEL_RECORDS.labels(outcome=ev["kernelRecord"]["state"]).inc()
+        logger.info(
+            "kernel record of %s/%s (%s): %s after %.1f s, %d request(s)",
+            t.namespace, t.pod, t.container, ev["kernelRecord"]["state"], waited, asked,
+        )
+        if not await self._patch(outcome, what="the kernel record", condition=found) or not found:
+            return
+        verdict, _ = self._headline(outcome)
+        codes = ", ".join(f.code for f in outcome.report.findings)
+        await self._post_event(
+            outcome,
+            reason="KernelRecordAttached",
+            message=(
+                f"{t.pod}/{t.container}: the kernel's OOM record reached the node agent {waited:.1f} s after "
+                f"the report; verdict {verdict}, findings {codes} "
+                f"(podmortem failure report in {self._where(outcome.target)} updated)"
+            ),
+        )
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)
@@ -342,6 +457,27 @@ class Reporter:
         for task in list(self._background):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+_WRITE_ERRORS = (kube_mod.KubeError, aiohttp.ClientError, TimeoutError)
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: keys gone from ``new`` become null.
+
+    A status patch merges objects key by key, so without the nulls a key of the
+    first report (a "pending" note, a trimmed field) would outlive its update.
+    """
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(before, Mapping) and isinstance(value, Mapping):
+            patch[key] = merge_patch(before, value)
+        else:
+            patch[key] = value
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    return patch
 
 
 def _reason(verdict: str) -> str:
@@ -402,6 +538,7 @@ def summary(report: FailureReport, context: Mapping[str, Any], *, max_bytes: int
         "findings": [
             {"code": f.code, "severity": str(f.severity), "message": f.message} for f in report.findings
         ],
+        "kernelRecord": (evidence.get("kernelRecord") or {}).get("state"),
         "workingSetPeakBytes": ws.get("peakBytes"),
         "lastLogLineAt": evidence.get("log", {}).get("lastLineAt"),
         "logUrl": evidence.get("log", {}).get("url"),

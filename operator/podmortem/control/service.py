@@ -388,35 +388,22 @@ class Podmortem:
             known.pressure = True
             metrics.MEMORY_PRESSURE.labels(namespace=target.namespace).inc()
             message = f"{facts.pod}: {pressure.message()}"
-            if target.role == "trainingjob":
-                await self.status.patch(
-                    namespace=target.namespace,
-                    name=target.name,
-                    conditions=[
-                        (
-                            "MemoryPressure",
-                            True,
-                            "PeakNearLimit" if pressure.over_ratio else "ProjectedToCrossLimit",
-                            message,
-                        )
-                    ],
-                )
+            reason = "PeakNearLimit" if pressure.over_ratio else "ProjectedToCrossLimit"
+            await self._pressure_condition(target, True, reason, message)
             await self._event(target.involved(), "Warning", "MemoryPressure", message)
         elif pressure is None and known.pressure:
             known.pressure = False
-            if target.role == "trainingjob":
-                await self.status.patch(
-                    namespace=target.namespace,
-                    name=target.name,
-                    conditions=[
-                        (
-                            "MemoryPressure",
-                            False,
-                            "NoProjectedCrossing",
-                            f"epoch {line.epoch}: the peak is no longer projected to cross the limit",
-                        )
-                    ],
-                )
+            message = f"epoch {line.epoch}: the peak is no longer projected to cross the limit"
+            await self._pressure_condition(target, False, "NoProjectedCrossing", message)
+
+    async def _pressure_condition(self, target: Target, on: bool, reason: str, message: str) -> None:
+        """The ``MemoryPressure`` condition, on TrainingJobs (other targets get Events only)."""
+        if target.role == "trainingjob":
+            await self.status.patch(
+                namespace=target.namespace,
+                name=target.name,
+                conditions=[("MemoryPressure", on, reason, message)],
+            )
 
     # --- helpers -------------------------------------------------------------------------------------------
 

@@ -71,11 +71,38 @@ class AgentSettings:
     port: int = 8090
     #: File holding the bearer token the agent expects; ``None`` sends no token (local use only).
     token_path: Path | None = None
-    #: Seconds for one evidence request, connect included. The report must land within 2 s of the
-    #: kill, so the agent gets about half of that before the report is written without it.
+    #: Seconds for the evidence request made inside the report's 2 s budget, connect included: the
+    #: report must land within 2 s of seeing the kill, so the agent gets about half of that before
+    #: the report is written without it (a missing record is then asked for again, see below).
     timeout_s: float = 1.0
+    #: Seconds for each follow-up request for a kernel record that was not there yet. These run after
+    #: the report is written, outside its budget, so a loaded agent or API server (the agent pod's
+    #: address is looked up through it) gets time to answer rather than being called unavailable.
+    followup_timeout_s: float = 5.0
+    #: Seconds after the report during which an OOM kill (OOMKilled or exit 137) whose kernel record
+    #: was missing is asked for again, and the report patched when it comes. The agent hands a record
+    #: over only after ~1 s of kernel-log quiet (later on a busy node), so the kubelet often reports
+    #: the kill first; 15 s covers that with margin and still settles the report soon after the
+    #: kill. 0 turns the follow-up off: the report then says the record was not found.
+    record_wait_s: float = 15.0
+    #: Seconds before the first follow-up request; the pause doubles after each, up to
+    #: ``record_retry_max_s`` (0.5 s, 1 s, 2 s, 4 s, 4 s...: six requests in 15 s).
+    record_retry_min_s: float = 0.5
+    #: Longest pause between two follow-up requests, seconds.
+    record_retry_max_s: float = 4.0
     #: URL scheme: the agent serves plain HTTP inside the cluster network by default.
     scheme: str = "http"
+
+    def __post_init__(self) -> None:
+        if self.record_wait_s < 0:
+            raise ValueError(f"the kernel record wait must be 0 s or more, got {self.record_wait_s:g} s")
+        if not 0 < self.record_retry_min_s <= self.record_retry_max_s:
+            raise ValueError(
+                "the kernel record retry pauses need 0 < min <= max, got "
+                f"{self.record_retry_min_s:g} s and {self.record_retry_max_s:g} s"
+            )
+        if self.timeout_s <= 0 or self.followup_timeout_s <= 0:
+            raise ValueError("agent request timeouts must be positive")
 
 
 @dataclass(frozen=True)

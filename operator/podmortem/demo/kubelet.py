@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -119,14 +119,15 @@ class PodRun:
 
 @dataclass
 class KubeletHooks:
-    """Where the runner plugs in: the agent learns the pod's cgroup, progress shows, kernel records wait."""
+    """Where the runner plugs in: the agent learns the pod's cgroup, progress shows, exits are seen."""
 
     #: The pod's process is about to start in its cgroup (called on the loop).
     started: Callable[[PodRun], None] | None = None
     #: One output line, as stored in the log (called on the loop).
     line: Callable[[PodRun, bytes], None] | None = None
-    #: The container exited; awaited before the terminated status is written.
-    before_terminated: Callable[[PodRun], Awaitable[None]] | None = None
+    #: The container exited (called on the loop just before the terminated status is written). It
+    #: cannot hold the status back: a node's kubelet does not wait for the kernel log either.
+    exited: Callable[[PodRun], None] | None = None
 
 
 def container_id(uid: str, container: str) -> str:
@@ -445,8 +446,8 @@ class DemoKubelet:
         logger.info(
             "pod %s/%s: exit %s (%s) after %.2f s", run.namespace, run.name, run.exit_code, run.reason, ran_s
         )
-        if self.hooks.before_terminated is not None:
-            await self.hooks.before_terminated(run)
+        if self.hooks.exited is not None:
+            self.hooks.exited(run)
         run.log.close(run.exit_code)
         phase = "Succeeded" if run.exit_code == 0 else "Failed"
         await self._patch(

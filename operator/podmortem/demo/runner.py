@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import copy
 import json
@@ -28,7 +27,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -36,7 +35,7 @@ from typing import Any, TextIO, TypeVar
 import kmock
 
 from podmortem.agent.settings import AgentSettings as NodeAgentSettings
-from podmortem.control import jobs
+from podmortem.control import jobs, kernel_record
 from podmortem.control.settings import (
     TRAININGJOB_GROUP,
     TRAININGJOB_KIND,
@@ -50,6 +49,7 @@ from podmortem.demo import describe, kernel, quantity, trainer
 from podmortem.demo.agent import KubeletPods, RunningAgent, running_agent
 from podmortem.demo.cluster import DemoApi
 from podmortem.demo.kubelet import DemoKubelet, KubeletHooks, KubeletSettings, PodRun
+from podmortem.demo.threads import LoopThread, OperatorThread, StartFailed, wait_for
 from podmortem.logs import reading
 from podmortem.logs.events import LogLine
 from podmortem.logs.settings import FollowSettings
@@ -63,6 +63,9 @@ AGENT_NAMESPACE = "podmortem"
 AGENT_LABELS = {"app.kubernetes.io/name": "podmortem", "app.kubernetes.io/component": "agent"}
 TRAINER_CONTAINER = "trainer"
 MEMORY_MARKER = "-> memory epoch"
+#: Seconds after a recorded-mode kill at which the agent gets the recorded record: the real agent
+#: hands a record over after about a second of kernel-log quiet, so the report comes first here too.
+RECORDED_HANDOVER_S = 1.0
 
 
 class DemoFailed(RuntimeError):
@@ -203,70 +206,26 @@ class Progress:
             self.stream.flush()
 
 
-class _Cluster:
+class _Cluster(LoopThread):
     """The cluster thread: emulated API, agent and kubelet on one loop, until `stop`."""
 
     def __init__(
         self, *, choice: kernel.KernelChoice, workdir: Path, demo: DemoSettings, progress: Progress
     ) -> None:
+        super().__init__(name="demo-cluster")
         self.choice = choice
         self.workdir = workdir
         self.demo = demo
         self.progress = progress
-        self.loop = asyncio.new_event_loop()
         self.api: DemoApi
         self.url = ""
         self.agent: RunningAgent
         self.kubelet: DemoKubelet
         self.pods = KubeletPods()
         self.memory_lines: dict[str, list[str]] = collections.defaultdict(list)
-        self.records: dict[str, OomKillRecord] = {}
-        #: Seconds the kubelet held an OOM exit back until the agent had read the kernel record.
-        self.waited: dict[str, float] = {}
-        self.error: BaseException | None = None
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._main, name="demo-cluster", daemon=True)
+        self._handovers: set[asyncio.Task[None]] = set()
 
-    def start(self, *, timeout: float = 30.0) -> None:
-        self._thread.start()
-        if not self._ready.wait(timeout) or self.error is not None:
-            raise DemoFailed(f"the emulated cluster did not start: {self.error!r}")
-
-    def stop(self) -> None:
-        if self._stop is not None:
-            self.loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(60)
-
-    def call(self, coro: Coroutine[Any, Any, T], *, timeout: float = 30.0) -> T:
-        """Run a coroutine on the cluster's loop and wait for its result."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise
-
-    def sync(self, fn: Callable[[], T]) -> T:
-        """A plain function on the cluster's loop (kmock's state is not thread-safe)."""
-
-        async def wrap() -> T:
-            return fn()
-
-        return self.call(wrap())
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_until_complete(self._run())
-        except BaseException as exc:
-            self.error = exc
-            self._ready.set()
-        finally:
-            self.loop.close()
-
-    async def _run(self) -> None:
-        self._stop = asyncio.Event()
+    async def serve(self) -> None:
         real = self.choice.mode == "real"
         token = self.workdir / "agent-token"
         token.write_text("demo-agent-token\n")
@@ -301,7 +260,7 @@ class _Cluster:
                     "status": {"phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1"},
                 },
             )
-            hooks = KubeletHooks(started=self._started, line=self._line, before_terminated=self._terminated)
+            hooks = KubeletHooks(started=self._started, line=self._line, exited=self._exited)
             settings = KubeletSettings(node_name=NODE, cut_after_lines=self.demo.cut_after_lines)
             kubelet_dir = self.workdir / "kubelet"
             kubelet_dir.mkdir(exist_ok=True)
@@ -315,8 +274,10 @@ class _Cluster:
                 static_cgroup_path=(lambda _run: str(recorded_path)) if recorded_path else None,
             ) as kubelet:
                 self.kubelet = kubelet
-                self._ready.set()
-                await self._stop.wait()
+                self.ready()
+                await self.stopped()
+                for task in self._handovers:
+                    task.cancel()
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         client = self.api.servers[0].client
@@ -354,82 +315,22 @@ class _Cluster:
         elif line.startswith(("validation loader:", "RuntimeError", "training finished")):
             self.progress.say(f"  {line}")
 
-    async def _terminated(self, run: PodRun) -> None:
-        oom = run.reason == "OOMKilled"
-        if not oom:
+    def _exited(self, run: PodRun) -> None:
+        """With the real kernel, nothing: the agent reads the record from /dev/kmsg in its own time.
+
+        Recorded: the agent is handed the bundled real record (whose cgroup it was told is this pod's)
+        a kernel-log quiet period after the kill, as the real agent would hand it over.
+        """
+        if self.choice.mode == "real" or run.reason != "OOMKilled":
             return
-        if self.choice.mode == "real":
-            # The agent hands a record over after a second of kernel-log quiet; a node's kubelet
-            # (PLEG relist) is about as slow to report the exit. Report once the agent has it.
-            began = time.monotonic()
-            evidence = await self.agent.kernel_records_for(run.uid, within_s=5.0)
-            self.waited[run.uid] = time.monotonic() - began
-            if evidence is not None:
-                self.records[run.uid] = evidence.kernel_records[-1]
-            return
-        # Recorded: the agent is handed the bundled real record, whose cgroup it was told is this pod's.
+        task = asyncio.get_running_loop().create_task(self._hand_over_recorded(), name="demo-recorded")
+        self._handovers.add(task)
+        task.add_done_callback(self._handovers.discard)
+
+    async def _hand_over_recorded(self) -> None:
+        await asyncio.sleep(RECORDED_HANDOVER_S)
         await self.agent.agent.sample_once()
-        records = kernel.recorded_records()
-        kept = self.agent.agent.on_records(records)
-        if kept:
-            self.records[run.uid] = kept[-1][1]
-
-
-class _Operator:
-    """The operator thread: ``podmortem operator``'s own code on a loop of its own."""
-
-    def __init__(self, *, url: str, settings: OperatorSettings) -> None:
-        self.url = url
-        self.settings = settings
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.running: list[Any] = []
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="demo-operator", daemon=True)
-
-    def _main(self) -> None:
-        from kubernetes_asyncio.client import Configuration
-
-        from podmortem.handlers import runtime
-
-        follow = FollowSettings(read_timeout_s=10.0, backoff_min_s=0.05, backoff_max_s=0.5)
-        try:
-            with asyncio.Runner() as runner:
-                self.loop = runner.get_loop()
-                runner.run(
-                    runtime.run_operator(
-                        settings=self.settings,
-                        api_config=Configuration(host=self.url),
-                        server=self.url,
-                        stop_flag=self._stop,
-                        running=self.running,
-                        follow_settings=follow,
-                    )
-                )
-        except BaseException as exc:
-            self.error = exc
-
-    def start(self, *, timeout: float = 30.0) -> None:
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.running:
-            if self.error is not None or not self._thread.is_alive():
-                raise DemoFailed(f"the operator did not start: {self.error!r}")
-            if time.monotonic() > deadline:
-                raise DemoFailed("the operator did not start within 30 s")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-    @property
-    def store(self) -> LogStore:
-        return self.running[0].store  # type: ignore[no-any-return]
-
-    def call(self, coro: Coroutine[Any, Any, T], *, timeout: float = 30.0) -> T:
-        assert self.loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        self.agent.agent.on_records(kernel.recorded_records())
 
 
 async def _stored_lines(
@@ -496,11 +397,22 @@ class Demo:
         results: list[RunResult] = []
         with _workdir(s.keep_dir) as workdir:
             cluster = _Cluster(choice=choice, workdir=workdir, demo=s, progress=self.progress)
-            cluster.start()
-            operator: _Operator | None = None
             try:
-                operator = _Operator(url=cluster.url, settings=self._operator_settings(cluster, workdir))
-                operator.start()
+                cluster.start()
+            except StartFailed as exc:
+                raise DemoFailed(str(exc)) from exc
+            operator: OperatorThread | None = None
+            try:
+                operator = OperatorThread(
+                    url=cluster.url,
+                    settings=self._operator_settings(cluster, workdir),
+                    follow=FollowSettings(read_timeout_s=10.0, backoff_min_s=0.05, backoff_max_s=0.5),
+                    name="demo-operator",
+                )
+                try:
+                    operator.start()
+                except StartFailed as exc:
+                    raise DemoFailed(str(exc)) from exc
                 say(
                     f"emulated Kubernetes API at {cluster.url}; node agent on "
                     f"127.0.0.1:{cluster.agent.port}; operator (kopf) and the demo kubelet for node {NODE} "
@@ -522,6 +434,9 @@ class Demo:
                 port=cluster.agent.port,
                 token_path=workdir / "agent-token",
                 label_selector=",".join(f"{k}={v}" for k, v in AGENT_LABELS.items()),
+                # Ask again for a late kernel record every 0.25-1 s: the demo waits for it to show.
+                record_retry_min_s=0.25,
+                record_retry_max_s=1.0,
             ),
             prometheus=PrometheusSettings(url=None),
             store_dir=workdir / "logs",
@@ -535,7 +450,12 @@ class Demo:
         )
 
     def _one(
-        self, cluster: _Cluster, operator: _Operator, policy: str, index: int, choice: kernel.KernelChoice
+        self,
+        cluster: _Cluster,
+        operator: OperatorThread,
+        policy: str,
+        index: int,
+        choice: kernel.KernelChoice,
     ) -> RunResult:
         s = self.settings
         say = self.progress.say
@@ -578,45 +498,53 @@ class Demo:
         )
         peak = f"; pod peak {run.peak_bytes / MIB:.0f}Mi" if run.peak_bytes else ""
         say(f"container exited {run.exit_code} ({run.reason}{how}){peak}")
-        record = cluster.records.get(run.uid)
-        if oom:
-            say(_record_line(record, choice.mode))
-            if run.uid in cluster.waited:
-                say(
-                    f"the kubelet wrote the termination {cluster.waited[run.uid]:.1f} s after the exit, once "
-                    "the agent held the kernel record"
-                )
-
-        def final() -> dict[str, Any] | None:
+        def stored() -> dict[str, Any] | None:
             found = cluster.sync(
                 lambda: cluster.api.stored(
                     f"{TRAININGJOB_GROUP}/{TRAININGJOB_VERSION}/{TRAININGJOB_PLURAL}", s.namespace, name
                 )
             )
-            obj = found[0] if found else None
+            return found[0] if found else None
+
+        def ended() -> dict[str, Any] | None:
+            """The job once Succeeded, or Failed with a report (the first, maybe without the record)."""
+            obj = stored()
             st = (obj or {}).get("status") or {}
-            if st.get("phase") == "Failed" and st.get("failureReport"):
-                return obj
-            if st.get("phase") == "Succeeded":
-                return obj
-            return None
+            done = st.get("phase") == "Succeeded" or (st.get("phase") == "Failed" and st.get("failureReport"))
+            return obj if done else None
+
+        def settled() -> dict[str, Any] | None:
+            """The job once its report no longer waits for the kernel record (attached or given up)."""
+            obj = ended()
+            report = ((obj or {}).get("status") or {}).get("failureReport")
+            return obj if obj is not None and _record_state(report) != kernel_record.PENDING else None
 
         seen = time.monotonic()
-        tj = _wait(
-            final, until=deadline, what=f"TrainingJob {name} to reach Succeeded, or Failed with a report"
-        )
-        status = tj.get("status") or {}
-        if status.get("failureReport"):
-            report = status["failureReport"]
+        tj = _wait(ended, until=deadline, what=f"TrainingJob {name} to end (Succeeded, or Failed, reported)")
+        report = (tj.get("status") or {}).get("failureReport")
+        if report:
             say(
                 f"failure report in TrainingJob status {time.monotonic() - seen:.1f} s after the kubelet "
-                f"wrote the termination: verdict {report.get('verdict')}"
+                f"wrote the termination: verdict {report.get('verdict')} ({_findings(report)}); "
+                f"kernel record {_record_state(report)}"
             )
+            if _record_state(report) == kernel_record.PENDING:
+                tj = _wait(settled, until=deadline, what=f"the kernel record in TrainingJob {name}'s report")
+                report = (tj.get("status") or {}).get("failureReport") or {}
+                say(
+                    f"the operator asked the agent again: kernel record {_record_state(report)} "
+                    f"{time.monotonic() - seen:.1f} s after the termination; report updated: verdict "
+                    f"{report.get('verdict')} ({_findings(report)})"
+                )
         else:
-            say(f"TrainingJob {status.get('phase')}")
+            say(f"TrainingJob {(tj.get('status') or {}).get('phase')}")
+        evidence = cluster.call(cluster.agent.kernel_records_for(run.uid, within_s=0.0))
+        record = evidence.kernel_records[-1] if evidence is not None else None
+        if oom:
+            say(_record_line(record, choice.mode))
         delivered = operator.call(
             _stored_lines(
-                operator.store,
+                operator.running[0].store,
                 namespace=s.namespace,
                 pod=pod,
                 container=run.container,
@@ -625,7 +553,7 @@ class Demo:
             timeout=s.run_timeout_s + 5,
         )
         check = check_log(run.produced, delivered or [], cuts=run.cuts_served)
-        tj = copy.deepcopy(final() or tj)
+        tj = copy.deepcopy(stored() or tj)
         reconnects = ((tj.get("status") or {}).get("log") or {}).get("reconnects")
         say(
             f"log followed through {check.cuts} stream cut(s): produced {check.produced} lines, delivered "
@@ -658,10 +586,18 @@ class Demo:
         return result
 
 
+def _record_state(report: dict[str, Any] | None) -> str | None:
+    return (((report or {}).get("evidence") or {}).get("kernelRecord") or {}).get("state")
+
+
+def _findings(report: dict[str, Any]) -> str:
+    return ", ".join(str(f.get("code")) for f in report.get("findings") or [])
+
+
 def _record_line(record: OomKillRecord | None, mode: kernel.KernelMode) -> str:
     if record is None:
         return (
-            "kernel: no OOM record reached the agent within 5 s (the report says what it could "
+            "kernel: no OOM record of this pod reached the agent (the report says what it could "
             "find without one)"
         )
     label = "real, read by the agent from /dev/kmsg" if mode == "real" else "RECORDED, not from this run"
@@ -677,10 +613,7 @@ def _record_line(record: OomKillRecord | None, mode: kernel.KernelMode) -> str:
 
 
 def _wait(probe: Callable[[], T | None], *, until: float, what: str, poll_s: float = 0.05) -> T:
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > until:
-            raise DemoFailed(f"timed out waiting for {what}")
-        time.sleep(poll_s)
+    try:
+        return wait_for(probe, what=what, timeout=max(0.0, until - time.monotonic()), poll_s=poll_s)
+    except TimeoutError as exc:
+        raise DemoFailed(str(exc)) from exc

@@ -1,61 +1,80 @@
-"""An emulated cluster, a fake node agent and the real operator, each on its own thread and loop.
+"""An emulated cluster, a node-agent double and the real operator, as end-to-end tests and benchmarks use.
 
-kopf must not run on the test's loop (it treats kmock's server tasks as its
-own and waits for them at exit), so the cluster (kmock + the emulated kubelet
-+ an agent evidence server) runs on one background loop and the operator on
-another. Tests are plain functions that drive the cluster through
-:meth:`Harness.call` and poll for the operator's effects.
+Why here, in the demo layer: the harness runs the real operator
+(:mod:`podmortem.handlers`) against :mod:`podmortem.testing`'s emulated API,
+and only the demo layer sits above both (``podmortem.testing`` sits below
+the handlers, see ``.importlinter``). Keeping it in the package, rather than
+in ``tests/``, gives ``tests/handlers`` and ``bench/`` one importable copy
+without path tricks, type-checked with the rest; it needs the ``demo`` extra
+(kmock), like ``podmortem demo``.
+
+Unlike the demo's kubelet, nothing runs processes here: a test makes a pod
+"run" and "die" by writing its status (:func:`run_pod`, :func:`kill`), and the
+agent double serves whatever evidence the test put in it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import kmock
 from aiohttp import web
-from kubernetes_asyncio.client import Configuration
 
 from podmortem.control.settings import AgentSettings, ForeignKind, OperatorSettings, PrometheusSettings
-from podmortem.handlers import runtime
+from podmortem.demo.threads import LoopThread, OperatorThread, wait_for
 from podmortem.logs.settings import FollowSettings
 from podmortem.reports.evidence import PodEvidence
+from podmortem.reports.memory import MemorySample
+from podmortem.reports.oom_record import OomKillRecord
 from podmortem.testing import PodLogsApi
+from podmortem.testing.kubelet import LineText, plain_text
+
+if TYPE_CHECKING:
+    from podmortem.handlers import runtime
 
 T = TypeVar("T")
 NODE = "node-a"
 AGENT_TOKEN = "s3cret-agent-token"
 AGENT_NS = "podmortem"
 AGENT_LABELS = {"app.kubernetes.io/name": "podmortem", "app.kubernetes.io/component": "agent"}
+GIB = 2**30
+_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 
 
 class AgentDouble:
-    """The node agent's evidence endpoint: a real aiohttp server with the agent's token check."""
+    """The node agent's evidence endpoint: a real aiohttp server with the agent's token check.
+
+    ``held`` pods' kernel records are withheld (served as an empty list) until released, as the
+    real agent withholds a record until the kernel log has been quiet for a second.
+    """
 
     def __init__(self) -> None:
         self.evidence: dict[str, PodEvidence] = {}
+        self.held: set[str] = set()
         self.requests: list[str] = []
         self.available = True
         self.port = 0
         self._runner: web.AppRunner | None = None
 
     async def _serve(self, request: web.Request) -> web.Response:
-        self.requests.append(request.match_info["uid"])
+        uid = request.match_info["uid"]
+        self.requests.append(uid)
         if request.headers.get("Authorization") != f"Bearer {AGENT_TOKEN}":
             return web.json_response({"error": "bad token"}, status=401)
         if not self.available:
             return web.json_response({"error": "agent is starting"}, status=503)
-        found = self.evidence.get(request.match_info["uid"])
+        found = self.evidence.get(uid)
         if found is None:
             return web.json_response({"error": "unknown pod"}, status=404)
+        if uid in self.held:
+            found = found.model_copy(update={"kernel_records": []})
         return web.Response(body=found.model_dump_json(by_alias=True), content_type="application/json")
 
     async def start(self) -> None:
@@ -72,53 +91,30 @@ class AgentDouble:
             await self._runner.cleanup()
 
 
-class Harness:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.loop = asyncio.new_event_loop()
+class _Cluster(LoopThread):
+    """kmock with the resources the operator uses, and the agent double, on one loop."""
+
+    def __init__(self, agent: AgentDouble) -> None:
+        super().__init__(name="cluster")
+        self.agent = agent
         self.api: PodLogsApi
         self.url = ""
-        self.agent = AgentDouble()
-        self._cluster_ready = threading.Event()
-        self._cluster_stop: asyncio.Event | None = None
-        self._cluster_thread = threading.Thread(target=self._cluster_main, name="cluster", daemon=True)
-        self._operator_thread: threading.Thread | None = None
-        self._operator_stop = threading.Event()
-        self.running: list[runtime.Running] = []
-        self.operator_error: BaseException | None = None
 
-    # --- the cluster's own thread --------------------------------------------------------------
-
-    def _cluster_main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._cluster())
-
-    async def _cluster(self) -> None:
-        self._cluster_stop = asyncio.Event()
+    async def serve(self) -> None:
         api = PodLogsApi()
         api.resources["podmortem.io/v1alpha1/trainingjobs"] = kmock.ResourceInfo(
-            kind="TrainingJob",
-            namespaced=True,
-            subresources={"status"},
-            verbs={"get", "list", "watch", "create", "patch", "delete"},
+            kind="TrainingJob", namespaced=True, subresources={"status"}, verbs=_VERBS
         )
-        api.resources["batch/v1/jobs"] = kmock.ResourceInfo(
-            kind="Job", namespaced=True, verbs={"get", "list", "watch", "create", "patch", "delete"}
-        )
+        api.resources["batch/v1/jobs"] = kmock.ResourceInfo(kind="Job", namespaced=True, verbs=_VERBS)
         api.resources["v1/pods"] = kmock.ResourceInfo(
-            kind="Pod",
-            namespaced=True,
-            subresources={"status", "log"},
-            verbs={"get", "list", "watch", "create", "patch", "delete"},
+            kind="Pod", namespaced=True, subresources={"status", "log"}, verbs=_VERBS
         )
         # kopf waits for namespaces to be discoverable even when it runs cluster-wide (and never lists them).
         api.resources["v1/namespaces"] = kmock.ResourceInfo(
             kind="Namespace", namespaced=False, verbs={"get", "list", "watch"}
         )
         api.resources["coordination.k8s.io/v1/leases"] = kmock.ResourceInfo(
-            kind="Lease",
-            namespaced=True,
-            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+            kind="Lease", namespaced=True, verbs=_VERBS | {"update"}
         )
         api.resources["v1/events"] = kmock.ResourceInfo(
             kind="Event", namespaced=True, verbs={"create", "list"}
@@ -127,25 +123,46 @@ class Harness:
             self.api = api
             self.url = str(server.url).rstrip("/")
             await self.agent.start()
-            self._cluster_ready.set()
-            await self._cluster_stop.wait()
+            self.ready()
+            await self.stopped()
             await self.agent.stop()
+
+
+class Harness:
+    """The emulated cluster and (once :meth:`start_operator` is called) the operator, driven from a test."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.agent = AgentDouble()
+        self.cluster = _Cluster(self.agent)
+        self.operator: OperatorThread | None = None
+
+    @property
+    def api(self) -> PodLogsApi:
+        return self.cluster.api
+
+    @property
+    def url(self) -> str:
+        return self.cluster.url
+
+    @property
+    def running(self) -> list[runtime.Running]:
+        return self.operator.running if self.operator is not None else []
+
+    @property
+    def operator_error(self) -> BaseException | None:
+        return self.operator.error if self.operator is not None else None
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
         """Run a coroutine on the cluster's loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        return self.cluster.call(coro, timeout=timeout)
 
     def sync(self, fn: Callable[[], T]) -> T:
         """Run a plain function on the cluster's loop (kmock's state is not thread-safe)."""
-
-        async def wrap() -> T:
-            return fn()
-
-        return self.call(wrap())
-
-    # --- the operator's own thread --------------------------------------------------------------
+        return self.cluster.sync(fn)
 
     def settings(self, **overrides: Any) -> OperatorSettings:
+        """Operator settings for this cluster: its agent double, free ports, a store under ``tmp``."""
         token = self.tmp / "agent-token"
         token.write_text(AGENT_TOKEN + "\n")
         base: dict[str, Any] = dict(
@@ -153,8 +170,9 @@ class Harness:
                 namespace=AGENT_NS,
                 port=self.agent.port,
                 token_path=token,
-                timeout_s=1.0,
                 label_selector=",".join(f"{k}={v}" for k, v in AGENT_LABELS.items()),
+                record_retry_min_s=0.1,
+                record_retry_max_s=0.5,
             ),
             prometheus=PrometheusSettings(url=None),
             store_dir=self.tmp / "store",
@@ -169,55 +187,20 @@ class Harness:
         return OperatorSettings(**base)
 
     def start_operator(self, settings: OperatorSettings) -> runtime.Running:
-        config = Configuration(host=self.url)
         follow = FollowSettings(read_timeout_s=5.0, backoff_min_s=0.05, backoff_max_s=0.2)
-
-        def main() -> None:
-            try:
-                asyncio.run(
-                    runtime.run_operator(
-                        settings=settings,
-                        api_config=config,
-                        server=self.url,
-                        stop_flag=self._operator_stop,
-                        running=self.running,
-                        follow_settings=follow,
-                    )
-                )
-            except BaseException as exc:  # reported by the fixture
-                self.operator_error = exc
-
-        self._operator_thread = threading.Thread(target=main, name="operator", daemon=True)
-        self._operator_thread.start()
-        return self.wait(lambda: self.running[0] if self.running else None, what="operator start")
-
-    def delete(self, path: str) -> None:
-        self.call(self._request("DELETE", path))
-
-    def http_get(self, url: str) -> tuple[int, bytes]:
-        """A plain GET from the test's thread (the operator's own servers)."""
-        try:
-            with urllib.request.urlopen(url, timeout=10) as resp:
-                return int(resp.status), resp.read()
-        except urllib.error.HTTPError as exc:
-            return int(exc.code), exc.read()
+        self.operator = OperatorThread(url=self.url, settings=settings, follow=follow)
+        return self.operator.start()
 
     def stop_operator(self) -> None:
-        self._operator_stop.set()
-        if self._operator_thread is not None:
-            self._operator_thread.join(30)
+        if self.operator is not None:
+            self.operator.stop(timeout=30)
 
     def start(self) -> None:
-        self._cluster_thread.start()
-        if not self._cluster_ready.wait(30):
-            raise RuntimeError("the emulated cluster did not start")
+        self.cluster.start()
 
     def stop(self) -> None:
         self.stop_operator()
-        if self._cluster_stop is not None:
-            self.loop.call_soon_threadsafe(self._cluster_stop.set)
-        self._cluster_thread.join(30)
-        self.loop.close()
+        self.cluster.stop(timeout=30)
 
     # --- API helpers (run on the cluster loop) --------------------------------------------------
 
@@ -238,6 +221,9 @@ class Harness:
     def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.call(self._request("PATCH", path, body, "application/merge-patch+json"))
 
+    def delete(self, path: str) -> None:
+        self.call(self._request("DELETE", path))
+
     def get(self, path: str) -> dict[str, Any] | None:
         async def get() -> dict[str, Any] | None:
             try:
@@ -246,6 +232,14 @@ class Harness:
                 return None
 
         return self.call(get())
+
+    def http_get(self, url: str) -> tuple[int, bytes]:
+        """A plain GET from the caller's thread (the operator's own servers)."""
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                return int(resp.status), resp.read()
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read()
 
     def objects(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
         def read() -> list[dict[str, Any]]:
@@ -282,14 +276,7 @@ class Harness:
 
     @staticmethod
     def wait(probe: Callable[[], T | None], *, what: str, timeout: float = 20.0) -> T:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = probe()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(0.02)
+        return wait_for(probe, what=what, timeout=timeout)
 
 
 @contextlib.contextmanager
@@ -300,3 +287,85 @@ def harness(tmp: Path) -> Iterator[Harness]:
         yield h
     finally:
         h.stop()
+
+
+def evidence_for(uid: str, record: OomKillRecord | None) -> PodEvidence:
+    """Agent evidence of a pod on :data:`NODE`: five rising samples, and the kernel record if given."""
+    now = datetime.now(UTC)
+    samples = [
+        MemorySample(
+            at=now - timedelta(seconds=10 * (5 - i)),
+            usage_bytes=(20 + 2 * i) * GIB,
+            limit_bytes=32 * GIB,
+            peak_bytes=(21 + 2 * i) * GIB,
+        )
+        for i in range(5)
+    ]
+    return PodEvidence(
+        pod_uid=uid, node=NODE, samples=samples, kernel_records=[record] if record is not None else []
+    )
+
+
+def _container_status(cid: str, state: dict[str, Any]) -> dict[str, Any]:
+    return {"name": "trainer", "containerID": cid, "restartCount": 0, "state": state}
+
+
+def run_pod(
+    h: Harness,
+    *,
+    name: str,
+    namespace: str = "default",
+    text: Callable[[str, int], LineText] = plain_text,
+) -> str:
+    """Make an existing pod run on :data:`NODE`: emulated container logs plus a Running status; its uid.
+
+    ``text(container, instance)`` gives the line maker of the emulated log (see ``podmortem.testing``).
+    """
+    pod = h.wait(lambda: h.get(f"/api/v1/namespaces/{namespace}/pods/{name}"), what=f"pod {name}")
+    emulated = h.sync(lambda: h.api.add_pod(name, namespace=namespace, containers=("trainer",), text=text))
+    cid = emulated.containers["trainer"].current.container_id
+    h.patch(
+        f"/api/v1/namespaces/{namespace}/pods/{name}",
+        {
+            "spec": {"nodeName": NODE},
+            "status": {
+                "phase": "Running",
+                "startTime": "2024-05-01T10:00:00Z",
+                "containerStatuses": [
+                    _container_status(cid, {"running": {"startedAt": "2024-05-01T10:00:00Z"}})
+                ],
+            },
+        },
+    )
+    return str(pod["metadata"]["uid"])
+
+
+def kill(
+    h: Harness,
+    *,
+    name: str,
+    namespace: str = "default",
+    reason: str = "OOMKilled",
+    pod_reason: str | None = None,
+    pod_message: str | None = None,
+) -> None:
+    """Exit 137 with ``reason``, as the kubelet reports it (``pod_reason``: Evicted, Preempting...)."""
+    container = h.sync(lambda: h.api.pods[namespace, name]).containers["trainer"]
+    h.sync(lambda: container.terminate(137))
+    cid = container.current.container_id
+    terminated = {
+        "exitCode": 137,
+        "reason": reason,
+        "containerID": cid,
+        "startedAt": "2024-05-01T10:00:00Z",
+        "finishedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    status: dict[str, Any] = {
+        "phase": "Failed",
+        "containerStatuses": [_container_status(cid, {"terminated": terminated})],
+    }
+    if pod_reason:
+        status["reason"] = pod_reason
+    if pod_message:
+        status["message"] = pod_message
+    h.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", {"status": status})
