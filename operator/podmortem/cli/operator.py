@@ -73,6 +73,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="file with the bearer token the agents expect",
     )
     p.add_argument(
+        "--log-retention",
+        default=ENV("PODMORTEM_LOG_RETENTION", "7d"),
+        metavar="AGE[,SIZE]",
+        help="how long and how much of each job's log the store keeps: an age (30m, 12h, 7d), a size "
+        "(500Mi, 2Gi) or both, e.g. 7d,2Gi; a job's own spec.logRetention or podmortem.io/log-retention "
+        "wins (default: $PODMORTEM_LOG_RETENTION, else %(default)s; size default 1Gi)",
+    )
+    p.add_argument(
+        "--no-patch-pods",
+        action="store_true",
+        default=ENV("PODMORTEM_PATCH_PODS", "true") == "false",
+        help="never patch bare pods: their failure report is then only an Event "
+        "(default: $PODMORTEM_PATCH_PODS=false)",
+    )
+    p.add_argument(
         "--agent-record-wait",
         type=float,
         metavar="SECONDS",
@@ -193,8 +208,21 @@ def _foreign_kinds(text: str) -> tuple[s.ForeignKind, ...]:
 
 
 def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
+    """Raises ValueError naming the option when a value can't be used."""
+    from podmortem.control.annotations import parse_retention
+
     namespaces = args.namespaces or [n for n in ENV("PODMORTEM_NAMESPACES", "").split(",") if n]
+    try:
+        retention = parse_retention(args.log_retention)
+    except ValueError as exc:
+        raise ValueError(f"--log-retention / PODMORTEM_LOG_RETENTION {args.log_retention!r}: {exc}") from exc
+    defaults = s.OperatorSettings()
     return s.OperatorSettings(
+        log_retention_s=retention.max_age_s if retention.max_age_s is not None else defaults.log_retention_s,
+        log_retention_bytes=(
+            retention.max_bytes if retention.max_bytes is not None else defaults.log_retention_bytes
+        ),
+        patch_pods=not args.no_patch_pods,
         agent=s.AgentSettings(
             enabled=not args.no_agent,
             namespace=args.agent_namespace,

@@ -198,6 +198,8 @@ class OperatorSettings:
     health_port: int = 8081
     #: Default retention of a job's logs after its pod is gone.
     log_retention_s: float = 7 * 86400
+    #: Default bytes of log kept per job (all its pods, containers and restarts), oldest first.
+    log_retention_bytes: int = 1 << 30
     #: Whether bare pods may be patched (only to write the ``podmortem.io/failure-report`` annotation);
     #: without it their report is an Event only.
     patch_pods: bool = True

@@ -128,7 +128,9 @@ async def run_operator(
 ) -> None:
     """Run until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread). ``running`` receives handles."""
     follow_settings = follow_settings or FollowSettings()
-    store_settings = StoreSettings(retention=RetentionSettings(max_age_s=settings.log_retention_s))
+    store_settings = StoreSettings(retention=RetentionSettings(
+            max_age_s=settings.log_retention_s, max_job_bytes=settings.log_retention_bytes
+        ))
     async with (
         ApiClient(configuration=api_config) as api_client,
         aiohttp.ClientSession() as session,
