@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 #: A module setting rather than an argument, so that the public call stays Pointcept-shaped.
 DENSE_BACKEND = "auto"
 
+#: Threads for the compiled dense pass: 0 leaves numba's count (``NUMBA_NUM_THREADS``, by
+#: default every CPU); 1 keeps it to the calling thread, e.g. beside busy DataLoader workers.
+DENSE_THREADS = 0
+
 #: Largest histogram block held at once, in int64 entries (16 MiB): bounds memory when G is large.
 _HIST_BLOCK_ENTRIES = 1 << 21
 
@@ -196,14 +200,14 @@ def _count_sparse(
 def _count_dense(
     masks: npt.NDArray[Any], bits: int, rows: IntArray, table: ColumnCodes
 ) -> IntArray:
-    if bits == 0 and DENSE_BACKEND != "numpy":
+    if DENSE_BACKEND != "numpy":
         try:
             from podmortem_runtime.insseg import _numba
         except ImportError:
             if DENSE_BACKEND == "numba":
                 raise
         else:
-            return _numba.count_rows(masks, rows, table, table.n_bins)
+            return _numba.count_rows(masks, rows, table, table.n_bins, bits=bits, threads=DENSE_THREADS)
     hist = np.empty((rows.size, table.n_bins), dtype=np.int64)
     for i, row in enumerate(rows):
         values = masks[int(row)]
