@@ -1,6 +1,9 @@
-"""Serve one emulated pod with a finished log of N lines, for the log benchmarks.
+"""Serve emulated pods with logs, for the log benchmarks (in its own process, so it is measured apart).
 
-Prints the API URL, writes a kubeconfig, and serves until killed.
+Default: one pod ``bench`` whose container wrote N lines and terminated (the
+throughput bench). With ``--pods K --running``: pods ``bench-0..K-1``, each
+with N lines and still running, so follows stay open and idle (the scale bench).
+Writes a kubeconfig, prints the API URL, and serves until killed.
 """
 
 from __future__ import annotations
@@ -12,22 +15,27 @@ from pathlib import Path
 from podmortem.testing import kubeconfig_for, running_cluster
 
 
-async def serve(lines: int, kubeconfig: Path) -> None:
+async def serve(*, lines: int, kubeconfig: Path, pods: int, running: bool) -> None:
     async with running_cluster() as (api, url):
-        pod = api.add_pod("bench", max_burst=16, max_step_ns=200_000)
-        main = pod.containers["main"]
-        step = 100_000
-        for start in range(0, lines, step):
-            main.write(min(step, lines - start))
-        main.terminate(0)
+        names = ["bench"] if pods == 1 and not running else [f"bench-{i}" for i in range(pods)]
+        for name in names:
+            pod = api.add_pod(name, max_burst=16, max_step_ns=200_000)
+            main = pod.containers["main"]
+            step = 100_000
+            for start in range(0, lines, step):
+                main.write(min(step, lines - start))
+            if not running:
+                main.terminate(0)
         kubeconfig_for(url, kubeconfig)
         print(url, flush=True)
         await asyncio.Event().wait()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--lines", type=int, default=1_000_000)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=1_000_000, help="lines per container")
+    parser.add_argument("--pods", type=int, default=1)
+    parser.add_argument("--running", action="store_true", help="containers keep running (idle follows)")
     parser.add_argument("--kubeconfig", type=Path, required=True)
     ns = parser.parse_args()
-    asyncio.run(serve(ns.lines, ns.kubeconfig))
+    asyncio.run(serve(lines=ns.lines, kubeconfig=ns.kubeconfig, pods=ns.pods, running=ns.running))

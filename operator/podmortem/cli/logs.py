@@ -9,14 +9,17 @@ one-line reason otherwise. Heavy imports happen inside :func:`run`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import AsyncIterator, Sequence
 
     from podmortem.logs.cursor import LogCursor
     from podmortem.logs.events import GapMarker, LogEnd, LogLine
+    from podmortem.logs.follower import Reconnect
+    from podmortem.logs.kubeconfig import ClusterAccess
 
 
 def register(subparsers: Any) -> None:
@@ -26,6 +29,10 @@ def register(subparsers: Any) -> None:
         description="Print a pod's container logs. With --follow, keep following across stream "
                     "ends, read timeouts, API errors and container restarts, printing every line "
                     "exactly once. Reconnects and possible gaps are reported on stderr.",
+        epilog="exit status: 0 when the containers terminated and their logs were read to the end "
+               "(or, without --follow, when the log was printed); 0 with a note when the pod was "
+               "deleted while followed; 1 with a one-line reason otherwise (pod not found, no or bad "
+               "kubeconfig, API unreachable at the start, access denied).",
     )
     parser.add_argument("pod", metavar="POD", help="pod name")
     parser.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig's, else 'default')")
@@ -33,7 +40,8 @@ def register(subparsers: Any) -> None:
                         help="container to print (repeatable; default: all, prefixed when several)")
     parser.add_argument("-f", "--follow", action="store_true", help="keep following until the pod ends")
     parser.add_argument("--timestamps", action="store_true", help="keep each line's RFC3339 timestamp")
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then in-cluster)")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then the pod's "
+                                             "service account, then ~/.kube/config)")
     parser.add_argument("--read-timeout", type=float, default=120.0, metavar="S",
                         help="seconds of silence before a stream is reopened (default: 120)")
     parser.add_argument("--backoff-min", type=float, default=2.0, metavar="S",
@@ -43,17 +51,35 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--store", metavar="DIR",
                         help="also keep lines in a durable log store here; a rerun resumes after the "
                              "last stored line instead of printing the log again")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also report streams reopened after --read-timeout seconds of silence")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="do not report reconnects (possible gaps are always reported)")
     parser.set_defaults(func=run)
 
 
 class StdoutSink:
-    """Writes lines to stdout as raw bytes, one write per batch; notes go to stderr."""
+    """Writes lines to stdout as raw bytes; notes go to stderr.
+
+    Lines are gathered and written in large blocks: when the gathered bytes
+    pass :attr:`FLUSH_BYTES`, and whenever the follower waits for the network
+    (a flush scheduled with ``call_soon`` runs only when the event loop is idle),
+    so a live follow shows each line as soon as it arrived and a fast stream
+    costs one ``write`` per megabyte.
+    """
+
+    #: Bytes gathered before a write even while more lines are ready.
+    FLUSH_BYTES = 1 << 20
 
     def __init__(self, out: BinaryIO, *, timestamps: bool, prefix: bool, err: Any = None) -> None:
         self._out = out
         self._timestamps = timestamps
-        self._prefix = prefix
+        #: Tag each line with ``[container]`` (several containers share stdout).
+        self.prefix = prefix
         self._err = err if err is not None else sys.stderr
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._scheduled = False
         self.ends: list[LogEnd] = []
 
     async def load_cursor(self, container: str) -> LogCursor | None:
@@ -66,24 +92,51 @@ class StdoutSink:
             block = lines.text_block(timestamps=self._timestamps)
         else:
             block = b"".join(_render(line, self._timestamps) for line in lines)
-        if self._prefix:
+        if self.prefix:
+            # Only "\n" ends a line: "\r" (progress bars) stays inside it, as kubectl prints it.
             tag = f"[{container}] ".encode()
-            block = b"".join(tag + line for line in block.splitlines(keepends=True))
-        self._out.write(block)
+            block = tag + block[:-1].replace(b"\n", b"\n" + tag) + b"\n"
+        self._pending.append(block)
+        self._pending_bytes += len(block)
+        if self._pending_bytes >= self.FLUSH_BYTES:
+            self.flush()
+        elif not self._scheduled:
+            import asyncio
+
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write what was gathered, then flush the stream."""
+        self._scheduled = False
+        if self._pending:
+            data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+            self._pending.clear()
+            self._pending_bytes = 0
+            self._out.write(data)
+        self._out.flush()
+
+    def note(self, text: str) -> None:
+        """A line on stderr, after the lines printed so far."""
+        self.flush()
+        print(f"podmortem: {text}", file=self._err, flush=True)
+
+    def reconnect(self, event: Reconnect) -> None:
+        wait = f"; retrying in {event.delay_s:.1f} s" if event.delay_s >= 0.05 else "; reconnecting"
+        detail = f": {event.detail}" if event.detail else ""
+        self.note(f"[{event.container}] stream ended ({event.reason}){detail}{wait}")
 
     async def gap(self, marker: GapMarker) -> None:
         from podmortem.logs import timestamps
 
         def when(ts: int | None) -> str:
             return timestamps.format_ns(ts) if ts is not None else "?"
-        self._out.flush()
-        print(f"podmortem: [{marker.container}] possible gap ({marker.reason}) between "
-              f"{when(marker.after_ts_ns)} and {when(marker.before_ts_ns)}: {marker.detail}",
-              file=self._err, flush=True)
+        self.note(f"[{marker.container}] possible gap ({marker.reason}) between "
+                  f"{when(marker.after_ts_ns)} and {when(marker.before_ts_ns)}: {marker.detail}")
 
     async def end(self, end: LogEnd) -> None:
         self.ends.append(end)
-        self._out.flush()
+        self.flush()
 
 
 def _render(line: LogLine, timestamps_on: bool) -> bytes:
@@ -118,74 +171,119 @@ class TeeSink:
         await self._printer.end(end)
 
 
+def _import_aiohttp() -> None:
+    """Import aiohttp without the system CA bundle it loads twice at import and we never use.
+
+    aiohttp builds two default TLS contexts when ``aiohttp.connector`` is imported,
+    each loading the system CA bundle: a tenth of a second or more on a busy node,
+    as long as ``kubectl logs`` takes for 100k lines. Every request here passes its
+    own context (or none, for http), so those defaults stay unused: they are built
+    with an empty CA location, restored right after (OpenSSL reads these variables
+    whenever a context loads its default paths, so contexts made later, ours
+    included, see the real system bundle).
+    """
+    import os
+
+    saved = {name: os.environ.get(name) for name in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+    os.environ.update(SSL_CERT_FILE=os.devnull, SSL_CERT_DIR=os.devnull)
+    try:
+        import aiohttp.connector  # noqa: F401
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    from podmortem.logs import kubeconfig
+
     try:
-        return asyncio.run(_run(args))
+        _import_aiohttp()
+        # Read before the event loop starts: file reads and TLS set-up block.
+        access = kubeconfig.load(args.kubeconfig)
+        return asyncio.run(_run(args, access))
+    except BrokenPipeError:
+        _silence_stdout()  # `podmortem logs ... | head`: the reader left; not an error
+        return 0
     except Exception as exc:  # the one-line reason; a traceback helps no user here
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _silence_stdout()
         print(f"podmortem logs: error: {_one_line(exc)}", file=sys.stderr)
         return 1
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def _one_line(exc: BaseException) -> str:
+    """The error's first line; the class name only where the message alone would not say enough."""
+    from podmortem.logs.kubeconfig import KubeconfigError
+
     text = str(exc).strip().splitlines()
+    if text and isinstance(exc, LookupError | KubeconfigError):
+        return text[0]
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-async def _api_client(kubeconfig: str | None) -> tuple[Any, str | None]:
-    """An ApiClient from --kubeconfig, then $KUBECONFIG, then in-cluster; and its namespace."""
+@contextlib.asynccontextmanager
+async def _transport(access: ClusterAccess) -> AsyncIterator[Any]:
+    """Plain aiohttp for the usual kubeconfigs; kubernetes_asyncio's client for auth plugins."""
+    from podmortem.logs import kube
+
+    if not access.plugin:
+        async with kube.SessionTransport(access) as transport:
+            yield transport
+        return
     import os
 
     from kubernetes_asyncio import client, config
 
     configuration = client.Configuration()
-    configuration.connection_pool_maxsize = 0
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    namespace: str | None = None
-    if path:
-        path = path.split(os.pathsep)[0]
-        await config.load_kube_config(config_file=path, client_configuration=configuration,
-                                      persist_config=False)
-        _contexts, active = config.list_kube_config_contexts(config_file=path)
-        namespace = (active or {}).get("context", {}).get("namespace")
-    else:
-        try:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except config.ConfigException as exc:
-            raise RuntimeError("no kubeconfig: pass --kubeconfig, set KUBECONFIG, or run in a pod") from exc
-        ns_file = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-        if os.path.exists(ns_file):
-            with open(ns_file) as f:
-                namespace = f.read().strip() or None
-    return client.ApiClient(configuration), namespace
+    configuration.connection_pool_maxsize = 0  # one connection per followed container
+    await config.load_kube_config(config_file=os.pathsep.join(str(f) for f in access.config_files),
+                                  client_configuration=configuration, persist_config=False)
+    async with client.ApiClient(configuration) as api_client:
+        yield api_client
 
 
-async def _run(args: argparse.Namespace) -> int:
-    import contextlib
-
-    from podmortem.logs import errors, follower, kube
+async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
+    from podmortem.logs import errors, follower, kube, podstate
     from podmortem.logs.events import EndReason
     from podmortem.logs.settings import FollowSettings
 
     settings = FollowSettings(read_timeout_s=args.read_timeout, backoff_min_s=args.backoff_min,
-                              backoff_max_s=max(args.backoff_max, args.backoff_min))
-    api_client, kube_namespace = await _api_client(args.kubeconfig)
-    namespace = args.namespace or kube_namespace or "default"
-    out = sys.stdout.buffer
-    async with api_client, contextlib.AsyncExitStack() as stack:
-        api = kube.PodLogApi(api_client, settings=settings)
+                              backoff_max_s=max(args.backoff_max, args.backoff_min), start_attempts=4)
+    namespace = args.namespace or access.namespace or "default"
+    printer = StdoutSink(sys.stdout.buffer, timestamps=args.timestamps, prefix=False)
+
+    def on_reconnect(event: follower.Reconnect) -> None:
+        # A quiet stream reopened after the read timeout is routine; say so only when asked.
+        if not args.quiet and (event.reason != "read-timeout" or args.verbose):
+            printer.reconnect(event)
+
+    async with _transport(access) as transport, contextlib.AsyncExitStack() as stack:
+        api = kube.PodLogApi(transport, settings=settings)
         containers = args.containers
         if not containers:
-            from podmortem.logs import podstate
-
             try:
-                pod = await api.read_pod(namespace=namespace, name=args.pod)
+                # Retried quietly a few times: if the API cannot be read at all, one line says why.
+                pod = await follower.read_pod(api=api, namespace=namespace, pod=args.pod, settings=settings)
             except errors.PodGone as exc:
                 raise LookupError(f"pod {namespace}/{args.pod} not found") from exc
             containers = podstate.container_names(pod)
-        printer = StdoutSink(out, timestamps=args.timestamps, prefix=len(containers) > 1)
+        printer.prefix = len(containers) > 1
         sink: Any = printer
         if args.store:
             from podmortem.logs import store as store_module
@@ -194,13 +292,12 @@ async def _run(args: argparse.Namespace) -> int:
             sink = TeeSink(log_store.sink(namespace=namespace, pod=args.pod), printer)
         try:
             ends = await follower.follow_pod(api=api, namespace=namespace, pod=args.pod, sink=sink,
-                                             containers=containers, settings=settings, follow=args.follow)
+                                             containers=containers, settings=settings, follow=args.follow,
+                                             on_reconnect=on_reconnect)
         except errors.PodGone as exc:
             raise LookupError(f"pod {namespace}/{args.pod} not found") from exc
         finally:
-            with contextlib.suppress(BrokenPipeError):
-                out.flush()
+            printer.flush()
     if any(end.reason is EndReason.POD_DELETED for end in ends.values()):
-        print(f"podmortem logs: note: pod {namespace}/{args.pod} was deleted; its log ends here",
-              file=sys.stderr)
+        printer.note(f"pod {namespace}/{args.pod} was deleted; its log ends here")
     return 0

@@ -6,6 +6,12 @@ timestamp. A cursor therefore remembers the last delivered timestamp *and* how
 many delivered lines carried it. A replayed line is skipped when it is older
 than the cursor, or when it is one of the first ``count`` lines at the cursor's
 own timestamp.
+
+A cursor also keeps a checksum of the last delivered line. If the log file was
+rotated in the middle of a burst of lines sharing the cursor's timestamp, the
+new file holds fewer of them than were delivered, and counting alone would skip
+new lines as replays; finding (or not finding) the last line by its checksum
+tells where the new lines start (see ``lines.StreamParser``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ class LogCursor:
     count_at_last: int = 0
     #: Lines delivered from this container instance in all.
     delivered: int = 0
+    #: CRC-32 of the last delivered line as the API sent it (``<stamp> <text>``, no newline);
+    #: None when unknown (cursors saved before it existed, or inherited across a restart).
+    last_line_crc: int | None = None
     #: Working state of one replay: lines seen at ``last_ts_ns`` since the last reconnect.
     _replay_seen: int = field(default=0, repr=False, compare=False)
 
@@ -73,7 +82,12 @@ class LogCursor:
             self.count_at_last = 1
         self._replay_seen = self.count_at_last
         self.delivered += 1
+        self.last_line_crc = None  # the line's bytes are not known here
         return True
+
+    def replay_reached_last(self) -> None:
+        """The replay just passed the last delivered line itself (found by its checksum)."""
+        self._replay_seen = self.count_at_last
 
     def replay_missed(self) -> bool:
         """Whether the replay so far lacks lines we delivered at ``last_ts_ns``.
@@ -85,7 +99,8 @@ class LogCursor:
         """
         return self.last_ts_ns is not None and self._replay_seen < self.count_at_last
 
-    def advance_block(self, *, last_ts_ns: int, trailing: int, count: int) -> None:
+    def advance_block(self, *, last_ts_ns: int, trailing: int, count: int,
+                      last_line_crc: int | None = None) -> None:
         """Advance past ``count`` new lines at once (the fast path, once the replay is over).
 
         ``trailing`` is how many of them, at the end, carry ``last_ts_ns``.
@@ -99,6 +114,7 @@ class LogCursor:
             self.count_at_last = trailing
         self._replay_seen = self.count_at_last
         self.delivered += count
+        self.last_line_crc = last_line_crc
 
     def copy(self) -> LogCursor:
         """A snapshot to persist or hand over; the follower keeps advancing its own."""
@@ -107,6 +123,7 @@ class LogCursor:
             last_ts_ns=self.last_ts_ns,
             count_at_last=self.count_at_last,
             delivered=self.delivered,
+            last_line_crc=self.last_line_crc,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -115,6 +132,7 @@ class LogCursor:
             "last_ts_ns": self.last_ts_ns,
             "count_at_last": self.count_at_last,
             "delivered": self.delivered,
+            "last_line_crc": self.last_line_crc,
         }
 
     @classmethod
@@ -124,4 +142,5 @@ class LogCursor:
             last_ts_ns=data.get("last_ts_ns"),
             count_at_last=int(data.get("count_at_last", 0)),
             delivered=int(data.get("delivered", 0)),
+            last_line_crc=data.get("last_line_crc"),
         )

@@ -13,6 +13,44 @@ such as the kubelet's 4-hour cut, a read timeout, a reset, an HTTP error): the
 pod is read and the follower reconnects from its cursor, drains a restarted
 instance with ``previous=true``, reads a terminated one's tail, or finishes.
 Time comes from the event loop (``asyncio.sleep``), so tests fake it with looptime.
+
+**Which instance did a stream serve?** A log request without ``previous``
+reads whatever instance the kubelet runs *when the request arrives*; the pod
+read before it may be stale (a restart in between, or the apiserver's copy of
+the status lagging behind the kubelet's). Lines of a new instance must not be
+counted under the old instance's cursor: the old instance's unread tail would
+be skipped and the new instance's lines repeated later. So, before the first
+line of a stream is delivered, a stream that could belong to a newer instance
+is checked (see :meth:`ContainerFollower._check_instance`):
+
+* a reconnect whose replay holds the cursor's last lines is the cursor's own
+  instance: a new instance starts after the old one ended, so its log cannot
+  hold the old one's timestamps. No extra request; this is the common case.
+* otherwise (the replay is missing: rotation, or a newer instance; or the
+  cursor is empty) the pod is read: a new ``containerID`` means the stream is
+  dropped undelivered and the restart is handled (previous instance drained
+  from the cursor, the new one read from its start). When the pod still shows
+  our instance and the cursor has lines, the kubelet itself is asked: when its
+  ``previous=true`` log holds the cursor's last lines, our instance has ended
+  and the stream was the new one's, whatever the apiserver says.
+
+A ``previous=true`` stream (draining a replaced instance) whose replay did not
+prove it is checked against the pod's ``lastState``: a restart during the
+drain makes ``previous`` another instance, whose lines must not be taken for
+ours; the lost instance is then marked as a ``restarts`` gap.
+
+Remaining window, stated honestly: an instance from which nothing was
+delivered yet (empty cursor) is checked only against the apiserver's pod
+status, and so is a ``previous`` stream. If the kubelet already runs a new
+instance while the apiserver still shows the old one (status sync lag, usually
+under a second), the new instance's first lines are counted under the old
+instance. When the restart shows up, the old instance's log is found not to
+hold the cursor: its unread lines are marked as a gap (not read: they cannot
+be told apart from a rotated file), and the new instance is resumed after the
+cursor, so nothing is repeated. Timestamps are taken to never go back within
+one instance's log (a runtime writing stdout and stderr lines from two
+threads could break that by microseconds; the cursor would then repeat or
+skip the lines involved).
 """
 
 from __future__ import annotations
@@ -20,8 +58,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -32,8 +71,32 @@ from podmortem.logs.kube import PodLogApi
 from podmortem.logs.metrics import LogMetrics, for_registry
 from podmortem.logs.settings import FollowSettings
 
+#: Jitter source of followers not given their own (jitter needs no independence; a
+#: ``random.Random`` holds 2.5 KB of state, too much to keep per idle stream).
+_JITTER = random.Random()
+
+#: Complete reads of a finished log, each lacking our last lines, before they count as rotated away
+#: (one could be a proxy's early clean end of an empty body).
+_MISSED_READS = 3
+
 #: How far ``limitBytes`` may grow (as a multiple) when one second's replay alone exceeds it.
 _LIMIT_GROWTH_MAX = 16
+
+
+class InstanceChanged(Exception):
+    """A stream served a newer container instance than the cursor's: drop it, handle the restart."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reconnect:
+    """Why a stream is being reopened, for people watching (the CLI prints these on stderr)."""
+
+    container: str
+    #: The ``reason`` label of ``reconnects_total`` (eof, read-timeout, reset, restart, ...).
+    reason: str
+    #: Seconds the follower waits before the next request.
+    delay_s: float = 0.0
+    detail: str = ""
 
 
 @dataclass
@@ -63,8 +126,10 @@ class ContainerFollower:
     metrics: LogMetrics = field(default_factory=for_registry)
     #: False: read the log as it is now (``kubectl logs`` without ``-f``) and stop.
     follow: bool = True
-    rng: random.Random = field(default_factory=random.Random)
+    rng: random.Random = field(default=_JITTER)
     cursor: LogCursor = field(default_factory=LogCursor)
+    #: Called at every reconnect that is not the normal end of a log (None: nobody listens).
+    on_reconnect: Callable[[Reconnect], None] | None = None
     _attempt: int = 0
     _limit_growth: int = 1
 
@@ -95,21 +160,50 @@ class ContainerFollower:
     async def _wait_for_instance(self) -> podstate.ContainerState:
         """Read the pod until the container has an instance to read (it may not have started)."""
         while True:
-            state = await self._read_state()
+            try:
+                state = await self._read_state()
+            except errors.ApiUnavailable as exc:
+                await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
+                continue
             if state is not None and (state.container_id is not None or not self.follow):
                 return state
             await self._backoff()
 
     async def _settle_instance(self, state: podstate.ContainerState) -> None:
         """Make the cursor point at the current instance, first draining instances replaced since."""
-        if state.container_id is None or state.container_id == self.cursor.container_id:
+        while state.container_id is not None and state.container_id != self.cursor.container_id:
+            if self.cursor.container_id is None:
+                self.cursor.container_id = state.container_id
+                return
+            try:
+                await self._finish_old_instance(state)
+            except InstanceChanged:
+                # It restarted again while we read the old instance: ``previous`` is another one now.
+                state = await self._read_state_retrying()
+                continue
+            self.metrics.reconnects.labels("restart").inc()
             return
-        if self.cursor.container_id is None:
-            self.cursor.container_id = state.container_id
-            return
-        old_id = self.cursor.container_id
+
+    async def _finish_old_instance(self, state: podstate.ContainerState) -> None:
+        """Read the tail of the cursor's (replaced) instance, then point the cursor at ``state``'s."""
+        old = self.cursor
+        old_id = old.container_id
+        self._note("restart", detail=f"container restarted (restartCount {state.restart_count});"
+                                     " reading the previous instance's tail, then the new instance")
         if state.previous_id == old_id:
-            await self.drain(previous=True)
+            if not await self.drain(previous=True, gap_if_missing=False) and old.last_ts_ns is not None:
+                # The old log lacks the lines we delivered last: it was rotated while we were away,
+                # or those lines were the new instance's first ones (the window in the module
+                # docstring). Either way the old log's rest cannot be placed: mark it. Resume the new
+                # instance after our cursor: it started after the old one's last line, so that skips
+                # none of its lines, and repeats none if the cursor's lines were its own.
+                await self._gap(GapReason.ROTATION, before_ts_ns=None,
+                                detail="the previous instance's log lacks the lines delivered last: it was"
+                                       " rotated while disconnected, or they were the new instance's")
+                await self._end(EndReason.RESTARTED)
+                self.cursor = LogCursor(container_id=state.container_id, last_ts_ns=old.last_ts_ns,
+                                        count_at_last=0)
+                return
             await self._end(EndReason.RESTARTED)
         else:
             # Our instance is older than the one before the current: its log is gone.
@@ -121,15 +215,38 @@ class ContainerFollower:
                 self.cursor = LogCursor(container_id=state.previous_id)
                 await self.drain(previous=True)
                 await self._end(EndReason.RESTARTED)
-        self.metrics.reconnects.labels("restart").inc()
         self.cursor = LogCursor(container_id=state.container_id)
+
+    async def _read_state_retrying(self) -> podstate.ContainerState:
+        while True:
+            try:
+                state = await self._read_state()
+            except errors.ApiUnavailable as exc:
+                await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
+                continue
+            if state is None:
+                raise errors.ApiFatal(f"container {self.container!r} is no longer in pod "
+                                      f"{self.namespace}/{self.pod}")
+            return state
 
     # -- level 2: one instance across stream ends ---------------------------------------------
 
     async def follow_once(self) -> tuple[EndReason, podstate.ContainerState]:
         """Follow the cursor's instance until it is replaced, terminated or its pod is gone."""
-        if not self.follow:
-            await self.drain(previous=False)
+        while not self.follow:
+            try:
+                await self.drain(previous=False)
+            except InstanceChanged:
+                try:
+                    state = await self._read_state()
+                except errors.ApiUnavailable as exc:
+                    await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s,
+                                        detail=str(exc))
+                    continue
+                if state is not None and state.container_id not in (None, self.cursor.container_id):
+                    return EndReason.RESTARTED, state
+                await self._backoff(reason="restart")  # the apiserver has not caught up yet
+                continue
             return EndReason.STOPPED, podstate.ContainerState(
                 self.container, self.cursor.container_id, 0, podstate.Phase.TERMINATED, None)
         while True:
@@ -137,11 +254,11 @@ class ContainerFollower:
             try:
                 result = await self.request(follow=True)
             except errors.ApiUnavailable as exc:
-                self.metrics.reconnects.labels("api-unavailable").inc()
-                await self._backoff(retry_after=exc.retry_after_s)
+                await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
                 continue
-            except (errors.LogNotReady, errors.PodGone) as exc:
-                ended = "not-ready" if isinstance(exc, errors.LogNotReady) else "http-error"
+            except (errors.LogNotReady, errors.PodGone, InstanceChanged) as exc:
+                ended = ("not-ready" if isinstance(exc, errors.LogNotReady)
+                         else "restart" if isinstance(exc, InstanceChanged) else "http-error")
                 result = RequestResult(ended=ended)
                 retry_after = 0.0
             else:
@@ -150,7 +267,7 @@ class ContainerFollower:
                 state = await self._read_state()
             except errors.ApiUnavailable as exc:
                 # Unreadable API: assume the container still runs and reconnect after a pause.
-                await self._backoff(retry_after=exc.retry_after_s)
+                await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
                 continue
             if state is None:
                 raise errors.ApiFatal(f"container {self.container!r} is no longer in pod "
@@ -158,39 +275,47 @@ class ContainerFollower:
             if state.container_id is not None and state.container_id != self.cursor.container_id:
                 return EndReason.RESTARTED, state
             if state.phase is podstate.Phase.TERMINATED:
-                await self.drain(previous=False)
+                try:
+                    await self.drain(previous=False)
+                except InstanceChanged:
+                    continue  # it restarted meanwhile: the next pod read shows the new instance
                 return EndReason.TERMINATED, state
             if retry_after is not None or not self._progressed(result):
-                await self._backoff(retry_after=retry_after or None)
+                await self._backoff(reason=result.ended, retry_after=retry_after or None)
             else:
                 self._attempt = 0
+                self._note(result.ended)
 
     def _progressed(self, result: RequestResult) -> bool:
         """Lines came, or the stream stayed open for a whole read timeout: no need to back off."""
         return result.new_lines > 0 or (
             result.ended == "read-timeout" and result.seconds >= self.settings.read_timeout_s * 0.9)
 
-    async def drain(self, *, previous: bool) -> None:
+    async def drain(self, *, previous: bool, gap_if_missing: bool = True) -> bool:
         """Read a finished instance's log from the cursor to its true end (not following).
 
-        Done when a read ends on a line boundary and brings no new line: one extra
-        cheap request per finished instance, in exchange for never taking an early
-        clean EOF for the end of the log.
+        A read that ends on a line boundary and brings nothing new may still be a
+        clean cut (a proxy, a fault, before the first byte even): the end is
+        confirmed by asking for the log's last lines (``tailLines``), which must be
+        lines we delivered, and by the pod's status, which must still show the
+        instance we read (a restart makes ``previous`` another instance). Returns
+        False when the log no longer holds the cursor's last lines (marked as a
+        gap if ``gap_if_missing``).
         """
         same_partial = 0
         missed_reads = 0
+        unanswered = 0
         last_partial = b""
         while True:
             try:
                 result = await self.request(follow=False, previous=previous)
             except errors.ApiUnavailable as exc:
-                self.metrics.reconnects.labels("api-unavailable").inc()
-                await self._backoff(retry_after=exc.retry_after_s)
+                await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
                 continue
             except errors.LogNotReady as exc:
                 if previous:  # the previous instance's log is gone already
                     await self._gap(GapReason.RESTARTS, before_ts_ns=None, detail=str(exc))
-                    return
+                    return True
                 raise
             if result.ended == "limit-bytes":
                 self.metrics.reconnects.labels(result.ended).inc()
@@ -201,16 +326,30 @@ class ContainerFollower:
                 # brings nothing new. One extra cheap request per finished instance.
                 if result.new_lines:
                     self._attempt = 0
+                    missed_reads = 0
+                    continue
+                if result.ended != "eof":
+                    # Reset or timed out before anything new: no answer about the log's end yet.
+                    self.metrics.reconnects.labels(result.ended).inc()
+                    await self._backoff(reason=result.ended)
                     continue
                 if not result.replay_missed:
-                    return
+                    ended = await self._tail_ends_at_cursor(previous=previous)
+                    if ended is None:
+                        unanswered += 1  # an empty answer: an empty log, or a cut before the first byte
+                    if ended or unanswered >= _MISSED_READS:
+                        await self._confirm_instance(previous=previous)
+                        return True
+                    continue
                 missed_reads += 1
-                if missed_reads >= 2:
+                if missed_reads >= _MISSED_READS:
+                    await self._confirm_instance(previous=previous)
                     # The finished log no longer holds our last line: rotated away, with what followed.
-                    await self._gap(GapReason.ROTATION, before_ts_ns=None,
-                                    detail="the log's end lacks lines already delivered:"
-                                           " the file was rotated while disconnected")
-                    return
+                    if gap_if_missing:
+                        await self._gap(GapReason.ROTATION, before_ts_ns=None,
+                                        detail="the log's end lacks lines already delivered:"
+                                               " the file was rotated while disconnected")
+                    return False
                 continue
             # A partial last line is a cut, not the end: read again from the cursor. Only when the
             # same unfinished line comes back every time is it the log's real, newline-less end.
@@ -220,10 +359,59 @@ class ContainerFollower:
                 self._attempt = 0
             if same_partial >= self.settings.final_partial_reads:
                 await self._deliver_final_partial(result.partial)
-                return
+                return True
             self.metrics.reconnects.labels(result.ended).inc()
             if not result.new_lines and same_partial > 1:
-                await self._backoff()
+                await self._backoff(reason=result.ended)
+
+    async def _tail_ends_at_cursor(self, *, previous: bool) -> bool | None:
+        """Whether the log's last lines are the cursor's (True), or lines we lack (False).
+
+        None when the answer is empty or cut: an empty log, or a request cut
+        before its first byte, cannot be told apart.
+        """
+        cursor = self.cursor
+        last = cursor.last_ts_ns
+        try:
+            async with self.api.open_log(
+                namespace=self.namespace, name=self.pod, container=self.container, follow=False,
+                previous=previous, tail_lines=cursor.count_at_last + 1 if last is not None else 1,
+            ) as body:
+                data = await body.read()
+        except (errors.LogApiError, TimeoutError, aiohttp.ClientError, ConnectionError):
+            return None
+        complete = data[:data.rfind(b"\n") + 1]
+        if not complete:
+            return None
+        if last is None:
+            return False  # the log has lines and we have none
+        at_last = 0
+        for line in complete[:-1].split(b"\n"):
+            try:
+                ts = timestamps.parse_ns(line.partition(b" ")[0])
+            except timestamps.BadTimestamp:
+                return None
+            if ts > last:
+                return False
+            at_last += ts == last
+        return at_last <= cursor.count_at_last
+
+    async def _confirm_instance(self, *, previous: bool) -> None:
+        """Raise :class:`InstanceChanged` unless the pod still shows the cursor's instance there."""
+        state = None
+        while True:
+            try:
+                state = await self._read_state()
+                break
+            except errors.PodGone:
+                return  # nothing more can be read anyway
+            except errors.ApiUnavailable as exc:
+                await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
+        ours = self.cursor.container_id
+        shown = (state.previous_id if previous else state.container_id) if state is not None else None
+        if ours is not None and shown != ours and (previous or shown is not None):
+            raise InstanceChanged(f"{self.container}: {'previous' if previous else 'current'} instance"
+                                  f" is now {shown}, not {ours}")
 
     async def _deliver_final_partial(self, partial: bytes) -> None:
         parser = lines.StreamParser(container=self.container, cursor=self.cursor)
@@ -236,47 +424,67 @@ class ContainerFollower:
     # -- level 3: one request ------------------------------------------------------------------
 
     async def request(self, *, follow: bool, previous: bool = False) -> RequestResult:
-        """One log request from the cursor, read to its end; complete new lines go to the sink."""
+        """One log request from the cursor, read to its end; complete new lines go to the sink.
+
+        Raises :class:`InstanceChanged`, with nothing delivered and the cursor as it was,
+        when the stream turns out to serve a newer instance than the cursor's.
+        """
         cursor = self.cursor
         limit = self.settings.limit_bytes
         if limit is not None:
             limit = limit * self._limit_growth or None  # growth 0: this one request goes unlimited
         since = cursor.since_time_param()
         parser = lines.StreamParser(container=self.container, cursor=cursor)
+        # The kubelet serves whatever instance runs now (or ran before it): maybe not the cursor's.
+        saved = cursor.copy()
         loop = asyncio.get_running_loop()
         started = loop.time()
         result = RequestResult(ended="eof")
         sink, metrics, container = self.sink, self.metrics, self.container
         gap_checked = False
+
+        async def deliver(batch: lines.LineBatch) -> None:
+            nonlocal gap_checked
+            if not gap_checked:
+                gap_checked = True
+                if parser.replay_missed or saved.last_ts_ns is None:
+                    await self._check_instance(saved, previous=previous)
+                if parser.replay_missed:
+                    await self._gap(GapReason.ROTATION, after_ts_ns=parser.resumed_after_ns,
+                                    before_ts_ns=batch.first_ts_ns,
+                                    detail="the reconnect's replay lacks lines already delivered:"
+                                           " the log file was rotated while disconnected")
+            await sink.write(container, batch, cursor)
+            result.new_lines += batch.n_lines
+            metrics.lines.inc(batch.n_lines)
+            metrics.bytes.inc(len(batch.raw))
+            metrics.lag.observe(max(0.0, time.time() - batch.last_ts_ns / timestamps.NS_PER_SECOND))
+
         async with self.api.open_log(
             namespace=self.namespace, name=self.pod, container=container,
             follow=follow, previous=previous, since_time=since, limit_bytes=limit,
             tail_lines=self.settings.tail_lines if cursor.last_ts_ns is None and not previous else None,
         ) as body:
             try:
-                while True:
-                    data = await body.readany()
-                    if not data:
-                        break
-                    batch = parser.feed(data)
-                    if batch is None:
-                        continue
-                    if not gap_checked:
-                        gap_checked = True
-                        if parser.replay_missed:
-                            await self._gap(GapReason.ROTATION, after_ts_ns=parser.resumed_after_ns,
-                                            before_ts_ns=batch.first_ts_ns,
-                                            detail="the reconnect's replay lacks lines already delivered:"
-                                                   " the log file was rotated while disconnected")
-                    await sink.write(container, batch, cursor)
-                    result.new_lines += batch.n_lines
-                    metrics.lines.inc(batch.n_lines)
-                    metrics.bytes.inc(len(batch.raw))
-                    metrics.lag.observe(max(0.0, time.time() - batch.last_ts_ns / timestamps.NS_PER_SECOND))
-            except (TimeoutError, aiohttp.ServerTimeoutError):
-                result.ended = "read-timeout"
-            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError):
-                result.ended = "reset"
+                try:
+                    while True:
+                        data = await body.readany()
+                        if not data:
+                            break
+                        batch = parser.feed(data)
+                        if batch is not None:
+                            await deliver(batch)
+                except (TimeoutError, aiohttp.ServerTimeoutError):
+                    result.ended = "read-timeout"
+                except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError):
+                    result.ended = "reset"
+                if result.ended == "eof":
+                    batch = parser.finish()  # lines held while deciding replays: a clean end settles them
+                    if batch is not None:
+                        await deliver(batch)
+            except (InstanceChanged, errors.ApiUnavailable):
+                self.cursor = saved  # nothing of this stream was delivered
+                raise
         if parser.duplicates:
             metrics.duplicates.inc(parser.duplicates)
         result.partial = parser.partial
@@ -289,6 +497,57 @@ class ContainerFollower:
             self._limit_growth = 1
         return result
 
+    async def _check_instance(self, saved: LogCursor, *, previous: bool) -> None:
+        """Raise :class:`InstanceChanged` if the stream may serve another instance than ``saved``'s.
+
+        Called before a stream's first delivery when its replay did not prove it
+        (see the module docstring). Raises :class:`errors.ApiUnavailable` when
+        neither the pod nor the kubelet can be asked: the stream is then retried.
+        A ``previous=true`` stream is checked against ``lastState`` only.
+        """
+        try:
+            state = await self._read_state()
+        except errors.PodGone:
+            return  # the pod is gone: its last lines are kept rather than dropped
+        if previous:
+            if state is None or state.previous_id != saved.container_id:
+                raise InstanceChanged(f"{self.container}: the previous instance is now "
+                                      f"{state.previous_id if state else 'gone'}")
+            return
+        if state is None or state.container_id not in (None, saved.container_id):
+            raise InstanceChanged(f"{self.container}: now {state.container_id if state else 'gone'}")
+        if saved.last_ts_ns is not None and await self._previous_holds(saved):
+            raise InstanceChanged(f"{self.container}: the kubelet's previous instance holds our cursor")
+
+    async def _previous_holds(self, saved: LogCursor) -> bool:
+        """Whether the kubelet's ``previous=true`` log holds the cursor's last delivered lines."""
+        assert saved.last_ts_ns is not None
+        last, wanted = saved.last_ts_ns, saved.count_at_last
+        seen = 0
+        partial = b""
+        try:
+            async with self.api.open_log(namespace=self.namespace, name=self.pod, container=self.container,
+                                         follow=False, previous=True, since_time=saved.since_time_param(),
+                                         ) as body:
+                while seen < wanted:
+                    data = await body.readany()
+                    if not data:
+                        return False
+                    data = partial + data
+                    cut = data.rfind(b"\n") + 1
+                    partial = data[cut:]
+                    for line in data[:cut].split(b"\n")[:-1]:
+                        ts = timestamps.parse_ns(line.partition(b" ")[0])
+                        if ts > last:
+                            return False
+                        seen += ts == last
+                return True
+        except (errors.LogNotReady, errors.PodGone):
+            return False  # no previous instance (or no pod): the stream is the cursor's instance
+        except (TimeoutError, aiohttp.ClientError, ConnectionError, timestamps.BadTimestamp) as exc:
+            raise errors.ApiUnavailable(f"{self.container}: asking the kubelet for the previous instance:"
+                                        f" {type(exc).__name__}: {exc}") from exc
+
     async def _after_limit(self, result: RequestResult, parser: lines.StreamParser) -> None:
         """A ``limitBytes`` cut: resume normally, unless one line alone exceeds the limit."""
         if result.new_lines:
@@ -297,8 +556,9 @@ class ContainerFollower:
         if self._limit_growth < _LIMIT_GROWTH_MAX:
             self._limit_growth *= 2  # a second's replay or one long line is larger: ask for more
             return
-        if parser.replaying:
-            # Even the replay of one second exceeds the largest limit: read once without one.
+        if len(parser.partial) < parser.bytes_seen:
+            # Replayed lines before the cut (a second's replay exceeds the largest limit): read once
+            # without a limit.
             self._limit_growth = 0
             return
         # One line is longer than the largest limit: skip it, visibly.
@@ -334,14 +594,58 @@ class ContainerFollower:
         self.metrics.gaps.labels(reason.value).inc()
         await self.sink.gap(marker)
 
-    async def _backoff(self, *, retry_after: float | None = None) -> None:
-        """Sleep 2 s doubling to 30 s (by default), shortened by jitter; at least ``Retry-After``."""
+    def _note(self, reason: str, *, delay_s: float = 0.0, detail: str = "") -> None:
+        if self.on_reconnect is not None:
+            self.on_reconnect(Reconnect(self.container, reason, delay_s, detail))
+
+    async def _backoff(self, *, reason: str | None = None, retry_after: float | None = None,
+                       detail: str = "") -> None:
+        """Sleep 2 s doubling to 30 s (by default), shortened by jitter; at least ``Retry-After``.
+
+        ``reason`` counts the wait as a reconnect of that kind (metric and note).
+        """
         s = self.settings
         delay = s.backoff(self._attempt) * (1.0 - s.backoff_jitter * self.rng.random())
         self._attempt += 1
         if retry_after is not None:
             delay = max(delay, min(retry_after, s.backoff_max_s * 10))
+        if reason is not None:
+            if reason == "api-unavailable":
+                self.metrics.reconnects.labels(reason).inc()
+            self._note(reason, delay_s=delay, detail=detail)
         await asyncio.sleep(delay)
+
+
+async def read_pod(
+    *,
+    api: PodLogApi,
+    namespace: str,
+    pod: str,
+    settings: FollowSettings | None = None,
+    rng: random.Random | None = None,
+    on_reconnect: Callable[[Reconnect], None] | None = None,
+) -> dict[str, Any]:
+    """Read the pod, backing off and retrying while the API is unreadable (5xx, 429, network).
+
+    Gives up after ``settings.start_attempts`` reads, if set. Raises
+    :class:`errors.PodGone` (404) and :class:`errors.ApiFatal` at once.
+    """
+    settings = settings or FollowSettings()
+    rng = rng or _JITTER
+    attempt = 0
+    while True:
+        try:
+            return await api.read_pod(namespace=namespace, name=pod)
+        except errors.ApiUnavailable as exc:
+            if settings.start_attempts is not None and attempt + 1 >= settings.start_attempts:
+                raise
+            delay = settings.backoff(attempt) * (1.0 - settings.backoff_jitter * rng.random())
+            if exc.retry_after_s is not None:
+                delay = max(delay, min(exc.retry_after_s, settings.backoff_max_s * 10))
+            attempt += 1
+            if on_reconnect is not None:
+                on_reconnect(Reconnect("*", "api-unavailable", delay, str(exc)))
+            await asyncio.sleep(delay)
 
 
 async def follow_pod(
@@ -355,6 +659,7 @@ async def follow_pod(
     metrics: LogMetrics | None = None,
     follow: bool = True,
     rng: random.Random | None = None,
+    on_reconnect: Callable[[Reconnect], None] | None = None,
 ) -> dict[str, LogEnd]:
     """Follow the chosen containers of a pod (all by default) until each one's log is over.
 
@@ -363,8 +668,8 @@ async def follow_pod(
     """
     settings = settings or FollowSettings()
     metrics = metrics or for_registry()
-    pod_obj = await api.read_pod(namespace=namespace, name=pod)
-    names = podstate.container_names(pod_obj)
+    names = podstate.container_names(await read_pod(api=api, namespace=namespace, pod=pod, settings=settings,
+                                                    rng=rng))
     if containers:
         unknown = [c for c in containers if c not in names]
         if unknown:
@@ -373,8 +678,8 @@ async def follow_pod(
         names = list(containers)
     followers = [
         ContainerFollower(api=api, namespace=namespace, pod=pod, container=name, sink=sink,
-                          settings=settings, metrics=metrics, follow=follow,
-                          rng=random.Random(rng.random()) if rng is not None else random.Random())
+                          settings=settings, metrics=metrics, follow=follow, on_reconnect=on_reconnect,
+                          rng=random.Random(rng.random()) if rng is not None else _JITTER)
         for name in names
     ]
     try:

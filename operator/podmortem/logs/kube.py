@@ -1,11 +1,17 @@
 """The two API calls a follower needs: read a pod, open its log stream.
 
 kubernetes_asyncio's ``read_namespaced_pod_log`` has no ``since_time`` and
-sends booleans as ``True``/``False``, so the log path goes through
-``ApiClient.call_api`` with our own query parameters and
-``_preload_content=False``. Then no ApiException is raised: the status is
-checked here and turned into the follower's error classes. Pods are read the
-same way and parsed as plain JSON, which skips the slow model classes.
+sends booleans as ``True``/``False``, so log requests carry our own query
+parameters, and the status is checked here and turned into the follower's
+error classes. Pods are parsed as plain JSON, which skips the slow model classes.
+
+Two transports carry the requests. :class:`ApiClientTransport` goes through a
+kubernetes_asyncio ``ApiClient`` (``call_api`` with ``_preload_content=False``):
+the operator's path, with every authentication kubernetes_asyncio supports.
+:class:`SessionTransport` is one plain aiohttp session built from a
+:class:`~podmortem.logs.kubeconfig.ClusterAccess`: the CLI's path, which never
+imports kubernetes_asyncio (half a second of start-up), and the lightest one per
+stream (one shared connector, no per-request configuration objects).
 """
 
 from __future__ import annotations
@@ -13,13 +19,18 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote
 
 import aiohttp
-from kubernetes_asyncio import client
 
 from podmortem.logs import errors
 from podmortem.logs.settings import FollowSettings
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio import client
+
+    from podmortem.logs.kubeconfig import ClusterAccess
 
 _LOG_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/log"
 _POD_PATH = "/api/v1/namespaces/{namespace}/pods/{name}"
@@ -60,27 +71,94 @@ def error_for(status: int, headers: Mapping[str, str], body: bytes, *, what: str
     return errors.ApiFatal(message, status=status)
 
 
-class PodLogApi:
-    """Reads pods and opens log streams through one kubernetes_asyncio ``ApiClient``."""
+class Transport(Protocol):
+    """Sends one GET to the API server and returns the response unread, whatever its status."""
 
-    def __init__(self, api_client: client.ApiClient, *, settings: FollowSettings) -> None:
+    async def get(self, path: str, *, query: list[tuple[str, str]],
+                  client_timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse: ...
+
+
+class ApiClientTransport:
+    """Requests through a kubernetes_asyncio ``ApiClient`` (its auth, TLS, proxy and plugins)."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
         self._api = api_client
+
+    async def get(self, path: str, *, query: list[tuple[str, str]],
+                  client_timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+        response: aiohttp.ClientResponse = await self._api.call_api(
+            path, "GET", query_params=query, header_params={"Accept": "*/*"},
+            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=client_timeout,
+        )
+        return response
+
+
+class SessionTransport:
+    """Requests on one aiohttp session with a kubeconfig's server, TLS and credentials.
+
+    Use as an async context manager; all streams share its one connector
+    (no connection limit: each followed container holds one connection).
+    """
+
+    def __init__(self, access: ClusterAccess) -> None:
+        self.access = access
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> SessionTransport:
+        connector = aiohttp.TCPConnector(limit=0, ssl=self.access.ssl_context or False)
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def get(self, path: str, *, query: list[tuple[str, str]],
+                  client_timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+        if self._session is None:
+            raise RuntimeError("SessionTransport is not open: use it with `async with`")
+        access = self.access
+        return await self._session.get(
+            access.server + path, params=query, headers=access.headers(), timeout=client_timeout,
+            proxy=access.proxy, server_hostname=access.tls_server_name,
+        )
+
+
+@contextlib.asynccontextmanager
+async def dedicated_api_client(configuration: client.Configuration) -> AsyncIterator[client.ApiClient]:
+    """An ``ApiClient`` for log streams only: a copy of ``configuration`` with no connection limit.
+
+    kubernetes_asyncio caps an ``ApiClient`` at 100 connections by default. A log
+    follow holds its connection for hours, so sharing that client would leave the
+    101st followed container (and every other API call on the client) waiting.
+    """
+    import copy
+
+    from kubernetes_asyncio import client as k8s_client
+
+    configuration = copy.copy(configuration)
+    configuration.connection_pool_maxsize = 0  # aiohttp: no limit
+    async with k8s_client.ApiClient(configuration) as api_client:
+        yield api_client
+
+
+class PodLogApi:
+    """Reads pods and opens log streams through a kubernetes_asyncio ``ApiClient`` or a transport."""
+
+    def __init__(self, api: client.ApiClient | Transport, *, settings: FollowSettings) -> None:
+        self._transport: Transport = (
+            ApiClientTransport(api) if hasattr(api, "call_api") else api  # type: ignore[arg-type]
+        )
         self._settings = settings
 
     async def _call(
         self, path: str, *, namespace: str, name: str,
         query: list[tuple[str, str]], client_timeout: aiohttp.ClientTimeout, what: str,
     ) -> aiohttp.ClientResponse:
+        path = path.format(namespace=quote(namespace, safe=""), name=quote(name, safe=""))
         try:
-            response: aiohttp.ClientResponse = await self._api.call_api(
-                path, "GET",
-                path_params={"namespace": namespace, "name": name},
-                query_params=query,
-                header_params={"Accept": "*/*"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=client_timeout,
-            )
+            response = await self._transport.get(path, query=query, client_timeout=client_timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise errors.ApiUnavailable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from exc
         if response.status != 200:

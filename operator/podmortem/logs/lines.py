@@ -16,6 +16,7 @@ strip timestamps for printing), whatever its number of lines.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
@@ -97,6 +98,40 @@ class LineBatch(Sequence[LogLine]):
         return f"LineBatch(container={self.container!r}, n_lines={self.n_lines}, bytes={len(self.raw)})"
 
 
+def _stamp_at(block: bytes, start: int) -> int:
+    """Timestamp of the line starting at ``start``."""
+    nl = block.find(b"\n", start)
+    space = block.find(b" ", start, nl)
+    return timestamps.parse_ns(block[start:space if space >= 0 else nl])
+
+
+def _first_at_or_after(block: bytes, ts_ns: int) -> int:
+    """Offset of the first line with a timestamp >= ``ts_ns`` (``len(block)`` if none).
+
+    Bisects over byte offsets, parsing O(log lines) stamps. Timestamps never
+    go back within one instance's log, the same premise as
+    :meth:`LogCursor.advance_block`.
+    """
+    if _stamp_at(block, 0) >= ts_ns:
+        return 0
+    lo, hi = 0, len(block)  # lo: a line start older than ts_ns; hi: the answer's upper bound
+    while True:
+        nl = block.find(b"\n", (lo + hi) // 2, hi)
+        if nl < 0 or nl + 1 >= hi:
+            nl = block.find(b"\n", lo, hi)  # no line starts between mid and hi: try lo's next line
+            if nl + 1 >= hi:
+                return hi
+        candidate = nl + 1
+        if _stamp_at(block, candidate) < ts_ns:
+            lo = candidate
+        else:
+            hi = candidate
+
+
+#: Bytes of lines at the cursor's timestamp held back while deciding which are replays.
+_HOLD_MAX = 4 << 20
+
+
 def _last_line_start(block: bytes, end: int) -> int:
     """Index where the line ending at ``block[end] == '\\n'`` starts."""
     return block.rfind(b"\n", 0, end) + 1
@@ -122,9 +157,10 @@ class StreamParser:
     resumed_after_ns: int | None = None
     #: Replayed lines skipped as duplicates in this stream.
     duplicates: int = 0
-    #: Complete lines (new or replayed) and bytes received in this stream.
-    lines_seen: int = 0
+    #: Bytes received in this stream.
     bytes_seen: int = 0
+    #: Complete lines at the cursor's timestamp not yet known to be replays or new (see feed).
+    held: bytes = b""
 
     def __post_init__(self) -> None:
         self.cursor.begin_replay()
@@ -134,8 +170,9 @@ class StreamParser:
     def feed(self, data: bytes) -> LineBatch | None:
         """Take the next chunk; return the complete new lines it finishes, if any."""
         self.bytes_seen += len(data)
-        if self.partial:
-            data = self.partial + data
+        if self.partial or self.held:
+            data = self.held + self.partial + data
+            self.held = b""
         cut = data.rfind(b"\n")
         if cut < 0:
             self.partial = data
@@ -147,19 +184,85 @@ class StreamParser:
         else:
             block = data[:end]
             self.partial = data[end:]
-        self.lines_seen += block.count(b"\n")
         if self.replaying:
             start = self._skip_replayed(block)
+            if start is None:
+                return None
             if start == len(block):
                 return None
             if start:
                 block = block[start:]
         return self._advance(block)
 
-    def _skip_replayed(self, block: bytes) -> int:
+    def finish(self) -> LineBatch | None:
+        """At a clean end of the stream: settle held lines by counting alone; return the new ones."""
+        if not self.held:
+            return None
+        block, self.held = self.held, b""
+        start = self._count_replayed(block, 0)
+        return self._advance(block[start:]) if start < len(block) else None
+
+    def _skip_replayed(self, block: bytes) -> int | None:
+        """Skip lines an earlier connection delivered; return the offset of the first new one.
+
+        Lines older than the cursor's timestamp are replays whatever their number,
+        so they are skipped in one step, found by bisection (a replay may resend
+        up to a second of lines: tens of thousands for a busy trainer). Of the
+        lines at the cursor's own timestamp, the replays end with the last
+        delivered line, recognised by its checksum: if the file was rotated
+        inside that burst, fewer of them come back than were delivered, and
+        counting alone would take new lines for replays. While the burst is not
+        over and the last line not seen yet, its lines are held (None returned)
+        until more data decides; a clean end settles them by counting (:meth:`finish`).
+        """
+        cursor = self.cursor
+        last = cursor.last_ts_ns
+        if last is None:
+            self.replaying = False
+            return 0
+        pos = _first_at_or_after(block, last)
+        if pos:
+            self.duplicates += block.count(b"\n", 0, pos)
+        crc = cursor.last_line_crc
+        if crc is None:
+            return self._count_replayed(block, pos)
+        run_start = pos
+        size = len(block)
+        count = cursor.count_at_last
+        seen = 0  # lines of the burst looked at
+        best_end = -1  # end of the last line matching our last line's checksum, within ``count``
+        best_seen = 0
+        while pos < size and seen < count:
+            nl = block.index(b"\n", pos)
+            space = block.find(b" ", pos, nl)
+            if timestamps.parse_ns(block[pos:space if space >= 0 else nl]) != last:
+                break  # the burst at the cursor's timestamp is over
+            seen += 1
+            if zlib.crc32(block[pos:nl]) == crc:
+                best_end, best_seen = nl + 1, seen  # the latest match wins: identical lines repeat
+            pos = nl + 1
+        if pos >= size and seen < count:
+            if run_start == size:
+                return size  # only older lines so far
+            if size - run_start > _HOLD_MAX:
+                return self._count_replayed(block, run_start)  # a burst too long to hold: count
+            self.held = block[run_start:]  # the burst may go on in the next chunk: decide then
+            return None
+        self.replaying = False
+        if best_end >= 0:
+            # Our last delivered line: up to it, replays; after it, new lines. Found before the
+            # count was reached, it means the file lost the burst's first lines (we had them).
+            self.duplicates += best_seen
+            cursor.replay_reached_last()
+            return best_end
+        # The burst holds no line we delivered last: the file was rotated inside it (or after
+        # it), and every line of it here is new.
+        self.replay_missed = count > 0
+        return run_start
+
+    def _count_replayed(self, block: bytes, pos: int) -> int:
         """Offer lines to the cursor one by one until the first new one; return its offset."""
         cursor = self.cursor
-        pos = 0
         size = len(block)
         while pos < size:
             nl = block.index(b"\n", pos)
@@ -177,6 +280,7 @@ class StreamParser:
         count = block.count(b"\n")
         end = len(block) - 1
         start = _last_line_start(block, end)
+        last_crc = zlib.crc32(block[start:end])
         space = block.find(b" ", start, end)
         last_stamp = block[start:space if space >= 0 else end]
         last_ts = timestamps.parse_ns(last_stamp)
@@ -194,7 +298,7 @@ class StreamParser:
         else:
             space = block.find(b" ", 0, block.index(b"\n"))
             first_ts = timestamps.parse_ns(block[:space if space >= 0 else block.index(b"\n")])
-        self.cursor.advance_block(last_ts_ns=last_ts, trailing=trailing, count=count)
+        self.cursor.advance_block(last_ts_ns=last_ts, trailing=trailing, count=count, last_line_crc=last_crc)
         return LineBatch(
             container=self.container, raw=block, count=count, first_ts_ns=first_ts, last_ts_ns=last_ts
         )

@@ -9,8 +9,12 @@ prometheus-client refuses to register a metric name twice.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from typing import Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 #: Why a stream ended and was reopened (the ``reason`` label of ``reconnects_total``).
 RECONNECT_REASONS = ("eof", "read-timeout", "reset", "http-error", "api-unavailable", "limit-bytes",
@@ -69,3 +73,33 @@ def for_registry(registry: CollectorRegistry | None = None) -> LogMetrics:
             entry = (registry, LogMetrics(registry))
             _BY_REGISTRY[id(registry)] = entry
         return entry[1]
+
+
+class StoreCounters(Protocol):
+    """What :class:`StoreCollector` reads: a ``LogStore``'s own running totals."""
+
+    lines_total: int
+    bytes_total: int
+    gaps_total: int
+
+
+class StoreCollector(Collector):
+    """Exports a log store's counters when scraped, so its write path makes no metric calls.
+
+    Register with ``registry.register(StoreCollector(store))`` (``LogStore(registry=...)`` does it
+    while the store is open). Totals count from the store's opening, like a process's counters.
+    """
+
+    def __init__(self, store: StoreCounters) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[Metric]:
+        store = self._store
+        yield CounterMetricFamily("podmortem_logs_store_lines", "Log lines written to the durable store.",
+                                  value=store.lines_total)
+        yield CounterMetricFamily("podmortem_logs_store_bytes",
+                                  "Bytes written to the durable store's segments (lines and batch headers).",
+                                  value=store.bytes_total)
+        yield CounterMetricFamily("podmortem_logs_store_gaps",
+                                  "Gap markers (possible losses) written to the durable store.",
+                                  value=store.gaps_total)

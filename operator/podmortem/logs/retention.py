@@ -145,6 +145,7 @@ def save_tombstone(instance_dir: Path, last_segment: Path) -> None:
         "last_ts": head.cursor_last_ts,
         "count": head.cursor_count,
         "delivered": head.cursor_delivered,
+        "line_crc": head.cursor_line_crc,
         "index": head.index_after,
         "ended": head.kind is segments.BatchKind.END,
     }

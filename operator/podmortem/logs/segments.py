@@ -54,7 +54,11 @@ BATCH_MAGIC = b"PMB\x01"
 
 #: magic, kind, n_lines, payload_len, first_ts, last_ts, index_after,
 #: cursor.last_ts_ns, cursor.count_at_last, cursor.delivered
-_HEAD = struct.Struct("<4sB3xIIqqQqI4xQ")
+#: magic, kind, flags, n_lines, payload_len, first_ts, last_ts, index_after,
+#: cursor last_ts, cursor count, cursor last-line CRC (valid if flags has _HAS_LINE_CRC), cursor delivered.
+_HEAD = struct.Struct("<4sBB2xIIqqQqIIQ")
+#: Header flag: the cursor's last-line checksum is present (segments written before it have 0 there).
+_HAS_LINE_CRC = 1
 _CRC = struct.Struct("<I")
 _TRAILER = struct.Struct("<I")
 HEADER_SIZE = _HEAD.size + _CRC.size
@@ -95,6 +99,8 @@ class BatchHeader:
     cursor_last_ts: int
     cursor_count: int
     cursor_delivered: int
+    #: CRC-32 of the cursor's last delivered line, if the follower knew it (None: unknown).
+    cursor_line_crc: int | None = None
 
     @property
     def total_len(self) -> int:
@@ -112,6 +118,8 @@ class CursorFields:
     last_ts: int
     count: int
     delivered: int
+    #: ``LogCursor.last_line_crc``: lets a resumed follower recognise its last line after a rotation.
+    line_crc: int | None = None
 
 
 def _to_le(arr: array[int]) -> bytes:
@@ -139,9 +147,10 @@ def _frame(
     index_after: int,
     cursor: CursorFields,
 ) -> bytes:
+    flags = 0 if cursor.line_crc is None else _HAS_LINE_CRC
     head = _HEAD.pack(
-        BATCH_MAGIC, kind, n_lines, len(payload), first_ts, last_ts, index_after,
-        cursor.last_ts, cursor.count, cursor.delivered,
+        BATCH_MAGIC, kind, flags, n_lines, len(payload), first_ts, last_ts, index_after,
+        cursor.last_ts, cursor.count, cursor.line_crc or 0, cursor.delivered,
     )
     crc = zlib.crc32(payload, zlib.crc32(head))
     total = HEADER_SIZE + len(payload) + TRAILER_SIZE
@@ -204,7 +213,10 @@ def decode_header(data: bytes | memoryview) -> BatchHeader:
         kind = BatchKind(fields[1])
     except ValueError as exc:
         raise BadBatch(f"unknown batch kind {fields[1]}") from exc
-    return BatchHeader(kind, *fields[2:])
+    (_, _, flags, n_lines, payload_len, first_ts, last_ts, index_after,
+     cursor_last_ts, cursor_count, line_crc, cursor_delivered) = fields
+    return BatchHeader(kind, n_lines, payload_len, first_ts, last_ts, index_after, cursor_last_ts,
+                       cursor_count, cursor_delivered, line_crc if flags & _HAS_LINE_CRC else None)
 
 
 def check_batch(data: bytes | memoryview, offset: int) -> BatchHeader:

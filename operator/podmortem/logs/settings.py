@@ -45,6 +45,13 @@ class FollowSettings:
     #: that line is taken as the log's true end (a program that exited without a newline).
     final_partial_reads: int = 3
 
+    #: Reads of the pod at the start (before any line was read) while the API is unreadable,
+    #: before giving up with :class:`~podmortem.logs.errors.ApiUnavailable`; None: retry forever.
+    #: An operator retries forever; the CLI gives up after a few (``podmortem logs`` at a dead
+    #: address is more often a wrong kubeconfig than an API hiccup). Once following, errors are
+    #: always retried.
+    start_attempts: int | None = None
+
     def backoff(self, attempt: int) -> float:
         """The back-off before retry number ``attempt`` (0-based), before jitter."""
         return float(min(self.backoff_max_s, self.backoff_min_s * (2 ** min(attempt, 30))))

@@ -18,7 +18,10 @@ Consistency: the cursor is written *in* the data. Each batch header carries the
 cursor handed over with that batch, plus a CRC; on open the last segment is
 scanned and cut at the first torn batch, and the cursor is read from the last
 intact one. After a kill at any point, the reopened cursor covers exactly the
-lines on disk: the follower resumes with no loss and no duplicate.
+lines on disk: the follower resumes with no loss and no duplicate. The header
+also keeps the checksum of the cursor's last line, so a resumed follower can
+still tell where it was when the kubelet rotated the file inside a burst of
+lines sharing one timestamp.
 
 fsync policy (``StoreSettings.fsync_interval_s``):
 
@@ -55,12 +58,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from podmortem.logs import retention, segments
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, GapMarker, LogEnd, LogLine
 from podmortem.logs.lines import LineBatch
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from podmortem.logs import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +192,7 @@ class Instance:
             last_ts_ns=None if c.last_ts == segments.NO_TS else c.last_ts,
             count_at_last=c.count,
             delivered=c.delivered,
+            last_line_crc=c.line_crc,
         )
 
     def notify(self) -> None:
@@ -224,15 +233,18 @@ def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
         break
     if last is not None:
         inst.index = last.index_after
-        inst.cursor = segments.CursorFields(last.cursor_last_ts, last.cursor_count, last.cursor_delivered)
+        inst.cursor = segments.CursorFields(last.cursor_last_ts, last.cursor_count, last.cursor_delivered,
+                                            last.cursor_line_crc)
         if last.kind is segments.BatchKind.END:
             inst.ended = end_from_event(container, segments.decode_event(_read_payload(inst, last)))
     else:
         with contextlib.suppress(FileNotFoundError):
             tomb = json.loads((path / retention.TOMBSTONE).read_text())
             inst.index = int(tomb["index"])
+            crc = tomb.get("line_crc")
             inst.cursor = segments.CursorFields(
-                int(tomb["last_ts"]), int(tomb["count"]), int(tomb["delivered"])
+                int(tomb["last_ts"]), int(tomb["count"]), int(tomb["delivered"]),
+                None if crc is None else int(crc),
             )
             if tomb.get("ended"):
                 inst.ended = LogEnd(container, inst.container_id, EndReason.STOPPED)
@@ -282,8 +294,11 @@ class LogStore:
     """
 
     def __init__(self, root: str | os.PathLike[str], *, settings: StoreSettings | None = None,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, registry: CollectorRegistry | None = None) -> None:
         self.root = Path(root)
+        #: Where the store's counters are exported while it is open (None: nowhere).
+        self._registry = registry
+        self._collector: metrics.StoreCollector | None = None
         self.settings = settings or StoreSettings()
         self.read_only = read_only
         self._pods: dict[tuple[str, str], Pod] = {}
@@ -321,11 +336,19 @@ class LogStore:
             if self.settings.fsync_interval_s:
                 loop_tasks.append(self._flush_forever(self.settings.fsync_interval_s))
             self._tasks = [asyncio.create_task(coro) for coro in loop_tasks]
+        if self._registry is not None:
+            from podmortem.logs import metrics  # prometheus_client only where metrics are wanted
+
+            self._collector = metrics.StoreCollector(self)
+            self._registry.register(self._collector)
         self._open = True
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
+        if self._collector is not None and self._registry is not None:
+            self._registry.unregister(self._collector)
+            self._collector = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -602,7 +625,7 @@ class LogStore:
         inst = self._instance_for_write(pod, container, cursor.container_id)
         fields = segments.CursorFields(
             segments.NO_TS if cursor.last_ts_ns is None else cursor.last_ts_ns,
-            cursor.count_at_last, cursor.delivered,
+            cursor.count_at_last, cursor.delivered, cursor.last_line_crc,
         )
 
         raw = getattr(lines, "raw", None)
@@ -653,6 +676,11 @@ class LogStore:
         inst.notify()
 
     # --- reading ---------------------------------------------------------------------------------
+
+    def instances(self, *, namespace: str, pod: str, container: str) -> list[Instance]:
+        """Every stored instance of a container, oldest first (one per container restart)."""
+        self._check_open()
+        return list(self._instances(self._pod(namespace, pod), check_name("container", container)))
 
     def find(self, *, namespace: str, pod: str, container: str | None = None,
              previous: bool = False) -> Instance:

@@ -9,7 +9,7 @@ pods with :meth:`PodLogsApi.add_pod`, make containers write with
 from podmortem.testing import faults
 from podmortem.testing.apiserver import KubernetesApi, write_kubeconfig
 from podmortem.testing.cluster import kubeconfig_for, running_cluster
-from podmortem.testing.kubelet import Container, Pod, PodLogsApi, awkward_text, plain_text
+from podmortem.testing.kubelet import Container, Pod, PodLogsApi, awkward_text, plain_text, repetitive_text
 
 __all__ = [
     "Container",
@@ -20,6 +20,7 @@ __all__ = [
     "faults",
     "kubeconfig_for",
     "plain_text",
+    "repetitive_text",
     "running_cluster",
     "write_kubeconfig",
 ]

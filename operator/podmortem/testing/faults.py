@@ -55,9 +55,12 @@ class Rotate:
     """Before serving, write ``write_before`` lines and rotate the file: all earlier lines are gone.
 
     The follower is disconnected at that moment, so the lines it had not read yet are lost.
+    ``keep`` lines at the end stay in the new file: the runtime wrote them after the switch,
+    so a rotation can fall inside a burst of lines that share one timestamp.
     """
 
     write_before: int = 0
+    keep: int = 0
 
 
 @dataclass(frozen=True)

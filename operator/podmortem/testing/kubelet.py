@@ -47,6 +47,15 @@ def plain_text(container: str, instance: int) -> LineText:
     return lambda seq: prefix + b"%d step=%d loss=0.%04d" % (seq, seq // 7, seq % 9973)
 
 
+def repetitive_text(container: str, instance: int) -> LineText:
+    """Lines that repeat (empty lines, the same progress tick): only their position tells them apart.
+
+    With bursts sharing a timestamp, identical lines are identical on the wire too, which is
+    what a resume that matches lines by content must not trip over.
+    """
+    return lambda seq: b"" if seq % 3 == 0 else b"tick"
+
+
 def awkward_text(container: str, instance: int) -> LineText:
     """Unique lines with the hard cases mixed in: ``\\r``, ANSI, invalid UTF-8, multi-byte, >16 KiB."""
     prefix = f"{container} {instance} ".encode()
@@ -75,6 +84,8 @@ class LogFile:
         self.ends = array.array("Q")
         #: Index of the first line still in the current file; rotation moves it forward.
         self.first_line = 0
+        #: ``first_line`` after each rotation, in order: where lines may have been lost.
+        self.rotations: list[int] = []
         self.closed = False
         self._changed = asyncio.Event()
 
@@ -99,9 +110,16 @@ class LogFile:
         self.ends.extend(base + e for e in ends_in_block)
         self.notify()
 
-    def rotate(self) -> None:
-        self.first_line = len(self.ts)
+    def rotate(self, *, keep: int = 0) -> None:
+        """Start a new file: only the last ``keep`` lines (written after the rotation) stay readable."""
+        self.first_line = max(self.first_line, len(self.ts) - keep)
+        self.rotations.append(self.first_line)
         self.notify()
+
+    def lines(self) -> list[tuple[int, bytes]]:
+        """Every line this instance ever wrote, rotated or not: (timestamp ns, text)."""
+        texts = bytes(self.data).split(b"\n")[:-1]
+        return [(ts, line.partition(b" ")[2]) for ts, line in zip(self.ts, texts, strict=True)]
 
     def close(self) -> None:
         self.closed = True
@@ -111,9 +129,11 @@ class LogFile:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def wait_changed(self, timeout: float) -> None:
+    async def wait_changed(self, *, within_s: float) -> None:
+        """Return when lines are added, the file rotates or closes, or after ``within_s`` seconds."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            async with asyncio.timeout(within_s):
+                await self._changed.wait()
 
     def start_line(self, *, since_ns: int | None, tail_lines: int | None) -> int:
         start = self.first_line
@@ -224,8 +244,8 @@ class Container:
         self.pod.touch()
         return inst
 
-    def rotate(self) -> None:
-        self.current.log.rotate()
+    def rotate(self, *, keep: int = 0) -> None:
+        self.current.log.rotate(keep=keep)
 
     def status(self) -> dict[str, Any]:
         inst = self.current
@@ -326,6 +346,7 @@ class PodLogsApi(KubernetesApi):
     #: Log requests served, for tests to check the query parameters the client sent.
     log_requests: list[dict[str, str]] = attrs.field(factory=list, init=False)
     _closing: bool = attrs.field(default=False, init=False)
+    _closed: asyncio.Event = attrs.field(factory=asyncio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -350,6 +371,7 @@ class PodLogsApi(KubernetesApi):
 
     async def __aexit__(self, *exc: Any) -> None:
         self._closing = True
+        self._closed.set()
         for pod in self.pods.values():
             for c in pod.containers.values():
                 for inst in c.instances:
@@ -397,7 +419,7 @@ class PodLogsApi(KubernetesApi):
             return _error_response(fault)
         if isinstance(fault, faults.Rotate):
             container.write(fault.write_before)
-            container.rotate()
+            container.rotate(keep=fault.keep)
             fault = None
         elif isinstance(fault, faults.Write):
             container.write(fault.lines)
@@ -465,7 +487,8 @@ class PodLogsApi(KubernetesApi):
                 break
             if raw.transport is None or raw.transport.is_closing():
                 return response
-            await log.wait_changed(_POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - loop.time())))
+            wait = _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - loop.time()))
+            await log.wait_changed(within_s=wait)
         await response.write_eof()
         return response
 
@@ -476,8 +499,12 @@ class PodLogsApi(KubernetesApi):
                 raw.transport.abort()
             return response
         if isinstance(fault, faults.Stall):
+            # aiohttp tells a handler nothing when its client goes away: look at the transport
+            # every poll, and wake at once when the server closes.
             while not self._closing and raw.transport is not None and not raw.transport.is_closing():
-                await asyncio.sleep(_POLL_S)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_POLL_S):
+                        await self._closed.wait()
             return response
         if isinstance(fault, faults.Restart):
             container.restart(new_lines=fault.new_lines)

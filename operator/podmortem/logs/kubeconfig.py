@@ -1,0 +1,250 @@
+"""Where the API is and how to authenticate, from a kubeconfig or the pod's service account.
+
+``podmortem logs`` needs two GET calls. kubernetes_asyncio's loader brings its
+whole client with it (~0.5 s of imports at every start), more than ``kubectl
+logs`` takes to print a million lines, so this reads the common kubeconfig
+forms itself: bearer tokens (inline or ``tokenFile``), client certificates,
+basic auth, the cluster CA, ``insecure-skip-tls-verify``, ``tls-server-name``
+and ``proxy-url``. Users with an ``exec`` or ``auth-provider`` plugin get
+:attr:`ClusterAccess.plugin` set: the caller then uses kubernetes_asyncio's
+full loader, which runs plugins and refreshes their credentials.
+
+Where the configuration comes from, first found wins: an explicit path, then
+``$KUBECONFIG`` (a list, merged as kubectl merges it: the first file to set a
+value wins), then the in-cluster service account, then ``~/.kube/config``.
+Everything here is synchronous and runs before the event loop starts.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+#: Bound service-account tokens rotate (hourly by default); re-read the file this often (seconds).
+TOKEN_REREAD_S = 60.0
+
+
+class KubeconfigError(Exception):
+    """No usable cluster configuration was found, or it is malformed: the message says which."""
+
+
+@dataclass
+class ClusterAccess:
+    """The API server's address and the credentials to reach it."""
+
+    #: Base URL of the API server, without a trailing slash (it may carry a path prefix).
+    server: str
+    #: The kubeconfig context's namespace (or the service account's), if any.
+    namespace: str | None = None
+    #: TLS settings for https servers; None for plain http.
+    ssl_context: ssl.SSLContext | None = None
+    #: ``tls-server-name``: the name to verify the server certificate against.
+    tls_server_name: str | None = None
+    #: ``proxy-url`` of the cluster entry.
+    proxy: str | None = None
+    #: A fixed ``Authorization`` header value (``Bearer ...`` or ``Basic ...``).
+    authorization: str | None = None
+    #: A token file read at most every :data:`TOKEN_REREAD_S` seconds (rotating tokens).
+    token_file: Path | None = None
+    #: Where this came from, for error messages ("kubeconfig /path", "in-cluster").
+    source: str = ""
+    #: The user needs an ``exec`` or ``auth-provider`` plugin: use kubernetes_asyncio's loader.
+    plugin: bool = False
+    #: The kubeconfig file(s) to hand to that loader when :attr:`plugin` is set.
+    config_files: tuple[Path, ...] = ()
+    _token: str | None = field(default=None, repr=False)
+    _token_read_at: float = field(default=-1e18, repr=False)
+
+    def headers(self) -> dict[str, str]:
+        """Headers for every request; re-reads a rotating token file when due."""
+        headers = {"Accept": "*/*"}
+        if self.token_file is not None:
+            now = time.monotonic()
+            if self._token is None or now - self._token_read_at >= TOKEN_REREAD_S:
+                try:
+                    self._token = self.token_file.read_text().strip()
+                except OSError as exc:
+                    if self._token is None:
+                        raise KubeconfigError(f"cannot read token file {self.token_file}: {exc}") from exc
+                self._token_read_at = now
+            headers["Authorization"] = f"Bearer {self._token}"
+        elif self.authorization is not None:
+            headers["Authorization"] = self.authorization
+        return headers
+
+
+def load(path: str | os.PathLike[str] | None = None, *,
+         environ: dict[str, str] | None = None, home: Path | None = None) -> ClusterAccess:
+    """Find the configuration: ``path``, then ``$KUBECONFIG``, then in-cluster, then ``~/.kube/config``."""
+    env = dict(os.environ) if environ is None else environ
+    if path:
+        file = Path(path).expanduser()
+        if not file.is_file():
+            raise KubeconfigError(f"kubeconfig {file} does not exist")
+        return from_kubeconfig([file])
+    listed = env.get("KUBECONFIG", "")
+    if listed:
+        files = [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
+        existing = [f for f in files if f.is_file()]
+        if not existing:
+            raise KubeconfigError(f"KUBECONFIG={listed} names no existing file")
+        return from_kubeconfig(existing)
+    if env.get("KUBERNETES_SERVICE_HOST") and env.get("KUBERNETES_SERVICE_PORT"):
+        return in_cluster(env)
+    default = (home or Path.home()) / ".kube" / "config"
+    if default.is_file():
+        return from_kubeconfig([default])
+    raise KubeconfigError("no kubeconfig: pass --kubeconfig, set KUBECONFIG, run in a pod, "
+                          "or create ~/.kube/config")
+
+
+def in_cluster(env: dict[str, str], *, account_dir: Path = SERVICE_ACCOUNT_DIR) -> ClusterAccess:
+    """The pod's service account: the API's service address, its CA and a rotating token."""
+    host, port = env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    token = account_dir / "token"
+    ca = account_dir / "ca.crt"
+    if not token.is_file() or not ca.is_file():
+        raise KubeconfigError(f"in-cluster: no service account token or CA under {account_dir}")
+    namespace_file = account_dir / "namespace"
+    namespace = namespace_file.read_text().strip() if namespace_file.is_file() else None
+    return ClusterAccess(
+        server=f"https://{host}:{port}", namespace=namespace or None,
+        ssl_context=ssl.create_default_context(cafile=str(ca)), token_file=token, source="in-cluster",
+    )
+
+
+def _yaml(file: Path) -> dict[str, Any]:
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        data = yaml.load(file.read_text(), Loader=loader)
+    except (OSError, yaml.YAMLError) as exc:
+        raise KubeconfigError(f"cannot read kubeconfig {file}: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise KubeconfigError(f"kubeconfig {file} is not a mapping")
+    return data
+
+
+def _merge(files: list[Path]) -> tuple[dict[str, Any], dict[str, dict[str, tuple[dict[str, Any], Path]]]]:
+    """kubectl's merge: the first file to set ``current-context`` or a named entry wins."""
+    top: dict[str, Any] = {}
+    named: dict[str, dict[str, tuple[dict[str, Any], Path]]] = {"clusters": {}, "users": {}, "contexts": {}}
+    for file in files:
+        data = _yaml(file)
+        if data.get("current-context") and "current-context" not in top:
+            top["current-context"] = data["current-context"]
+        for kind, key in (("clusters", "cluster"), ("users", "user"), ("contexts", "context")):
+            for entry in data.get(kind) or []:
+                if isinstance(entry, dict) and "name" in entry:
+                    named[kind].setdefault(str(entry["name"]), (entry.get(key) or {}, file))
+    return top, named
+
+
+def from_kubeconfig(files: list[Path]) -> ClusterAccess:
+    """The current context of the merged kubeconfig files."""
+    top, named = _merge(files)
+    shown = os.pathsep.join(str(f) for f in files)
+    context_name = top.get("current-context")
+    if not context_name:
+        raise KubeconfigError(f"kubeconfig {shown} has no current-context")
+    if context_name not in named["contexts"]:
+        raise KubeconfigError(f"kubeconfig {shown}: context {context_name!r} is not defined")
+    context, _ = named["contexts"][context_name]
+    cluster_name, user_name = context.get("cluster"), context.get("user")
+    if cluster_name not in named["clusters"]:
+        raise KubeconfigError(f"kubeconfig {shown}: cluster {cluster_name!r} is not defined")
+    cluster, cluster_file = named["clusters"][cluster_name]
+    user, user_file = named["users"].get(user_name, ({}, cluster_file)) if user_name else ({}, cluster_file)
+    server = str(cluster.get("server") or "").rstrip("/")
+    if not server.startswith(("https://", "http://")):
+        raise KubeconfigError(f"kubeconfig {shown}: cluster {cluster_name!r} has no http(s) server")
+    access = ClusterAccess(
+        server=server, namespace=context.get("namespace") or None,
+        tls_server_name=cluster.get("tls-server-name") or None, proxy=cluster.get("proxy-url") or None,
+        source=f"kubeconfig {shown}", config_files=tuple(files),
+        plugin=bool(user.get("exec") or user.get("auth-provider")),
+    )
+    if access.plugin:
+        return access
+    if server.startswith("https://"):
+        access.ssl_context = _tls(cluster, user, cluster_dir=cluster_file.parent, user_dir=user_file.parent)
+    if user.get("token"):
+        access.authorization = f"Bearer {user['token']}"
+    elif user.get("tokenFile"):
+        access.token_file = _path(user["tokenFile"], user_file.parent)
+        access.headers()  # fail now, with the file's name, rather than at the first request
+    elif user.get("username") and user.get("password") is not None:
+        basic = base64.b64encode(f"{user['username']}:{user['password']}".encode()).decode()
+        access.authorization = f"Basic {basic}"
+    return access
+
+
+def _path(value: str, base: Path) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _data(entry: dict[str, Any], key: str, base: Path) -> bytes | None:
+    """``<key>-data`` (base64) or the file named by ``<key>``, as bytes."""
+    if entry.get(f"{key}-data"):
+        try:
+            return base64.b64decode(entry[f"{key}-data"])
+        except ValueError as exc:
+            raise KubeconfigError(f"{key}-data is not valid base64") from exc
+    if entry.get(key):
+        path = _path(entry[key], base)
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise KubeconfigError(f"cannot read {key} {path}: {exc}") from exc
+    return None
+
+
+def _tls(cluster: dict[str, Any], user: dict[str, Any], *,
+         cluster_dir: Path, user_dir: Path) -> ssl.SSLContext:
+    if cluster.get("insecure-skip-tls-verify"):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        ca = _data(cluster, "certificate-authority", cluster_dir)
+        try:
+            context = ssl.create_default_context(cadata=ca.decode("ascii") if ca is not None else None)
+        except (ssl.SSLError, UnicodeDecodeError) as exc:
+            raise KubeconfigError(f"the cluster's certificate-authority is not PEM: {exc}") from exc
+        # Cluster CAs often lack extensions that strict X.509 checking (Python 3.13's default) wants.
+        context.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)
+    cert = _data(user, "client-certificate", user_dir)
+    key = _data(user, "client-key", user_dir)
+    if cert is not None:
+        _load_client_cert(context, cert, key)
+    return context
+
+
+def _load_client_cert(context: ssl.SSLContext, cert: bytes, key: bytes | None) -> None:
+    """``load_cert_chain`` only reads files: write the PEMs to a private temp dir, load, delete."""
+    with tempfile.TemporaryDirectory(prefix="podmortem-tls-") as tmp:
+        cert_file = Path(tmp) / "client.crt"
+        cert_file.write_bytes(cert)
+        key_file = None
+        if key is not None:
+            key_file = Path(tmp) / "client.key"
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(key)
+        try:
+            context.load_cert_chain(str(cert_file), str(key_file) if key_file else None)
+        except ssl.SSLError as exc:
+            raise KubeconfigError(f"the user's client certificate or key is not usable: {exc}") from exc

@@ -1,0 +1,226 @@
+"""The lean kubeconfig loader: where the API is, and each way a kubeconfig authenticates.
+
+TLS is checked for real: an aiohttp server with its own CA that requires a client
+certificate, reached through ``kube.SessionTransport`` as the CLI reaches the API.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp import web
+
+from podmortem.logs import kube, kubeconfig
+from podmortem.logs.settings import FollowSettings
+
+pytest.importorskip("cryptography")
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+
+def config(path: Path, *, cluster: Mapping[str, object], user: Mapping[str, object],
+           namespace: str | None = "team", name: str = "c") -> Path:
+    context: dict[str, object] = {"cluster": name, "user": name}
+    if namespace:
+        context["namespace"] = namespace
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": name, "cluster": cluster}],
+        "users": [{"name": name, "user": user}],
+        "contexts": [{"name": name, "context": context}],
+    }))
+    return path
+
+
+def test_token_and_namespace(tmp_path: Path) -> None:
+    access = kubeconfig.load(config(tmp_path / "k", cluster={"server": "http://api:8080/"},
+                                    user={"token": "abc"}))
+    assert access.server == "http://api:8080"
+    assert access.namespace == "team"
+    assert access.headers()["Authorization"] == "Bearer abc"
+    assert access.ssl_context is None and not access.plugin
+
+
+def test_token_file_is_reread_when_it_rotates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    token = tmp_path / "token"
+    token.write_text("one\n")
+    access = kubeconfig.load(config(tmp_path / "k", cluster={"server": "http://api"},
+                                    user={"tokenFile": "token"}))  # relative to the kubeconfig
+    assert access.headers()["Authorization"] == "Bearer one"
+    token.write_text("two")
+    assert access.headers()["Authorization"] == "Bearer one"  # not re-read on every request
+    monkeypatch.setattr(kubeconfig, "TOKEN_REREAD_S", 0.0)
+    assert access.headers()["Authorization"] == "Bearer two"
+
+
+def test_basic_auth(tmp_path: Path) -> None:
+    access = kubeconfig.load(config(tmp_path / "k", cluster={"server": "http://api"},
+                                    user={"username": "u", "password": "p:w"}))
+    assert access.headers()["Authorization"] == "Basic " + base64.b64encode(b"u:p:w").decode()
+
+
+def test_plugins_are_left_to_kubernetes_asyncio(tmp_path: Path) -> None:
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "aws"}}
+    access = kubeconfig.load(config(tmp_path / "k", cluster={"server": "https://eks"}, user=user))
+    assert access.plugin and access.config_files == (tmp_path / "k",)
+
+
+def test_order_flag_then_env_then_in_cluster_then_home(tmp_path: Path) -> None:
+    flag = config(tmp_path / "flag", cluster={"server": "http://flag"}, user={})
+    env = config(tmp_path / "env", cluster={"server": "http://env"}, user={})
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    config(home / ".kube" / "config", cluster={"server": "http://home"}, user={})
+    account = tmp_path / "sa"
+    account.mkdir()
+    (account / "token").write_text("sa-token")
+    (account / "ca.crt").write_text(make_pki(tmp_path)["ca_pem"].decode())
+    (account / "namespace").write_text("ops\n")
+    cluster_env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    assert kubeconfig.load(flag, environ={"KUBECONFIG": str(env)}).server == "http://flag"
+    assert kubeconfig.load(None, environ={"KUBECONFIG": str(env), **cluster_env}).server == "http://env"
+    in_cluster = kubeconfig.in_cluster(cluster_env, account_dir=account)
+    assert (in_cluster.server, in_cluster.namespace) == ("https://10.0.0.1:443", "ops")
+    assert in_cluster.headers()["Authorization"] == "Bearer sa-token"
+    assert kubeconfig.load(None, environ={}, home=home).server == "http://home"
+    with pytest.raises(kubeconfig.KubeconfigError, match="no kubeconfig"):
+        kubeconfig.load(None, environ={}, home=tmp_path / "nobody")
+
+
+def test_kubeconfig_list_merges_first_wins(tmp_path: Path) -> None:
+    first = tmp_path / "a"
+    first.write_text(yaml.safe_dump({"current-context": "x", "clusters": [
+        {"name": "x", "cluster": {"server": "http://first"}}]}))
+    second = config(tmp_path / "b", cluster={"server": "http://second"}, user={"token": "t"}, name="x")
+    access = kubeconfig.load(None, environ={"KUBECONFIG": f"{first}:{tmp_path / 'absent'}:{second}"})
+    assert access.server == "http://first"  # the first file defining cluster "x" wins
+    assert access.headers()["Authorization"] == "Bearer t"  # the user comes from the second
+
+
+@pytest.mark.parametrize("content, message", [
+    ("not: [yaml", "cannot read kubeconfig"),
+    ("", "no current-context"),
+    ("current-context: nope\n", "context 'nope' is not defined"),
+])
+def test_bad_kubeconfigs_say_what_is_wrong(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "k"
+    path.write_text(content)
+    with pytest.raises(kubeconfig.KubeconfigError, match=message):
+        kubeconfig.load(path)
+
+
+# -- TLS for real -----------------------------------------------------------------------------------
+
+
+def _cert(subject: str, key: ec.EllipticCurvePrivateKey,
+          issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None,
+          *, ca: bool = False, server: bool = False) -> x509.Certificate:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (x509.CertificateBuilder().subject_name(name)
+               .issuer_name(issuer[0] if issuer else name).public_key(key.public_key())
+               .serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_after(now + datetime.timedelta(hours=1))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if ca:
+        builder = builder.add_extension(x509.KeyUsage(
+            digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+            key_encipherment=False, data_encipherment=False, key_agreement=False, encipher_only=False,
+            decipher_only=False), critical=True)
+    else:
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if server:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName("kube.test")]),
+                                        critical=False)
+    return builder.sign(issuer[1] if issuer else key, hashes.SHA256())
+
+
+def make_pki(tmp_path: Path) -> dict[str, bytes]:
+    """A CA, a server certificate for ``kube.test`` and a client certificate, as PEM."""
+    def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+    ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca = _cert("test-ca", ca_key, None, ca=True)
+    issuer = (ca.subject, ca_key)
+    server = _cert("kube.test", server_key, issuer, server=True)
+    client = _cert("alice", client_key, issuer)
+    enc = serialization.Encoding.PEM
+    return {"ca_pem": ca.public_bytes(enc), "server_pem": server.public_bytes(enc),
+            "server_key": pem_key(server_key), "client_pem": client.public_bytes(enc),
+            "client_key": pem_key(client_key)}
+
+
+@pytest.fixture
+async def tls_server(tmp_path: Path) -> AsyncIterator[tuple[str, dict[str, bytes]]]:
+    pki = make_pki(tmp_path)
+    (tmp_path / "server.pem").write_bytes(pki["server_pem"])
+    (tmp_path / "server.key").write_bytes(pki["server_key"])
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=pki["ca_pem"].decode())
+    context.load_cert_chain(tmp_path / "server.pem", tmp_path / "server.key")
+    context.verify_mode = ssl.CERT_REQUIRED  # the client must present a certificate from our CA
+
+    async def pod(request: web.Request) -> web.Response:
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        subject = dict(x[0] for x in peer["subject"]) if peer else {}
+        return web.json_response({"metadata": {"name": request.match_info["name"]},
+                                  "client": subject.get("commonName")})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", pod)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"https://127.0.0.1:{port}", pki
+    finally:
+        await runner.cleanup()
+
+
+async def test_client_certificate_over_verified_tls(tls_server: tuple[str, dict[str, bytes]],
+                                                    tmp_path: Path) -> None:
+    url, pki = tls_server
+    b64 = {k: base64.b64encode(v).decode() for k, v in pki.items()}
+    access = kubeconfig.load(config(
+        tmp_path / "k",
+        cluster={"server": url, "certificate-authority-data": b64["ca_pem"], "tls-server-name": "kube.test"},
+        user={"client-certificate-data": b64["client_pem"], "client-key-data": b64["client_key"]}))
+    async with kube.SessionTransport(access) as transport:
+        api = kube.PodLogApi(transport, settings=FollowSettings())
+        pod = await api.read_pod(namespace="default", name="p")
+    assert pod == {"metadata": {"name": "p"}, "client": "alice"}
+
+
+async def test_wrong_ca_is_refused_and_insecure_skips_verification(
+    tls_server: tuple[str, dict[str, bytes]], tmp_path: Path,
+) -> None:
+    url, pki = tls_server
+    other = make_pki(tmp_path)
+    (tmp_path / "client.pem").write_bytes(pki["client_pem"])
+    (tmp_path / "client.key").write_bytes(pki["client_key"])
+    (tmp_path / "other-ca.pem").write_bytes(other["ca_pem"])
+    user = {"client-certificate": "client.pem", "client-key": "client.key"}  # files, relative paths
+    wrong = kubeconfig.load(config(tmp_path / "wrong", user=user, cluster={
+        "server": url, "certificate-authority": "other-ca.pem", "tls-server-name": "kube.test"}))
+    async with kube.SessionTransport(wrong) as transport:
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await transport.get("/api/v1/namespaces/default/pods/p", query=[],
+                                client_timeout=aiohttp.ClientTimeout(total=10))
+    insecure = kubeconfig.load(config(tmp_path / "insecure", user=user,
+                                      cluster={"server": url, "insecure-skip-tls-verify": True}))
+    async with kube.SessionTransport(insecure) as transport:
+        pod = await kube.PodLogApi(transport, settings=FollowSettings()).read_pod(namespace="d", name="q")
+    assert pod["client"] == "alice"
