@@ -35,6 +35,7 @@ from podmortem.handlers import registry as registry_mod
 from podmortem.handlers.leadership import Elector
 from podmortem.logs import auth as log_auth
 from podmortem.logs import http as log_http
+from podmortem.logs import kube as logs_kube
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.retention import RetentionSettings
 from podmortem.logs.settings import FollowSettings
@@ -128,13 +129,18 @@ async def run_operator(
 ) -> None:
     """Run until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread). ``running`` receives handles."""
     follow_settings = follow_settings or FollowSettings()
-    store_settings = StoreSettings(retention=RetentionSettings(
+    store_settings = StoreSettings(
+        retention=RetentionSettings(
             max_age_s=settings.log_retention_s, max_job_bytes=settings.log_retention_bytes
-        ))
+        )
+    )
     async with (
         ApiClient(configuration=api_config) as api_client,
+        # Log follows hold their connection for hours: they get a client of their own, without
+        # the default cap of 100 connections, so status writes never queue behind them.
+        logs_kube.dedicated_api_client(api_config) as log_client,
         aiohttp.ClientSession() as session,
-        LogStore(settings.store_dir, settings=store_settings) as store,
+        LogStore(settings.store_dir, settings=store_settings, registry=REGISTRY) as store,
     ):
         kube = kube_mod.Kube(api=api_client, timeout_s=10.0)
         status = StatusWriter(kube=kube)
@@ -153,7 +159,7 @@ async def run_operator(
             return store.sink(namespace=namespace, pod=pod, job=job)
 
         following = Following(
-            api=PodLogApi(api_client, settings=follow_settings), make_sink=make_sink, settings=follow_settings
+            api=PodLogApi(log_client, settings=follow_settings), make_sink=make_sink, settings=follow_settings
         )
         service = Podmortem(
             kube=kube, settings=settings, following=following, reporter=reporter, status=status
