@@ -63,6 +63,19 @@ async def test_timestamps_on_and_off(
     assert plain == b"".join(line.split(b" ", 1)[1] for line in lines(with_ts))
 
 
+async def test_without_timestamps_lines_stay_whole_across_chunks(
+    emulated: tuple[PodLogsApi, str], session: aiohttp.ClientSession
+) -> None:
+    """More than one 256 KiB write: no chunk boundary may glue a stamp fragment onto a line."""
+    api, url = emulated
+    pod = api.add_pod("p")
+    pod.containers["main"].write(20_000)
+    with_ts = rendered(pod)
+    assert len(with_ts) > 3 * 256 * 1024
+    _, plain = await get_log(session, url)
+    assert plain == b"".join(line.split(b" ", 1)[1] for line in lines(with_ts))
+
+
 async def test_since_time_is_truncated_to_whole_seconds(
     emulated: tuple[PodLogsApi, str],
     session: aiohttp.ClientSession,

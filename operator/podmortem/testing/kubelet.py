@@ -469,11 +469,7 @@ class PodLogsApi(KubernetesApi):
                 upto = min(end, pos + _CHUNK)
                 chunk = bytes(log.data[pos:upto])
                 if not with_ts:
-                    cut = chunk.rfind(b"\n") + 1
-                    if cut == 0 and upto < len(log.data):
-                        cut = len(chunk)
-                    chunk = logs_lines.strip_timestamps(chunk[:cut]) + chunk[cut:]
-                    upto = pos + (cut or len(chunk))
+                    upto, chunk = _without_timestamps(log.data, pos, upto, end)
                 await response.write(chunk)
                 sent += upto - pos
                 pos = upto
@@ -512,6 +508,23 @@ class PodLogsApi(KubernetesApi):
             container.pod.delete()
         await response.write_eof()
         return response
+
+
+def _without_timestamps(data: bytearray, pos: int, upto: int, end: int) -> tuple[int, bytes]:
+    """The bytes to send for ``data[pos:upto]`` without timestamps, and where the next chunk starts.
+
+    Only whole lines can be stripped, so a chunk ends at its last newline; a line longer than a
+    chunk is sent whole. A line cut by a hard stop (a fault or ``limitBytes``) is sent without
+    its timestamp, as far as it goes.
+    """
+    nl = data.rfind(b"\n", pos, upto) + 1
+    if nl == 0:
+        nl = data.find(b"\n", pos, end) + 1
+    if nl:
+        return nl, logs_lines.strip_timestamps(bytes(data[pos:nl]))
+    part = bytes(data[pos:end])
+    space = part.find(b" ")
+    return end, part[space + 1:] if space != -1 else b""
 
 
 def _subresource(request: kmock.Request) -> str | None:
