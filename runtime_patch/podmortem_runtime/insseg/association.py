@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from podmortem_runtime.insseg import masks as masks_mod
-from podmortem_runtime.insseg.columns import ColumnCodes, unique_columns
+from podmortem_runtime.insseg.columns import ColumnCodes, RepeatCheck, code_dtype, unique_columns
 from podmortem_runtime.insseg.masks import SparseMasks
 from podmortem_runtime.insseg.scene import Scene
 
@@ -32,6 +32,10 @@ DENSE_THREADS = 0
 
 #: Largest histogram block held at once, in int64 entries (16 MiB): bounds memory when G is large.
 _HIST_BLOCK_ENTRIES = 1 << 21
+
+#: Points handled at once when building per-point codes: the temporaries (a chunk's sort,
+#: its GT positions and void flags, ~30 bytes a point) stay near 2 MB whatever N is.
+_POINT_CHUNK = 1 << 16
 
 
 def associate(
@@ -55,8 +59,8 @@ def associate(
     """
     classes = masks_mod.as_int_vector(pred_classes, name="pred_classes")
     scores = masks_mod.as_vector(pred_scores, name="pred_scores").astype(np.float64)
-    seg = masks_mod.as_int_vector(segment, name="segment")
-    inst = masks_mod.as_int_vector(instance, name="instance")
+    seg = masks_mod.as_index_vector(segment, name="segment")
+    inst = masks_mod.as_index_vector(instance, name="instance")
     ignore = np.asarray(tuple(segment_ignore_index), dtype=np.int64)
     n_classes = len(class_names)
 
@@ -88,7 +92,7 @@ def associate(
                 "pass point_index to map original points to mask columns"
             )
     else:
-        pidx = masks_mod.as_int_vector(point_index, name="point_index")
+        pidx = masks_mod.as_index_vector(point_index, name="point_index")
         if pidx.size != seg.size:
             raise ValueError(
                 f"point_index ({pidx.size}) must have one entry per point of segment ({seg.size})"
@@ -96,16 +100,15 @@ def associate(
         if pidx.size and (int(pidx.min()) < 0 or int(pidx.max()) >= n_columns):
             raise ValueError(f"point_index must lie in [0, {n_columns}) (the mask columns)")
 
-    gt_ids, gt_class, gt_count, slot = _gt_table(seg, inst, ignore, instance_ignore_index, n_classes)
+    gt_ids, gt_class, gt_count, code = _gt_table(seg, inst, ignore, instance_ignore_index, n_classes)
     n_gt = gt_ids.size
     n_bins = 2 * (n_gt + 1)
-    code = 2 * slot + np.isin(seg, ignore)
     table = (
         ColumnCodes.direct(code, n_bins=n_bins)
         if pidx is None
         else ColumnCodes.mapped(code, pidx, n_columns=n_columns, n_bins=n_bins)
     )
-    del code, slot
+    del code
 
     # Proposals of ignored classes are dropped before anything is counted, as in Pointcept.
     candidates = np.flatnonzero(~np.isin(classes, ignore)).astype(np.int64)
@@ -122,11 +125,11 @@ def associate(
     pair_inter: list[IntArray] = []
     n_kept = 0
     block = max(1, _HIST_BLOCK_ENTRIES // n_bins)
-    scratch = np.empty(n_columns if sparse is not None else 0, dtype=np.int32)  # repeat check, sparse rows
+    repeats = RepeatCheck(n_columns)  # sparse rows only
     for start in range(0, candidates.size, block):
         rows = candidates[start : start + block]
         if sparse is not None:
-            hist = _count_sparse(sparse, rows, table, scratch)
+            hist = _count_sparse(sparse, rows, table, repeats)
         else:
             assert dense is not None
             hist = _count_dense(dense, bits, rows, table)
@@ -165,12 +168,41 @@ def associate(
 
 
 def _gt_table(
-    seg: IntArray, inst: IntArray, ignore: IntArray, instance_ignore_index: int, n_classes: int
-) -> tuple[IntArray, IntArray, IntArray, IntArray]:
-    """GT ids, classes (segment of the first point), point counts, and each point's GT slot (G: none)."""
-    ids, first, inverse, counts = np.unique(inst, return_index=True, return_inverse=True, return_counts=True)
-    cls = seg[first]
-    keep = (ids != instance_ignore_index) & ~np.isin(cls, ignore)
+    seg: npt.NDArray[np.integer[Any]],
+    inst: npt.NDArray[np.integer[Any]],
+    ignore: IntArray,
+    instance_ignore_index: int,
+    n_classes: int,
+) -> tuple[IntArray, IntArray, IntArray, npt.NDArray[np.integer[Any]]]:
+    """GT ids, classes (segment of the first point), point counts, and each point's code.
+
+    A point's code is ``2 * slot + void``: its GT's row (G: none) and whether its
+    segment is ignored. Both passes go `_POINT_CHUNK` points at a time, so the only
+    O(N) array built is the codes themselves, in `code_dtype` (2 bytes a point).
+    """
+    n = inst.size
+    chunks = range(0, n, _POINT_CHUNK)
+    # Pass 1: each chunk's ids, first positions and counts, merged over the (few) distinct ids.
+    part_ids, part_first, part_counts = [], [], []
+    for start in chunks:
+        ids_c, first_c, counts_c = np.unique(
+            inst[start : start + _POINT_CHUNK], return_index=True, return_counts=True
+        )
+        part_ids.append(ids_c)
+        part_first.append(first_c.astype(np.int64) + start)
+        part_counts.append(counts_c.astype(np.int64))
+    if part_ids:
+        ids, which = np.unique(np.concatenate(part_ids), return_inverse=True)
+        counts = np.zeros(ids.size, dtype=np.int64)
+        np.add.at(counts, which, np.concatenate(part_counts))
+        first = np.full(ids.size, n, dtype=np.int64)
+        np.minimum.at(first, which, np.concatenate(part_first))
+    else:
+        ids, counts, first = inst[:0], np.zeros(0, np.int64), np.zeros(0, np.int64)
+    del part_ids, part_first, part_counts
+
+    cls = seg[first].astype(np.int64)
+    keep = (ids.astype(np.int64) != instance_ignore_index) & ~np.isin(cls, ignore)
     bad = cls[keep]
     bad = bad[(bad < 0) | (bad >= n_classes)]
     if bad.size:
@@ -178,28 +210,32 @@ def _gt_table(
             f"segment holds {int(bad[0])} on a GT's first point, outside the {n_classes} class_names"
         )
     n_gt = int(keep.sum())
-    slot_of_id = np.full(ids.size, n_gt, dtype=np.int64)
-    slot_of_id[keep] = np.arange(n_gt, dtype=np.int64)
+    dtype = code_dtype(2 * (n_gt + 1))
+    twice_slot = np.full(ids.size, 2 * n_gt, dtype=dtype)  # 2 * slot of each distinct id
+    twice_slot[keep] = 2 * np.arange(n_gt, dtype=dtype)
+
+    # Pass 2: codes, written chunk by chunk into their one O(N) array.
+    code = np.empty(n, dtype=dtype)
+    for start in chunks:
+        out = code[start : start + _POINT_CHUNK]
+        np.take(twice_slot, np.searchsorted(ids, inst[start : start + _POINT_CHUNK]), out=out)
+        out += np.isin(seg[start : start + _POINT_CHUNK], ignore)
     return (
         ids[keep].astype(np.int64),
-        cls[keep].astype(np.int64),
-        counts[keep].astype(np.int64),
-        slot_of_id[inverse.reshape(-1)],
+        cls[keep],
+        counts[keep],
+        code,
     )
 
 
-def _count_sparse(
-    masks: SparseMasks, rows: IntArray, table: ColumnCodes, scratch: npt.NDArray[np.int32]
-) -> IntArray:
+def _count_sparse(masks: SparseMasks, rows: IntArray, table: ColumnCodes, repeats: RepeatCheck) -> IntArray:
     hist = np.empty((rows.size, table.n_bins), dtype=np.int64)
     for i, row in enumerate(rows):
-        hist[i] = table.histogram(unique_columns(masks.row(int(row)), scratch))
+        hist[i] = table.histogram(unique_columns(masks.row(int(row)), repeats))
     return hist
 
 
-def _count_dense(
-    masks: npt.NDArray[Any], bits: int, rows: IntArray, table: ColumnCodes
-) -> IntArray:
+def _count_dense(masks: npt.NDArray[Any], bits: int, rows: IntArray, table: ColumnCodes) -> IntArray:
     if DENSE_BACKEND != "numpy":
         try:
             from podmortem_runtime.insseg import _numba

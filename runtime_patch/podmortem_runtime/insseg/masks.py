@@ -64,6 +64,19 @@ def as_int_vector(value: Any, *, name: str) -> IntArray:
     raise TypeError(f"{name} must be an integer array, got dtype {array.dtype}")
 
 
+def as_index_vector(value: Any, *, name: str) -> npt.NDArray[np.integer[Any]]:
+    """A 1-D integer array in its own dtype when that is signed or narrower than 64 bits.
+
+    Per-point arrays (segment, instance, point_index) are the only O(N) inputs besides
+    the masks; widening an int32 tensor to int64 would add 8 bytes a point to the
+    evaluator's own memory for nothing. Other dtypes go through `as_int_vector`.
+    """
+    array = as_vector(value, name=name)
+    if array.dtype.kind == "i" or (array.dtype.kind == "u" and array.dtype.itemsize < 8):
+        return array
+    return as_int_vector(array, name=name)
+
+
 @dataclass(frozen=True)
 class SparseMasks:
     """Proposal masks as CSR rows: row ``i`` holds the columns ``indices[offsets[i]:offsets[i+1]]``.
