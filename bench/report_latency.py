@@ -9,9 +9,9 @@ server with a real kernel record), each on its own thread.
   annotation being visible, measured from outside the operator (so it includes
   the watch event delivery); plus the operator's own measure (from seeing the
   termination to the report written). Target: < 2 s without Prometheus.
-* Memory: the emulated cluster with P Running annotated pods runs in a process of
-  its own (bench/_operator_cluster.py); this process runs only the operator. RSS
-  before kopf starts, and once all P pods are followed.
+* Memory and idle CPU with P followed pods: runs bench/operator_scale.py (see
+  there; the emulated cluster is seeded with P Running annotated pods in its own
+  process, the operator runs alone in another).
 
 Usage: python bench/report_latency.py [--kills 20] [--pods 1000]
 """
@@ -19,7 +19,6 @@ Usage: python bench/report_latency.py [--kills 20] [--pods 1000]
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
 import sys
 import tempfile
@@ -27,17 +26,9 @@ import time
 from pathlib import Path
 
 from podmortem.demo.harness import Harness, evidence_for, harness, kill, run_pod
-from podmortem.demo.threads import OperatorThread, wait_for
 from podmortem.kernel import oom_parser
 
-RECORD = Path("/work/shared/data/oom-records/01-k3s-v1-dmesgT-stress-4.15.log")
-
-
-def rss_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+RECORD = Path(__file__).resolve().parents[1] / "tests/fixtures/oom-records/01-k3s-v1-dmesgT-stress-4.15.log"
 
 
 def annotated_pod(h: Harness, name: str) -> None:
@@ -54,64 +45,26 @@ def annotation(h: Harness, name: str) -> str | None:
     return str(value) if value else None
 
 
-def memory(pods: int) -> None:
-    """Operator RSS with ``pods`` followed pods; the cluster lives in a subprocess."""
+def memory(pods: int) -> int:
+    """Operator memory and idle CPU with ``pods`` followed pods: bench/operator_scale.py, in a fresh process
+    (this one holds the latency run's cluster and operator)."""
     import subprocess
 
-    from podmortem.control.settings import AgentSettings, OperatorSettings
-
-    cluster = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve().parent / "_operator_cluster.py"), str(pods)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        assert cluster.stdout is not None
-        url = cluster.stdout.readline().strip()
-        if not url:
-            raise RuntimeError("the emulated cluster did not start")
-        with tempfile.TemporaryDirectory() as tmp:
-            gc.collect()
-            base = rss_bytes()
-            settings = OperatorSettings(
-                agent=AgentSettings(enabled=False), store_dir=Path(tmp) / "store", listen_host="127.0.0.1",
-                metrics_port=0, health_port=0, log_http_port=0, log_http_auth=False, foreign_kinds=(),
-            )
-            operator = OperatorThread(url=url, settings=settings)
-            started = time.monotonic()
-            following = operator.start(timeout=60).service.following
-            assert following is not None
-            wait_for(lambda: len(following) >= pods or None, what="all follows", timeout=900, poll_s=0.1)
-            took = time.monotonic() - started
-            wait_for(lambda: sum((following.facts(u) or _NoFacts).lines  # type: ignore[attr-defined]
-                                 for u in list(following._tasks)) >= 20 * pods or None,
-                     what="every pod's first lines stored", timeout=900, poll_s=0.1)
-            time.sleep(2.0)
-            gc.collect()
-            after = rss_bytes()
-            print(f"followed pods: {len(following)} (all following after {took:.1f} s); operator RSS "
-                  f"before kopf {base / 2**20:.1f} MiB, with them {after / 2**20:.1f} MiB; "
-                  f"{(after - base) / pods / 1024:.1f} KiB per followed pod")
-            operator.stop()
-    finally:
-        if cluster.stdin is not None:
-            cluster.stdin.close()
-        cluster.wait(30)
-
-
-class _NoFacts:
-    lines = 0
+    scale = Path(__file__).resolve().parent / "operator_scale.py"
+    return subprocess.run([sys.executable, str(scale), "--pods", str(pods)], check=False).returncode
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=20, help="pods killed one after another (latency)")
-    parser.add_argument("--pods", type=int, default=1000, help="idle pods followed at once (memory)")
+    parser.add_argument("--pods", type=int, default=1000,
+                        help="idle pods followed at once (memory, idle CPU; 0: skip)")
     args = parser.parse_args()
     if args.kills:
         latency(args.kills)
     if args.pods:
-        memory(args.pods)
+        return memory(args.pods)
     return 0
 
 

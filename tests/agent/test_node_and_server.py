@@ -16,6 +16,10 @@ from podmortem.agent.settings import AgentSettings
 from podmortem.kernel.oom_parser import parse_text
 from podmortem.reports.evidence import KmsgStatus, PodEvidence
 
+RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "oom-records"
+KIND_RECORD = (RECORDS / "08-kind-v2-dmesgT-uwsgi-partial.log").read_text()
+K3S_RECORD = (RECORDS / "01-k3s-v1-dmesgT-stress-4.15.log").read_text()
+
 OTHER_UID = "11111111-2222-3333-4444-555555555555"
 
 
@@ -70,12 +74,8 @@ async def test_kernel_records_map_only_to_watched_cgroups(tmp_path: Path, fixtur
             "/kubelet/kubepods/pod1788d98a-0700-426a-8701-2312e4cc2163"
         },
     )
-    text = (
-        Path(__file__).parents[3] / "shared/data/oom-records/08-kind-v2-dmesgT-uwsgi-partial.log"
-    ).read_text()
-    other = (
-        Path(__file__).parents[3] / "shared/data/oom-records/01-k3s-v1-dmesgT-stress-4.15.log"
-    ).read_text()
+    text = KIND_RECORD
+    other = K3S_RECORD
     records = parse_text(text) + parse_text(other)
     await agent.sample_once()
     kept = agent.on_records(records)

@@ -28,9 +28,8 @@ from podmortem.demo.harness import evidence_for
 from podmortem.kernel import oom_parser
 from podmortem.reports.evidence import PodEvidence
 
-RECORD = oom_parser.parse_text(
-    (Path("/work/shared/data/oom-records") / "01-k3s-v1-dmesgT-stress-4.15.log").read_text()
-)[0]
+RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "oom-records"
+RECORD = oom_parser.parse_text((RECORDS / "01-k3s-v1-dmesgT-stress-4.15.log").read_text())[0]
 UID = "pod-uid-1"
 
 

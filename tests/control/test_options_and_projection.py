@@ -12,7 +12,7 @@ from podmortem.kernel import oom_parser
 
 DEFAULTS = annotations.WatchOptions()
 GIB = 2**30
-RECORDS = Path("/work/shared/data/oom-records")
+RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "oom-records"
 
 
 def test_good_annotations_are_taken() -> None:

@@ -23,7 +23,7 @@ from podmortem.kernel import oom_parser
 from podmortem.reports.evidence import PodEvidence
 from podmortem.testing.kubelet import LineText
 
-RECORDS = Path("/work/shared/data/oom-records")
+RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "oom-records"
 LOG_BASE = "http://podmortem.podmortem.svc:8080"
 GIB = 2**30
 

@@ -9,6 +9,7 @@ in the cgroup and retries ``rmdir`` until the kernel lets it go.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -122,10 +123,8 @@ class MemoryCgroup:
         deadline = time.monotonic() + timeout
         while True:
             for pid in self.pids():
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             try:
                 self.path.rmdir()
                 return
