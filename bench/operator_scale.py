@@ -1,0 +1,326 @@
+"""Benchmark: the operator's memory and idle CPU with 1,000 followed pods, and where its startup goes.
+
+The real operator (``run_operator``: kopf, the follower, the store, the metrics
+and health servers) runs on its own thread in this process; the emulated
+cluster (kmock + emulated kubelet, bench/_operator_cluster.py) runs in a
+process of its own, seeded with P Running pods annotated ``podmortem.io/watch``
+whose quiet logs print a line every ``--line-every`` seconds. The operator uses
+the production follow settings (``FollowSettings()``: 120 s read timeout).
+
+Measured in this process:
+
+* RSS once the operator's code is imported but before kopf starts, and once every
+  pod's first lines are in the store (``podmortem_followed_pods`` = P and each
+  pod's follower has stored its ``--initial-lines``); the difference over P is
+  the memory per followed pod. ``--tracemalloc`` adds the Python-heap share and
+  the biggest allocation sites (tracing slows startup; its RSS is then inflated).
+* CPU seconds of this process over an ``--idle`` window with P follows open, as a
+  share of one core, and the lines that came in meanwhile.
+* Startup timestamps (operator up, kopf ready, followed gauge, lines stored);
+  ``--profile`` adds a cProfile of the operator thread over startup.
+
+Usage: python bench/operator_scale.py [--pods 1000] [--idle 30] [--tracemalloc] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import REGISTRY
+
+# Everything the operator runs is imported before the baseline, so the baseline holds the code
+# and the per-pod figure holds only what running and following adds.
+from podmortem.control.settings import AgentSettings, OperatorSettings
+from podmortem.demo.threads import OperatorThread
+from podmortem.handlers import runtime
+from podmortem.logs.settings import FollowSettings
+
+CLUSTER = Path(__file__).resolve().parent / "_operator_cluster.py"
+#: Seconds to wait after startup before measuring: kopf's per-object worker idle timeout (5 s) + margin.
+SETTLE_S = 8.0
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def followed_gauge() -> float:
+    return REGISTRY.get_sample_value("podmortem_followed_pods") or 0.0
+
+
+class ScaleOperator(OperatorThread):
+    """The operator thread, optionally under cProfile (which profiles only the thread it runs on)."""
+
+    def __init__(self, *, profile: bool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.profiler = cProfile.Profile() if profile else None
+
+    def _main(self) -> None:
+        if self.profiler is not None:
+            self.profiler.enable()
+        try:
+            super()._main()
+        finally:
+            if self.profiler is not None:
+                self.profiler.disable()
+
+    def stop_profiling(self) -> None:
+        """cProfile profiles one thread and must be disabled on it: ask the operator's loop."""
+        if self.profiler is not None and self.loop is not None:
+            self.loop.call_soon_threadsafe(self.profiler.disable)
+
+
+class Cluster:
+    """The emulated cluster's process: its URL and pod uids, and its CPU seconds on request."""
+
+    def __init__(self, pods: int, *, initial_lines: int, line_every: float) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(CLUSTER), str(pods), "--initial-lines", str(initial_lines),
+             "--line-every", str(line_every)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit("the emulated cluster did not start")
+        info = json.loads(line)
+        self.url: str = info["url"]
+        self.uids: list[str] = info["uids"]
+        self.seed_s: float = info["seed_s"]
+
+    def stats(self) -> tuple[float, dict[str, int]]:
+        """The cluster process's CPU seconds so far, and the API requests it served, by kind."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("stats\n")
+        self.proc.stdin.flush()
+        reply = json.loads(self.proc.stdout.readline())
+        return float(reply["cpu_s"]), dict(reply["requests"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def stored_lines(handles: runtime.Running, uids: list[str]) -> list[int]:
+    """Lines each pod's follower has written to the store (0 for a pod not followed yet)."""
+    following = handles.service.following
+    assert following is not None
+    out = []
+    for uid in uids:
+        facts = following.facts(uid)
+        out.append(facts.lines if facts is not None else 0)
+    return out
+
+
+def ready(health_url: str) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(health_url + "/readyz", timeout=2) as resp:
+            return int(resp.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def measure(args: argparse.Namespace) -> int:
+    pods = args.pods
+    cluster = Cluster(pods, initial_lines=args.initial_lines, line_every=args.line_every)
+    print(f"emulated cluster: {pods:,} annotated Running pods seeded into kmock's store in "
+          f"{cluster.seed_s:.2f} s; each pod writes {args.initial_lines} lines, then one every "
+          f"{args.line_every:g} s")
+    print("operator: run_operator with the production FollowSettings() (read timeout 120 s), agent off")
+    try:
+        with tempfile.TemporaryDirectory(prefix="podmortem-opscale-") as tmp:
+            settings = OperatorSettings(
+                agent=AgentSettings(enabled=False), store_dir=Path(tmp) / "store", listen_host="127.0.0.1",
+                metrics_port=0, health_port=0, log_http_port=0, log_http_auth=False, foreign_kinds=(),
+            )
+            gc.collect()
+            base = rss_bytes()
+            if args.tracemalloc:
+                tracemalloc.start(1)
+                traced0 = tracemalloc.take_snapshot()
+            operator = ScaleOperator(url=cluster.url, settings=settings, follow=FollowSettings(),
+                                     profile=args.profile)
+            t0 = time.monotonic()
+            cpu0 = cpu_s()
+            handles = operator.start(timeout=120)
+            marks: dict[str, float] = {"operator up (servers, store)": time.monotonic() - t0}
+            done = _wait_startup(args, operator, handles, cluster, t0, marks)
+            operator.stop_profiling()
+            startup_cpu = cpu_s() - cpu0
+            ccpu, requests = cluster.stats()
+            for what, at in marks.items():
+                print(f"  {at:7.2f} s  {what}")
+            print(f"startup CPU: operator process {startup_cpu:.1f} s, emulated cluster {ccpu:.1f} s; "
+                  f"API requests served: {_requests(requests)}")
+            if not done:
+                got = sum(n >= args.initial_lines for n in stored_lines(handles, cluster.uids))
+                print(f"UNFINISHED: after {args.startup_timeout:g} s only {got} of {pods} pods had their "
+                      f"first {args.initial_lines} lines stored; "
+                      f"podmortem_followed_pods = {followed_gauge():.0f}")
+            gc.collect()
+            at_start = rss_bytes()
+            # kopf keeps a worker (and the object's last event) per object until its queue has been
+            # idle for queueing.idle_timeout (5 s): measure once those are gone, as in steady state.
+            time.sleep(SETTLE_S)
+            gc.collect()
+            after = rss_bytes()
+            print(f"operator RSS: before kopf {base / 2**20:.1f} MiB; with {pods:,} followed pods "
+                  f"{at_start / 2**20:.1f} MiB at once, {after / 2**20:.1f} MiB {SETTLE_S:g} s later "
+                  f"-> {(after - base) / pods / 1024:.1f} KiB per followed pod"
+                  + (" (tracemalloc on: inflated)" if args.tracemalloc else ""))
+            if args.tracemalloc:
+                _print_traced(traced0, tracemalloc.take_snapshot(), pods)
+                tracemalloc.stop()
+            if args.profile and operator.profiler is not None:
+                _print_profile(operator.profiler)
+                if args.profile_out is not None:
+                    operator.profiler.dump_stats(args.profile_out)
+            if done and args.idle > 0:
+                _idle(args, handles, cluster)
+            stop0 = time.monotonic()
+            operator.stop(timeout=120)
+            print(f"graceful stop with {pods:,} follows: {time.monotonic() - stop0:.1f} s")
+            if operator.error is not None:
+                print(f"operator error: {operator.error!r}")
+                return 1
+            return 0 if done else 2
+    finally:
+        cluster.close()
+
+
+def _wait_startup(args: argparse.Namespace, operator: ScaleOperator, handles: runtime.Running,
+                  cluster: Cluster, t0: float, marks: dict[str, float]) -> bool:
+    """Wait until every pod's first lines are stored; note when each stage was reached."""
+    pods = args.pods
+    deadline = t0 + args.startup_timeout
+    next_progress = t0 + 15.0
+    steps = {"kopf ready (/readyz)": False}
+    thresholds = [(n, f"podmortem_followed_pods >= {n}") for n in (1, pods // 2, pods)]
+    stored_marks = [(1, "first pod's lines stored"), (pods // 2, "half the pods' lines stored"),
+                    (pods, "every pod's first lines stored")]
+    while time.monotonic() < deadline:
+        if operator.error is not None:
+            raise SystemExit(f"the operator failed: {operator.error!r}")
+        now = time.monotonic() - t0
+        if not steps["kopf ready (/readyz)"] and ready(handles.health_url):
+            steps["kopf ready (/readyz)"] = True
+            marks["kopf ready (/readyz)"] = now
+        gauge = followed_gauge()
+        for n, what in thresholds:
+            if what not in marks and gauge >= n:
+                marks[what] = now
+        stored = sum(n >= args.initial_lines for n in stored_lines(handles, cluster.uids))
+        for n, what in stored_marks:
+            if what not in marks and stored >= n:
+                marks[what] = now
+        if stored >= pods and gauge >= pods:
+            return True
+        if time.monotonic() >= next_progress:
+            print(f"  ... {now:5.0f} s: podmortem_followed_pods {gauge:.0f}, pods with lines stored {stored}",
+                  flush=True)
+            next_progress += 15.0
+        time.sleep(0.2)
+    return False
+
+
+def _idle(args: argparse.Namespace, handles: runtime.Running, cluster: Cluster) -> None:
+    lines0 = sum(stored_lines(handles, cluster.uids))
+    reconnects0 = _reconnects(handles, cluster.uids)
+    (ccpu0, req0), cpu0, wall0 = cluster.stats(), cpu_s(), time.monotonic()
+    time.sleep(args.idle)
+    (ccpu1, req1), cpu1, wall1 = cluster.stats(), cpu_s(), time.monotonic()
+    lines = sum(stored_lines(handles, cluster.uids)) - lines0
+    reconnects = _reconnects(handles, cluster.uids) - reconnects0
+    wall = wall1 - wall0
+    cpu = cpu1 - cpu0
+    print(f"idle {wall:.1f} s with {args.pods:,} follows: operator CPU {cpu:.2f} s = "
+          f"{100 * cpu / wall:.1f} % of one core ({1e6 * cpu / wall / args.pods:.0f} µs/s per pod); "
+          f"{lines} lines stored ({lines / wall:.0f}/s), {reconnects} reconnects; "
+          f"emulated cluster CPU {100 * (ccpu1 - ccpu0) / wall:.1f} % of one core (its own process)")
+    during = {k: n - req0.get(k, 0) for k, n in req1.items()}
+    print(f"  API requests during the idle window: {_requests(during)}")
+
+
+def _requests(counts: dict[str, int]) -> str:
+    shown = {k: n for k, n in counts.items() if n}
+    return ", ".join(f"{n} {k}" for k, n in shown.items()) or "none"
+
+
+def _reconnects(handles: runtime.Running, uids: list[str]) -> int:
+    following = handles.service.following
+    assert following is not None
+    return sum(f.reconnects for u in uids if (f := following.facts(u)) is not None)
+
+
+def _print_traced(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, pods: int) -> None:
+    size0 = sum(s.size for s in before.statistics("filename"))
+    size1 = sum(s.size for s in after.statistics("filename"))
+    print(f"Python heap (tracemalloc) growth: {(size1 - size0) / 2**20:.1f} MiB = "
+          f"{(size1 - size0) / pods / 1024:.1f} KiB per followed pod; biggest growth by file:")
+    for stat in after.compare_to(before, "filename")[:12]:
+        name = stat.traceback[0].filename
+        short = name.split("site-packages/")[-1].split("/operator/")[-1]
+        print(f"  {stat.size_diff / 2**20:7.2f} MiB  {stat.count_diff:+8d} blocks  {short}")
+    print("biggest growth by line:")
+    for stat in after.compare_to(before, "lineno")[:12]:
+        frame = stat.traceback[0]
+        short = frame.filename.split("site-packages/")[-1].split("/operator/")[-1]
+        print(f"  {stat.size_diff / 2**20:7.2f} MiB  {stat.count_diff:+8d} blocks  {short}:{frame.lineno}")
+
+
+def _print_profile(profiler: cProfile.Profile) -> None:
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(30)
+    print("cProfile of the operator thread over startup:")
+    print("\n".join(line for line in out.getvalue().splitlines() if line.strip()))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pods", type=int, default=1000,
+                        help="annotated Running pods to follow (default 1000)")
+    parser.add_argument("--idle", type=float, default=30.0, help="seconds of the idle CPU window (0: skip)")
+    parser.add_argument("--line-every", type=float, default=10.0, help="seconds between two lines of one pod")
+    parser.add_argument("--initial-lines", type=int, default=20, help="lines each pod wrote before the start")
+    parser.add_argument("--startup-timeout", type=float, default=300.0,
+                        help="seconds to wait for every pod's first lines before reporting what is missing")
+    parser.add_argument("--tracemalloc", action="store_true", help="also trace the Python heap (slower)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the operator thread over startup")
+    parser.add_argument("--profile-out", type=Path, default=None,
+                        help="also save the profile here (for pstats / snakeviz)")
+    return measure(parser.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
