@@ -9,6 +9,7 @@ time and every per-epoch memory line on the way, without a second read.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -141,7 +142,13 @@ class Following:
             return False
         facts = PodLogFacts(namespace=namespace, pod=pod, pod_uid=pod_uid)
         self._facts[pod_uid] = facts
-        task = asyncio.create_task(self._run(facts, containers), name=f"podmortem-follow:{namespace}/{pod}")
+        # An empty context: a follower started from a kopf handler would otherwise copy kopf's
+        # context variables, whose cause object holds the pod's whole body for the follow's life.
+        task = asyncio.create_task(
+            self._run(facts, containers),
+            name=f"podmortem-follow:{namespace}/{pod}",
+            context=contextvars.Context(),
+        )
         self._tasks[pod_uid] = task
         metrics.FOLLOWED_PODS.set(len(self))
         return True
