@@ -160,11 +160,7 @@ class ContainerFollower:
     async def _wait_for_instance(self) -> podstate.ContainerState:
         """Read the pod until the container has an instance to read (it may not have started)."""
         while True:
-            try:
-                state = await self._read_state()
-            except errors.ApiUnavailable as exc:
-                await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
-                continue
+            state = await self._read_state_through_outages()
             if state is not None and (state.container_id is not None or not self.follow):
                 return state
             await self._backoff()
@@ -217,17 +213,20 @@ class ContainerFollower:
                 await self._end(EndReason.RESTARTED)
         self.cursor = LogCursor(container_id=state.container_id)
 
-    async def _read_state_retrying(self) -> podstate.ContainerState:
+    async def _read_state_through_outages(self) -> podstate.ContainerState | None:
+        """Read the container's state, backing off while the API is unavailable."""
         while True:
             try:
-                state = await self._read_state()
+                return await self._read_state()
             except errors.ApiUnavailable as exc:
                 await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
-                continue
-            if state is None:
-                raise errors.ApiFatal(f"container {self.container!r} is no longer in pod "
-                                      f"{self.namespace}/{self.pod}")
-            return state
+
+    async def _read_state_retrying(self) -> podstate.ContainerState:
+        state = await self._read_state_through_outages()
+        if state is None:
+            raise errors.ApiFatal(f"container {self.container!r} is no longer in pod "
+                                  f"{self.namespace}/{self.pod}")
+        return state
 
     # -- level 2: one instance across stream ends ---------------------------------------------
 
