@@ -124,6 +124,8 @@ class Following:
         self.on_memory_line = on_memory_line
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._facts: dict[str, PodLogFacts] = {}
+        #: Tasks not yet done, kept by a done-callback so that ``len()`` costs nothing per pod.
+        self._live = 0
         self._stopping = False
 
     def facts(self, pod_uid: str) -> PodLogFacts | None:
@@ -134,7 +136,7 @@ class Following:
         return task is not None and not task.done()
 
     def __len__(self) -> int:
-        return sum(1 for t in self._tasks.values() if not t.done())
+        return self._live
 
     def ensure(self, *, namespace: str, pod: str, pod_uid: str, containers: Sequence[str] | None) -> bool:
         """Follow this pod unless already followed (or already finished); True when started now."""
@@ -150,8 +152,14 @@ class Following:
             context=contextvars.Context(),
         )
         self._tasks[pod_uid] = task
-        metrics.FOLLOWED_PODS.set(len(self))
+        self._live += 1
+        task.add_done_callback(self._task_done)
+        metrics.FOLLOWED_PODS.set(self._live)
         return True
+
+    def _task_done(self, _task: asyncio.Task[None]) -> None:
+        self._live -= 1
+        metrics.FOLLOWED_PODS.set(self._live)
 
     async def _run(self, facts: PodLogFacts, containers: Sequence[str] | None) -> None:
         try:
@@ -173,8 +181,6 @@ class Following:
         except Exception as exc:
             facts.error = f"{type(exc).__name__}: {exc}"
             logger.warning("following %s/%s stopped: %s", facts.namespace, facts.pod, facts.error)
-        finally:
-            metrics.FOLLOWED_PODS.set(max(0, len(self) - 1))
 
     def forget(self, pod_uid: str) -> None:
         """Drop what is known of a finished pod (its log stays in the store)."""

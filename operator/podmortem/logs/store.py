@@ -133,6 +133,11 @@ def _segment_name(seq: int) -> str:
     return f"{seq:08d}{retention.SEGMENT_SUFFIX}"
 
 
+def _create_instance_dir(path: Path, meta: dict[str, Any]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    retention.write_json_atomic(path / retention.INSTANCE_META, meta)
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -277,6 +282,8 @@ class Pod:
         self.job = job
         self.name = name
         self.instances: dict[str, list[Instance]] = {}
+        #: Held while a container's new instance is created (its meta is written off the loop).
+        self.create_lock = asyncio.Lock()
 
     def container_names(self) -> list[str]:
         names = set(self.instances)
@@ -302,6 +309,10 @@ class LogStore:
         self.settings = settings or StoreSettings()
         self.read_only = read_only
         self._pods: dict[tuple[str, str], Pod] = {}
+        #: Per namespace, pod name -> its directories (one per job it was filed under), built by one
+        #: directory scan the first time the namespace is touched, so that finding a pod's directory
+        #: costs no glob over every job. Entries whose directory is gone are dropped when looked up.
+        self._pod_dirs: dict[str, dict[str, list[Path]]] = {}
         self._lock_fd: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._open = False
@@ -410,20 +421,66 @@ class LogStore:
         pod = self._pods.get(key)
         if pod is not None:
             return pod
-        found = sorted(
-            (self.root / namespace).glob(f"*/{name}"), key=lambda p: p.stat().st_mtime, reverse=True
-        ) if (self.root / namespace).is_dir() else []
-        if found:
-            path = found[0]
+        path = self._find_pod_dir(namespace, name)
+        if path is None and not create:
+            # Not indexed: a directory another process made since the scan (a read-only store
+            # over a live one) must still be found, so scan the namespace again before giving up.
+            self._pod_dirs.pop(namespace, None)
+            path = self._find_pod_dir(namespace, name)
+        if path is not None:
             job = path.parent.name
         elif create:
             job = check_name("job", job or name)
             path = self.root / namespace / job / name
+            self._index_pod_dir(path)
         else:
             raise LogNotFound(f"no stored log for pod {namespace}/{name}")
         pod = Pod(path=path, namespace=namespace, job=job or name, name=name)
         self._pods[key] = pod
         return pod
+
+    def _find_pod_dir(self, namespace: str, name: str) -> Path | None:
+        """The pod's directory; under several jobs, the most recently modified one wins."""
+        dirs = self._namespace_index(namespace).get(name)
+        if not dirs:
+            return None
+        best: Path | None = None
+        best_mtime = 0.0
+        for path in list(dirs):
+            try:
+                mtime = path.stat().st_mtime
+            except FileNotFoundError:
+                dirs.remove(path)  # removed by retention (or not created yet)
+                continue
+            if best is None or mtime > best_mtime:
+                best, best_mtime = path, mtime
+        return best
+
+    def _namespace_index(self, namespace: str) -> dict[str, list[Path]]:
+        index = self._pod_dirs.get(namespace)
+        if index is None:
+            index = {}
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError), \
+                    os.scandir(self.root / namespace) as jobs:
+                for job in jobs:
+                    if not job.is_dir() or job.name.startswith("."):
+                        continue
+                    with contextlib.suppress(FileNotFoundError, NotADirectoryError), \
+                            os.scandir(job.path) as pods:
+                        for entry in pods:
+                            if entry.is_dir():
+                                index.setdefault(entry.name, []).append(Path(entry.path))
+            self._pod_dirs[namespace] = index
+        return index
+
+    def _index_pod_dir(self, path: Path) -> None:
+        """Record a pod directory this store creates (or is about to create)."""
+        index = self._pod_dirs.get(path.parent.parent.name)
+        if index is None:
+            return  # the namespace is scanned when first needed
+        dirs = index.setdefault(path.name, [])
+        if path not in dirs:
+            dirs.append(path)
 
     def _instances(self, pod: Pod, container: str) -> list[Instance]:
         insts = pod.instances.get(container)
@@ -442,13 +499,16 @@ class LogStore:
             pod.instances[container] = insts
         return insts
 
-    def _new_instance(self, pod: Pod, container: str, container_id: str | None) -> Instance:
+    async def _new_instance(self, pod: Pod, container: str, container_id: str | None) -> Instance:
+        """Create the container's next instance; the caller holds ``pod.create_lock``."""
         insts = self._instances(pod, container)
         seq = insts[-1].seq + 1 if insts else 0
         path = pod.path / container / f"{seq:04d}"
-        path.mkdir(parents=True, exist_ok=True)
-        retention.write_json_atomic(path / retention.INSTANCE_META,
-                                    {"container_id": container_id, "created": time.time()})
+        # The directories and the meta write (which fsyncs) go off the event loop. The instance
+        # joins the list only once its meta landed, so nothing is written where a reopen would skip.
+        meta = {"container_id": container_id, "created": time.time()}
+        await asyncio.to_thread(_create_instance_dir, path, meta)
+        self._index_pod_dir(pod.path)
         self._dirty_dirs.add(path.parent)
         inst = Instance(path=path, container=container, seq=seq, container_id=container_id)
         for older in insts:
@@ -457,22 +517,38 @@ class LogStore:
         insts.append(inst)
         return inst
 
-    def _instance_for_write(self, pod: Pod, container: str, container_id: str | None) -> Instance:
-        check_name("container", container)
+    def _existing_for_write(self, pod: Pod, container: str, container_id: str | None) -> Instance | None:
+        """The stored instance this container ID writes to, if it needs no file written first."""
         insts = self._instances(pod, container)
-        if insts:
-            latest = insts[-1]
-            if container_id is None or latest.container_id == container_id:
+        if not insts:
+            return None
+        latest = insts[-1]
+        if container_id is None or latest.container_id == container_id:
+            return latest
+        if latest.container_id is None and latest.index == 0:
+            return None  # to be adopted: its meta must be rewritten
+        for inst in insts[:-1]:
+            if inst.container_id == container_id:
+                return inst  # draining a previous instance
+        return None
+
+    async def _instance_for_write(self, pod: Pod, container: str, container_id: str | None) -> Instance:
+        check_name("container", container)
+        found = self._existing_for_write(pod, container, container_id)
+        if found is not None:
+            return found
+        async with pod.create_lock:
+            found = self._existing_for_write(pod, container, container_id)
+            if found is not None:
+                return found
+            insts = self._instances(pod, container)
+            if insts and insts[-1].container_id is None and insts[-1].index == 0:
+                latest = insts[-1]  # adopt an instance that so far holds only markers
+                await asyncio.to_thread(retention.write_json_atomic, latest.path / retention.INSTANCE_META,
+                                        {"container_id": container_id, "created": time.time()})
+                latest.container_id = container_id
                 return latest
-            if latest.container_id is None and latest.index == 0:
-                latest.container_id = container_id  # adopt an instance that so far holds only markers
-                retention.write_json_atomic(latest.path / retention.INSTANCE_META,
-                                            {"container_id": container_id, "created": time.time()})
-                return latest
-            for inst in insts[:-1]:
-                if inst.container_id == container_id:
-                    return inst  # draining a previous instance
-        return self._new_instance(pod, container, container_id)
+            return await self._new_instance(pod, container, container_id)
 
     # --- writing ---------------------------------------------------------------------------------
 
@@ -622,7 +698,7 @@ class LogStore:
     async def write(self, pod: Pod, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None:
         if not lines:
             return
-        inst = self._instance_for_write(pod, container, cursor.container_id)
+        inst = await self._instance_for_write(pod, container, cursor.container_id)
         fields = segments.CursorFields(
             segments.NO_TS if cursor.last_ts_ns is None else cursor.last_ts_ns,
             cursor.count_at_last, cursor.delivered, cursor.last_line_crc,
@@ -646,7 +722,12 @@ class LogStore:
 
     async def gap(self, pod: Pod, marker: GapMarker) -> None:
         insts = self._instances(pod, check_name("container", marker.container))
-        inst = insts[-1] if insts else self._new_instance(pod, marker.container, None)
+        if insts:
+            inst = insts[-1]
+        else:
+            async with pod.create_lock:
+                insts = self._instances(pod, marker.container)
+                inst = insts[-1] if insts else await self._new_instance(pod, marker.container, None)
         data = {"reason": str(marker.reason), "after_ts_ns": marker.after_ts_ns,
                 "before_ts_ns": marker.before_ts_ns, "detail": marker.detail}
 
@@ -662,7 +743,7 @@ class LogStore:
         self.gaps_total += 1
 
     async def end(self, pod: Pod, end: LogEnd) -> None:
-        inst = self._instance_for_write(pod, end.container, end.container_id)
+        inst = await self._instance_for_write(pod, end.container, end.container_id)
         if inst.ended is not None:
             return  # already ended: keep the first reason
         data = {"reason": str(end.reason), "container_id": end.container_id}
