@@ -20,6 +20,7 @@ from podmortem.control.settings import PrometheusSettings
 from podmortem.demo import harness as harness_mod
 from podmortem.demo.harness import Harness, harness, kill, run_pod
 from podmortem.kernel import oom_parser
+from podmortem.logs.retention import JOB_OVERRIDE
 from podmortem.reports.evidence import PodEvidence
 from podmortem.testing.kubelet import LineText
 
@@ -195,6 +196,18 @@ def test_kernel_record_arriving_after_the_termination_is_patched_in(cluster: Har
         c for c in (h.get(f"{TJ_PATH}/late-record") or {})["status"]["conditions"] if c["type"] == "Failed"
     )
     assert failed["reason"] == "MemcgLimit" and "kernel's own record" not in failed["message"]
+
+
+def test_a_jobs_own_log_retention_reaches_the_store(cluster: Harness) -> None:
+    h = cluster
+    h.create(TJ_PATH, trainingjob("short-lived", logRetention="2d"))
+    h.wait(lambda: h.get("/api/v1/namespaces/default/pods/short-lived-train"), what="the training pod")
+    run_pod(h, name="short-lived-train", text=training_text([]))
+    override = h.tmp / "store" / "default" / "short-lived" / JOB_OVERRIDE
+    saved = h.wait(lambda: json.loads(override.read_text()) if override.exists() else None,
+                   what="the job's retention in the store")
+    # The age it asked for; the size it left out is the operator's default.
+    assert saved == {"max_age_s": 2 * 86400, "max_job_bytes": 1 << 30}
 
 
 def test_annotated_batch_job_gets_annotation_and_event(cluster: Harness) -> None:

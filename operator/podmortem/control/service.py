@@ -196,6 +196,11 @@ class Podmortem:
         known = self._pods.get(pod_uid)
         return known.target.name if known is not None and known.target.role != "pod" else None
 
+    def retention_of(self, pod_uid: str) -> opts.Retention | None:
+        """The log retention the pod's job asked for (spec.logRetention or the annotation), if any."""
+        known = self._pods.get(pod_uid)
+        return known.target.options.log_retention if known is not None else None
+
     async def resolve(self, pod: Mapping[str, Any]) -> _Known | None:
         """Which followed target this pod belongs to, if any."""
         meta = pod.get("metadata", {}) or {}

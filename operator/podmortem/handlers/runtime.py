@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from podmortem.control import kube as kube_mod
 from podmortem.control.agent_client import AgentClient
+from podmortem.control.annotations import Retention
 from podmortem.control.following import Following
 from podmortem.control.reports import Reporter
 from podmortem.control.service import Podmortem
@@ -118,6 +119,14 @@ async def probe_servers(
             await runner.cleanup()
 
 
+def job_retention(asked: Retention, *, settings: OperatorSettings) -> RetentionSettings:
+    """A job's own retention: what it asked for, the operator's default for what it left out."""
+    return RetentionSettings(
+        max_age_s=asked.max_age_s if asked.max_age_s is not None else settings.log_retention_s,
+        max_job_bytes=asked.max_bytes if asked.max_bytes is not None else settings.log_retention_bytes,
+    )
+
+
 async def run_operator(
     *,
     settings: OperatorSettings,
@@ -156,6 +165,12 @@ async def run_operator(
 
         async def make_sink(namespace: str, pod: str, pod_uid: str) -> Any:
             job = service.job_of(pod_uid)
+            asked = service.retention_of(pod_uid)
+            if asked is not None:
+                # A bare pod's log is filed under its own name as the job.
+                store.set_job_retention(
+                    namespace=namespace, job=job or pod, settings=job_retention(asked, settings=settings)
+                )
             return store.sink(namespace=namespace, pod=pod, job=job)
 
         following = Following(
