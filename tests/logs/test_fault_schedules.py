@@ -178,7 +178,9 @@ def pinned(
 E0 = faults.EofAfter(0)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: CI runs the same 30 schedules every time; wider searches are run by hand
+# (`--hypothesis-seed=random`), and what they find is pinned below or in the xfail test after it.
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(sc=scenarios)
 # Failures the property found once (see /tmp/podmortem-logs-bugs.md B1-B5), kept as fixed examples.
 @example(sc=pinned([], 0, pod_faults=[faults.HttpError(500)]))
@@ -248,6 +250,19 @@ async def follow_to_end(url: str, settings: FollowSettings = SETTINGS) -> Record
                 rng=random.Random(3),
             )
     return sink
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="UNFINISHED: known false rotation gap (no line is lost) when a rotation keeps only the "
+    "tail of a burst sharing one timestamp and the stream ends inside it; found by a random search",
+)
+def test_rotation_keeping_the_tail_of_a_burst_gives_no_false_gap() -> None:
+    sc = Scenario(schedule=[faults.Write(lines=2), faults.Rotate(write_before=0, keep=1)], pod_faults=[],
+                  initial_lines=0, live_lines=0, limit_bytes=None, text="plain", max_burst=8,
+                  max_step_ns=200000)
+    sink, _metrics, main = asyncio.run(run_scenario(sc))
+    check(sink.events, main)
 
 
 async def test_rotation_inside_a_burst_of_one_timestamp_is_not_silent() -> None:
