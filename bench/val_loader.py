@@ -53,6 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--item-kib", type=int, help="mean validation scene size (default 4096, quick 1024)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
+        "--trainer-mmap-threshold",
+        type=int,
+        default=128 * 1024,
+        metavar="BYTES",
+        help="glibc mmap threshold pinned in the trainer process (default 131072; 0: glibc's dynamic "
+        "threshold, under which the trainer's own heap holes swing the peaks by up to ~200 MiB run to run)",
+    )
+    parser.add_argument(
         "--only", nargs="+", choices=list(VARIANTS), help="run these variants (baseline always)"
     )
     args = parser.parse_args(argv)
@@ -70,15 +78,21 @@ def main(argv: list[str] | None = None) -> int:
         "--items",
         "16",
     )
+    if args.trainer_mmap_threshold:
+        workload_args += ("--trainer-mmap-threshold", str(args.trainer_mmap_threshold))
     try:
         root = sandbox.find_root()
     except sandbox.CgroupUnavailable as exc:
         print(f"cannot run: needs a writable memory cgroup: {exc}", file=sys.stderr)
         return 2
     chosen = ["fresh-fork", *[v for v in VARIANTS if v != "fresh-fork" and (not args.only or v in args.only)]]
+    if args.trainer_mmap_threshold and "persistent-no-threshold" in chosen:
+        # Forked workers inherit the trainer's pinned threshold, so this variant would repeat "persistent".
+        chosen.remove("persistent-no-threshold")
+        print("persistent-no-threshold: skipped; it needs --trainer-mmap-threshold 0 (workers inherit it)")
     print(
         f"workload: heap {heap} MiB, scenes ~{item} KiB x16, {args.workers} workers, 3 evaluations; "
-        f"cgroup v{root.version}"
+        f"trainer mmap threshold {args.trainer_mmap_threshold or 'glibc dynamic'}; cgroup v{root.version}"
     )
     print(
         f"{'variant':<25} {'cgroup peak':>12} {'ratio':>6} {'rss peak':>10} {'ratio':>6} "

@@ -62,10 +62,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--items", type=int, default=24, help="validation scenes per evaluation")
     parser.add_argument("--item-kib", type=int, default=512)
+    parser.add_argument(
+        "--trainer-mmap-threshold",
+        type=int,
+        metavar="BYTES",
+        help="glibc mmap threshold for the trainer process itself (and workers forked from it); "
+        "default: glibc's dynamic one",
+    )
     parser.add_argument("--hold", action="store_true", help="wait for stdin to close before exiting")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)
+    if args.trainer_mmap_threshold is not None:
+        # With glibc's dynamic threshold the 1 MiB masks live in the main heap, where small
+        # allocations between them split freed holes: identical runs kept 0-216 MiB of freed
+        # masks (mallinfo2 fordblks at the last evaluation). That noise is the trainer's own,
+        # not the loader's, and it swamps the fork copies the tests compare.
+        val_loader.set_malloc_mmap_threshold(args.trainer_mmap_threshold)
     started = time.monotonic()
     loader = build_loader(args.variant, Scenes(args.items, args.item_kib), args.workers)
     val_loader.prestart_workers(loader)  # "before_train": no-op except for persistent workers
