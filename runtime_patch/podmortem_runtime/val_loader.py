@@ -81,12 +81,13 @@ def choose_policy(
     3. otherwise → ``"forkserver"``: the workers' start-up cost is a fixed torch
        import in the server, however big the trainer has grown.
 
-    Measured by ``bench/val_loader.py --quick`` (torch 2.13 CPU, cgroup v1, 300 MiB
-    mask heap rewritten in 3 evaluations, 2 workers; peak cgroup memory as a ratio
-    to fresh fork workers, 803 MiB): none 0.62, persistent 0.66 (0.88 without the
-    mmap threshold), forkserver 0.82 at 1.8x the wall time, spawn 1.06 at 5.5x.
-    Persistent workers forked from a ~0.2 GiB trainer cost ~30 MiB over "none";
-    the fork server costs ~170 MiB whatever the trainer's size, so forking wins
+    Measured by ``bench/val_loader.py`` (torch 2.13 CPU, cgroup v1, a mask heap rewritten
+    in 3 evaluations, 2 workers; peak cgroup memory as a ratio to fresh fork workers):
+    with a 300 MiB heap (``--quick``, 830 MiB for fresh fork) none 0.56, persistent 0.59,
+    forkserver 0.78 at 1.5x the wall time, spawn 0.92 at 3.3x; with 800 MiB (1,808 MiB)
+    none 0.55, persistent 0.58, forkserver 0.66, spawn 0.73 at 2.2x.
+    Persistent workers forked from a ~0.2 GiB trainer cost 30-60 MiB over "none";
+    the fork server costs 180-210 MiB whatever the trainer's size, so forking wins
     until the trainer's private memory (the worst-case copy) is several times
     that. 1 GiB keeps the worst case bounded while staying clearly above what a
     trainer holds before its first epoch.
