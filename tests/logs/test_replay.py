@@ -94,6 +94,35 @@ def test_a_clean_end_inside_the_burst_settles_by_counting() -> None:
     assert out == texts[4:]
 
 
+def test_a_stream_ending_on_our_last_line_after_the_burst_lost_its_head() -> None:
+    """A rotation kept only the burst's tail, and the log ends there: all replays, nothing missed."""
+    stamps = [BASE + 2] * 4
+    texts = [b"line %d" % i for i in range(4)]
+    cursor = delivered_cursor(render(stamps, texts))
+    for kept in (1, 3):
+        tail = render(stamps[-kept:], texts[-kept:])
+        for cut in (5, len(tail)):
+            c = cursor.copy()
+            out, parser = parse_all(c, [tail[i:i + cut] for i in range(0, len(tail), cut)])
+            assert out == [] and not parser.replaying, (kept, cut)
+            assert parser.duplicates == kept and not c.replay_missed()
+            assert c.delivered == 4 and c.count_at_last == 4  # the cursor did not move
+
+
+def test_lines_after_a_copy_of_our_last_line_at_a_clean_end_are_not_taken_on_its_word() -> None:
+    """The end may be a cut, and among repeated texts a copy need not be ours: count, as before.
+
+    Counting then says the replay lacks lines, and the follower rereads, then marks a gap:
+    a visible gap rather than a line delivered twice.
+    """
+    stamps = [BASE + 2] * 8
+    texts = [b"a", b"b", b"a", b"b", b"a", b"b", b"c", b"d"]
+    cursor = delivered_cursor(render(stamps[:6], texts[:6]))
+    out, parser = parse_all(cursor, [render(stamps[4:], texts[4:])])
+    assert out == [] and parser.replaying and cursor.replay_missed()
+    assert cursor.delivered == 6
+
+
 def test_cursor_checksum_survives_json() -> None:
     cursor = delivered_cursor(render([BASE, BASE + 5]))
     assert cursor.last_line_crc is not None

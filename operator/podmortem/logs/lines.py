@@ -161,6 +161,8 @@ class StreamParser:
     bytes_seen: int = 0
     #: Complete lines at the cursor's timestamp not yet known to be replays or new (see feed).
     held: bytes = b""
+    #: In ``held``: the end of the latest copy of our last delivered line (0: none).
+    held_match_end: int = 0
 
     def __post_init__(self) -> None:
         self.cursor.begin_replay()
@@ -195,10 +197,22 @@ class StreamParser:
         return self._advance(block)
 
     def finish(self) -> LineBatch | None:
-        """At a clean end of the stream: settle held lines by counting alone; return the new ones."""
+        """At a clean end of the stream: settle held lines; return the new ones.
+
+        All replays if they end on a copy of our last line; otherwise by counting alone.
+        """
         if not self.held:
             return None
         block, self.held = self.held, b""
+        if self.held_match_end == len(block):
+            # The stream ends on a copy of our last delivered line, with fewer lines of its burst
+            # before it than we delivered: a rotation kept only the burst's tail. Nothing here is
+            # new, and nothing is missing. Lines after a copy are never delivered on its word here:
+            # the end may be a cut, and a copy among identical lines is not necessarily ours.
+            self.duplicates += block.count(b"\n")
+            self.cursor.replay_reached_last()
+            self.replaying = False
+            return None
         start = self._count_replayed(block, 0)
         return self._advance(block[start:]) if start < len(block) else None
 
@@ -213,7 +227,7 @@ class StreamParser:
         inside that burst, fewer of them come back than were delivered, and
         counting alone would take new lines for replays. While the burst is not
         over and the last line not seen yet, its lines are held (None returned)
-        until more data decides; a clean end settles them by counting (:meth:`finish`).
+        until more data decides; a clean end settles them (:meth:`finish`).
         """
         cursor = self.cursor
         last = cursor.last_ts_ns
@@ -247,6 +261,7 @@ class StreamParser:
             if size - run_start > _HOLD_MAX:
                 return self._count_replayed(block, run_start)  # a burst too long to hold: count
             self.held = block[run_start:]  # the burst may go on in the next chunk: decide then
+            self.held_match_end = best_end - run_start if best_end >= 0 else 0
             return None
         self.replaying = False
         if best_end >= 0:
