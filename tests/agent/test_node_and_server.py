@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 from tests.agent import trees
 
-from podmortem.agent import main, server
+from podmortem.agent import main, pods, record_store, server
 from podmortem.agent.kmsg_follower import KmsgFollower
 from podmortem.agent.node import NodeAgent
 from podmortem.agent.settings import AgentSettings
@@ -83,6 +84,60 @@ async def test_kernel_records_map_only_to_watched_cgroups(tmp_path: Path, fixtur
     assert agent.on_records(records) == []  # the same record twice is kept once
     evidence = agent.evidence(trees.POD_UID)
     assert evidence is not None and [r.victim_pid for r in evidence.kernel_records] == [11638]
+
+
+def _kind_pod_path() -> str:
+    return (
+        "/docker/428406e4f18a1cb65e9691d40b63f3d92c95c1b0d15b5c427bed470b6832cd6e"
+        "/kubelet/kubepods/pod1788d98a-0700-426a-8701-2312e4cc2163"
+    )
+
+
+def _counter(agent: NodeAgent, name: str, **labels: str) -> float:
+    value = agent.metrics.registry.get_sample_value(name, labels)
+    return value or 0.0
+
+
+async def test_placed_records_survive_an_agent_restart(tmp_path: Path) -> None:
+    agent = _agent(tmp_path, {trees.POD_UID: _kind_pod_path()})
+    await agent.sample_once()
+    [(uid, record)] = agent.on_records(parse_text(KIND_RECORD))
+    assert (tmp_path / "state" / "kernel-records.json").is_file()
+
+    again = _agent(tmp_path, {trees.POD_UID: _kind_pod_path()})  # a new process, the same state dir
+    evidence = again.evidence(uid)  # served before the first round: the operator may ask right away
+    assert evidence is not None and evidence.kernel_records == [record]
+    await again.sample_once()
+    assert again.on_records(parse_text(KIND_RECORD)) == []  # read again (a crash before the position): once
+    evidence = again.evidence(uid)
+    assert evidence is not None and len(evidence.kernel_records) == 1
+    assert _counter(again, "podmortem_agent_pod_oom_kill_records_total", namespace="", pod=uid, uid=uid) == 0
+
+
+async def test_a_record_read_before_its_pod_is_known_is_placed_after_the_next_round(tmp_path: Path) -> None:
+    agent = _agent(tmp_path, {trees.POD_UID: _kind_pod_path()})
+    assert agent.on_records(parse_text(KIND_RECORD)) == []  # the kernel log came first after a start
+    await agent.sample_once()
+    evidence = agent.evidence(trees.POD_UID)
+    assert evidence is not None and [r.victim_pid for r in evidence.kernel_records] == [11638]
+    assert _counter(agent, "podmortem_agent_oom_records_unmatched_total") == 0
+
+
+async def test_records_of_no_watched_pod_age_out_and_forgotten_pods_leave_the_file(tmp_path: Path) -> None:
+    agent = _agent(tmp_path, {trees.POD_UID: _kind_pod_path()})
+    agent.settings = dataclasses.replace(agent.settings, unplaced_record_keep_s=0.0, forget_after_s=0.0)
+    await agent.sample_once()
+    assert agent.on_records(parse_text(K3S_RECORD)) == []  # another cgroup's kill
+    agent.on_records(parse_text(KIND_RECORD))
+    await agent.sample_once()
+    assert _counter(agent, "podmortem_agent_oom_records_unmatched_total") == len(parse_text(K3S_RECORD))
+    assert agent._unplaced == []
+    agent.pod_source = pods.StaticPods({})  # the pod left the node
+    await agent.sample_once()  # its grace period starts
+    await asyncio.sleep(0.01)
+    await agent.sample_once()  # and is over
+    assert agent.evidence(trees.POD_UID) is None
+    assert record_store.load(tmp_path / "state" / "kernel-records.json") == []
 
 
 async def _client(agent: NodeAgent, token_path: Path | None) -> TestClient[object, object]:

@@ -55,9 +55,16 @@ def build_agent(settings: AgentSettings, *, registry: CollectorRegistry | None =
             kubeconfig=settings.kubeconfig,
         )
     metrics = AgentMetrics(registry if registry is not None else CollectorRegistry())
-    return NodeAgent(
-        settings=settings, pod_source=source, metrics=metrics, hierarchy=hierarchy, hierarchy_error=error
+    agent = NodeAgent(
+        settings=settings,
+        pod_source=source,
+        metrics=metrics,
+        hierarchy=hierarchy,
+        hierarchy_error=error,
+        records_file=settings.records_state_file,
     )
+    agent.restore_records()
+    return agent
 
 
 async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = None) -> None:

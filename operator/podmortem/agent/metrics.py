@@ -99,7 +99,7 @@ class AgentMetrics:
         )
         self.oom_unmatched = Counter(
             "podmortem_agent_oom_records_unmatched",
-            "OOM-kill records whose cgroup belongs to no watched pod.",
+            "OOM-kill records whose cgroup belonged to no watched pod for unplaced_record_keep_s.",
             registry=registry,
         )
 

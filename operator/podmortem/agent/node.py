@@ -12,9 +12,10 @@ import contextlib
 import logging
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from podmortem.agent import cgroupfs, matching, sampler
+from podmortem.agent import cgroupfs, matching, record_store, sampler
 from podmortem.agent.assemble import Entry, build_evidence
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.pods import PodSource, WatchedPod
@@ -25,6 +26,9 @@ from podmortem.reports.memory import MemorySample
 from podmortem.reports.oom_record import OomKillRecord
 
 logger = logging.getLogger(__name__)
+
+#: Unplaced kernel records held at most (the oldest go first); a busy node's other OOM kills age out.
+UNPLACED_MAX = 256
 
 
 class NodeAgent:
@@ -38,7 +42,9 @@ class NodeAgent:
         metrics: AgentMetrics,
         hierarchy: cgroupfs.MemoryHierarchy | None,
         hierarchy_error: str | None = None,
+        records_file: Path | None = None,
     ) -> None:
+        """``records_file``: where placed kernel records persist (see `record_store`); None: memory only."""
         self.settings = settings
         self.pod_source = pod_source
         self.metrics = metrics
@@ -61,6 +67,9 @@ class NodeAgent:
         #: pid → pod UID from the last samples, to place kernel records that name no cgroup.
         self._pid_owners: dict[int, str] = {}
         self._record_keys: set[tuple[str, int | None, int | None, float | None]] = set()
+        self.records_file = records_file
+        #: Records that named no known pod yet, with when they came (monotonic), matched again each round.
+        self._unplaced: list[tuple[float, OomKillRecord]] = []
 
     # -- sampling ---------------------------------------------------------------------------------
 
@@ -71,9 +80,16 @@ class NodeAgent:
         self.pods = pods
         self.known.update(pods)
         self.rings.mark_present(pods, now=now_mono)
+        forgot_records = False
         for uid in self.rings.forget_gone(now=now_mono, after_s=self.settings.forget_after_s):
             gone = self.known.pop(uid, None)
             self.metrics.forget_pod(self._labels(gone or WatchedPod(uid=uid)))
+            forgot_records = forgot_records or any(key[0] == uid for key in self._record_keys)
+            self._record_keys = {key for key in self._record_keys if key[0] != uid}
+        if forgot_records:
+            self._save_records()
+        if self._unplaced:
+            self._place_again(now_mono)
         for uid in [u for u in self.known if u not in pods and self.rings.get(u) is None]:
             self.known.pop(uid)
         self.metrics.watched_pods.set(len(pods))
@@ -154,15 +170,43 @@ class NodeAgent:
     # -- kernel records ---------------------------------------------------------------------------
 
     def on_records(self, records: list[OomKillRecord]) -> list[tuple[str, OomKillRecord]]:
-        """Map fresh OOM records to watched pods and keep them; return what was kept, for logging."""
+        """Map fresh OOM records to watched pods and keep them; return what was kept, for logging.
+
+        A record that names no pod known yet is held and matched again after the next rounds
+        (for ``unplaced_record_keep_s``): the kernel log may be read before the first round.
+        """
+        kept, unplaced = self._place(records)
+        now = time.monotonic()
+        self._unplaced.extend((now, record) for record in unplaced)
+        overflow = len(self._unplaced) - UNPLACED_MAX
+        if overflow > 0:
+            del self._unplaced[:overflow]
+            self.metrics.oom_unmatched.inc(overflow)
+        return kept
+
+    def _place_again(self, now: float) -> None:
+        held, self._unplaced = self._unplaced, []
+        _, unplaced = self._place([record for _, record in held])
+        came = {id(record): at for at, record in held}
+        for record in unplaced:
+            at = came[id(record)]
+            if now - at <= self.settings.unplaced_record_keep_s:
+                self._unplaced.append((at, record))
+            else:
+                self.metrics.oom_unmatched.inc()
+
+    def _place(
+        self, records: list[OomKillRecord]
+    ) -> tuple[list[tuple[str, OomKillRecord]], list[OomKillRecord]]:
         pod_paths = {uid: pod.cgroup_path for uid, pod in self.known.items() if pod.cgroup_path}
         kept: list[tuple[str, OomKillRecord]] = []
+        unplaced: list[OomKillRecord] = []
         for record in records:
             uid = matching.match_record(
                 record, pod_paths=pod_paths, pid_owners=self._pid_owners, watched_uids=set(self.known)
             )
             if uid is None:
-                self.metrics.oom_unmatched.inc()
+                unplaced.append(record)
                 continue
             key = (uid, record.kmsg_seq, record.victim_pid, record.monotonic_s)
             if key in self._record_keys:
@@ -174,7 +218,46 @@ class NodeAgent:
             logger.info(
                 "OOM kill of pid %s (%s) mapped to pod %s", record.victim_pid, record.victim_comm, uid
             )
-        return kept
+        if kept:
+            self._save_records()  # before the kernel log position moves past them
+        return kept, unplaced
+
+    def _save_records(self) -> None:
+        if self.records_file is None:
+            return
+        pods = []
+        for uid in self.rings.uids():
+            history = self.rings.get(uid)
+            if history is None or not history.records:
+                continue
+            pod = self.known.get(uid) or WatchedPod(uid=uid)
+            pods.append(
+                record_store.PodRecords(
+                    uid=uid, namespace=pod.namespace, name=pod.name, records=tuple(history.records)
+                )
+            )
+        try:
+            record_store.save(self.records_file, pods)
+        except OSError as exc:
+            logger.warning("cannot save kernel records to %s: %s", self.records_file, exc)
+
+    def restore_records(self) -> int:
+        """Take back the records a previous run placed (see `record_store`); returns how many."""
+        if self.records_file is None:
+            return 0
+        restored = 0
+        for entry in record_store.load(self.records_file):
+            pod = WatchedPod(uid=entry.uid, namespace=entry.namespace, name=entry.name)
+            self.known.setdefault(entry.uid, pod)
+            for record in entry.records:
+                key = (entry.uid, record.kmsg_seq, record.victim_pid, record.monotonic_s)
+                if key not in self._record_keys:
+                    self._record_keys.add(key)
+                    self.rings.add_record(entry.uid, record)
+                    restored += 1
+        if restored:
+            logger.info("restored %d kernel record(s) from %s", restored, self.records_file)
+        return restored
 
     # -- reading ----------------------------------------------------------------------------------
 

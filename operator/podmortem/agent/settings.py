@@ -42,13 +42,18 @@ class AgentSettings:
     #: the cap only bounds memory if a crash-looping container is killed again and again.
     kernel_records_per_pod: int = 32
 
+    #: How long a kernel record that names no pod the agent knows yet is kept and matched again
+    #: after each sampling round, in seconds: a pod killed before the agent's first round after a
+    #: restart, or within its first seconds on the node. Records of other processes age out.
+    unplaced_record_keep_s: float = 120.0
+
     #: How long evidence of a pod that left this node is still served, in seconds. The operator asks
     #: for it within seconds of a termination; 15 minutes covers a slow or restarted operator.
     forget_after_s: float = 900.0
 
     #: Directory for the agent's small state files (the last /dev/kmsg sequence number read, or the
-    #: syslog(2) cursor, and the boot they belong to). A hostPath, so that a restarted agent resumes
-    #: instead of rescanning.
+    #: syslog(2) cursor, and the boot they belong to; the kernel records placed so far). A hostPath,
+    #: so that a restarted agent resumes instead of rescanning, and still serves earlier records.
     state_dir: Path = Path("/var/lib/podmortem/agent")
 
     #: File holding the bearer token the operator must present (mounted from a Secret), re-read when
@@ -138,6 +143,8 @@ class AgentSettings:
                 f"kernel_log_source must be one of {', '.join(KERNEL_LOG_SOURCES)}, "
                 f"got {self.kernel_log_source!r}"
             )
+        if self.unplaced_record_keep_s < 0:
+            raise ValueError(f"unplaced_record_keep_s must be >= 0, got {self.unplaced_record_keep_s}")
         for name in ("syslog_poll_s", "kernel_log_retry_s", "pod_refresh_s", "owner_cache_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -155,3 +162,7 @@ class AgentSettings:
     @property
     def syslog_state_file(self) -> Path:
         return self.state_dir / "syslog-cursor.json"
+
+    @property
+    def records_state_file(self) -> Path:
+        return self.state_dir / "kernel-records.json"
