@@ -194,3 +194,67 @@ def test_a_patch_removes_what_the_new_report_no_longer_has() -> None:
         "updatedAt": "t",
         "kill": None,
     }
+
+
+async def resume(
+    agent: ScriptedAgent, stored: dict[str, Any], *, wait_s: float
+) -> tuple[Reporter, RecordingKube]:
+    kube = RecordingKube()
+    settings = OperatorSettings(
+        agent=AgentSettings(record_wait_s=wait_s, record_retry_min_s=0.01, record_retry_max_s=0.05)
+    )
+    async with aiohttp.ClientSession() as session:
+        reporter = Reporter(
+            kube=cast(Any, kube),
+            agent=cast(AgentClient, agent),
+            session=session,
+            settings=settings,
+            status=StatusWriter(kube=cast(Any, kube)),
+        )
+        reporter.resume_pending_record(termination=termination(), target=TARGET, stored=stored)
+        try:
+            await asyncio.wait_for(asyncio.gather(*reporter._background), timeout=30)
+        finally:
+            await reporter.stop()
+    return reporter, kube
+
+
+async def _pending_summary() -> dict[str, Any]:
+    """The annotation an operator wrote before it stopped, with the record still pending."""
+    agent = ScriptedAgent(evidence_for(UID, None))
+    kube = RecordingKube()
+    settings = OperatorSettings(agent=AgentSettings(record_wait_s=60.0))
+    async with aiohttp.ClientSession() as session:
+        reporter = Reporter(
+            kube=cast(Any, kube),
+            agent=cast(AgentClient, agent),
+            session=session,
+            settings=settings,
+            status=StatusWriter(kube=cast(Any, kube)),
+        )
+        await reporter.report(termination=termination(), target=TARGET, facts=None, seen_at=time.monotonic())
+        await reporter.stop()  # the operator stops: the follow-up is cancelled
+    [first] = kube.annotations
+    assert first["kernelRecord"] == "pending"
+    return first
+
+
+async def test_a_resumed_follow_up_attaches_a_record_that_came_while_no_operator_ran() -> None:
+    stored = await _pending_summary()
+    reporter, kube = await resume(ScriptedAgent(evidence_for(UID, RECORD)), stored, wait_s=60.0)
+    [last] = kube.annotations
+    assert last["kernelRecord"] == "attached" and "fork-copies" in [f["code"] for f in last["findings"]]
+    assert last["reportedAt"] == stored["reportedAt"] and last["pod"] == stored["pod"]
+    assert [r for r, _ in kube.events] == ["KernelRecordAttached"]  # the first report's Event is not repeated
+    assert reporter.outcomes[0].document["evidence"]["kernelRecord"]["requests"] == 1
+
+
+async def test_a_resumed_follow_up_past_its_window_asks_once_then_says_not_found() -> None:
+    stored = await _pending_summary()
+    stored["reportedAt"] = "2020-01-01T00:00:00Z"  # the operator was down longer than the wait
+    agent = ScriptedAgent(evidence_for(UID, None))
+    _, kube = await resume(agent, stored, wait_s=5.0)
+    assert len(agent.timeouts) == 1
+    [last] = kube.annotations
+    assert last["kernelRecord"] == "not-found" and [f["code"] for f in last["findings"]] == ["memcg-limit"]
+    assert kube.events == []

@@ -47,20 +47,22 @@ def initial_state(t: Termination, evidence: PodEvidence | None, *, settings: Age
 
 
 async def ask_until_record(
-    *, agent: AgentClient, node: str, pod_uid: str, settings: AgentSettings
+    *, agent: AgentClient, node: str, pod_uid: str, settings: AgentSettings, wait_s: float | None = None
 ) -> tuple[PodEvidence | None, int]:
-    """Ask the agent with backoff until its evidence holds a kernel record or ``record_wait_s`` is over.
+    """Ask the agent with backoff until its evidence holds a kernel record or the wait is over.
 
-    Returns the last evidence the agent gave (with a record, or the freshest without one; None if it
-    never answered) and how many requests were made.
+    ``wait_s`` defaults to ``record_wait_s``; with none left (a follow-up resumed after an operator
+    restart), the agent is still asked once. Returns the last evidence the agent gave (with a
+    record, or the freshest without one; None if it never answered) and how many requests were made.
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + settings.record_wait_s
+    deadline = loop.time() + (settings.record_wait_s if wait_s is None else wait_s)
     pause = settings.record_retry_min_s
     last: PodEvidence | None = None
     asked = 0
-    while (remaining := deadline - loop.time()) > 0:
-        await asyncio.sleep(min(pause, remaining))
+    while (remaining := deadline - loop.time()) > 0 or asked == 0:
+        if remaining > 0:
+            await asyncio.sleep(min(pause, remaining))
         asked += 1
         got = await agent.evidence(
             node=node,

@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from podmortem.control import kernel_record, log_links, metrics, prometheus, verdicts
+from podmortem.control import kernel_record, log_links, metrics, prometheus, stored_report, verdicts
 from podmortem.control import kube as kube_mod
 from podmortem.control.agent_client import AgentClient, AgentUnavailable
 from podmortem.control.annotations import FAILURE_REPORT
@@ -397,15 +397,56 @@ class Reporter:
             outcome.document["evidence"]["workingSet"] = working_set_document(ws)
         await self._patch(outcome, what="the Prometheus working set")
 
-    async def _attach_record_later(self, outcome: Outcome) -> None:
+    def resume_pending_record(
+        self, *, termination: Termination, target: Target, stored: Mapping[str, Any]
+    ) -> None:
+        """Finish the kernel-record follow-up of a report an earlier operator run left ``pending``.
+
+        The agent is asked for what is left of ``record_wait_s`` since the report (at least once),
+        and the report is patched as if this run had written it (see `stored_report`).
+        """
+        status = target.role == "trainingjob"
+        document = stored_report.context(stored, status=status)
+        reported = stored_report.parse_time(document.get("reportedAt"))
+        elapsed = max(0.0, (datetime.now(UTC) - reported).total_seconds()) if reported is not None else 0.0
+        last_line_ns = stored_report.last_line_ns(document)
+        report = stored_report.failure_report(stored) if status else None
+        if report is None:
+            report = verdicts.diagnose_termination(
+                termination=termination,
+                evidence=None,
+                last_line_ns=last_line_ns,
+                stale_after_s=self.settings.stale_log_threshold_s,
+            )
+        outcome = Outcome(
+            termination=termination,
+            target=target,
+            report=report,
+            document=document,
+            latency_s=0.0,
+            last_line_ns=last_line_ns,
+            in_status=dict(stored) if status else {},
+        )
+        self.outcomes.append(outcome)
+        logger.info(
+            "report of %s/%s (%s) still waits for its kernel record after an operator restart; asking "
+            "the agent again (%.1f s since the report)",
+            termination.namespace, termination.pod, termination.container, elapsed,
+        )
+        wait = max(0.0, self.settings.agent.record_wait_s - elapsed)
+        self._spawn(self._attach_record_later(outcome, wait_s=wait, waited_before_s=elapsed))
+
+    async def _attach_record_later(
+        self, outcome: Outcome, *, wait_s: float | None = None, waited_before_s: float = 0.0
+    ) -> None:
         """Ask the agent again for the kernel record; patch the report (and post an Event) when it comes."""
         t = outcome.termination
         assert t.node is not None  # kernel_record.worth_seeking
         began = time.monotonic()
         evidence, asked = await kernel_record.ask_until_record(
-            agent=self.agent, node=t.node, pod_uid=t.pod_uid, settings=self.settings.agent
+            agent=self.agent, node=t.node, pod_uid=t.pod_uid, settings=self.settings.agent, wait_s=wait_s
         )
-        waited = time.monotonic() - began
+        waited = waited_before_s + time.monotonic() - began
         found = evidence is not None and bool(evidence.kernel_records)
         ev = outcome.document["evidence"]
         if evidence is not None:

@@ -22,7 +22,15 @@ from typing import Any
 
 from podmortem import memory_line
 from podmortem.control import annotations as opts
-from podmortem.control import early_warning, jobs, log_links, memory_status, metrics, termination
+from podmortem.control import (
+    early_warning,
+    jobs,
+    log_links,
+    memory_status,
+    metrics,
+    stored_report,
+    termination,
+)
 from podmortem.control import kube as kube_mod
 from podmortem.control.following import Following, PodLogFacts
 from podmortem.control.jobs import Target
@@ -254,8 +262,11 @@ class Podmortem:
         for found in termination.find(pod):
             if found.key in self._reported or found.key in self._reporting:
                 continue
-            if await self._already_reported(known, found):
+            stored = await self._stored_report(known, found)
+            if stored is not None:
                 self._reported.add(found.key)
+                if stored_report.pending_record(stored):
+                    self.reporter.resume_pending_record(termination=found, target=known.target, stored=stored)
                 continue
             task = asyncio.create_task(self._report(found, known, seen_at))
             self._reporting[found.key] = task
@@ -285,26 +296,26 @@ class Podmortem:
         finally:
             self._reporting.pop(found.key, None)
 
-    async def _already_reported(self, known: _Known, found: termination.Termination) -> bool:
-        """Whether a report of this very container instance is on the target already (operator restarts)."""
+    async def _stored_report(self, known: _Known, found: termination.Termination) -> dict[str, Any] | None:
+        """The report of this very container instance already on the target (operator restarts), or None."""
         target = known.target
         try:
+            obj = await self.kube.get(target.path())
             if target.role == "trainingjob":
-                obj = await self.kube.get(target.path())
                 report = ((obj or {}).get("status") or {}).get("failureReport") or {}
-                pod = report.get("pod") or {}
             else:
-                obj = await self.kube.get(target.path())
                 raw = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(opts.FAILURE_REPORT)
-                pod = (json.loads(raw) if raw else {}).get("pod") or {}
+                report = json.loads(raw) if raw else {}
+            pod = report.get("pod") or {}
         except (kube_mod.KubeError, ValueError, AttributeError):
-            return False
-        return (
+            return None
+        same = (
             bool(pod)
             and pod.get("uid") == found.pod_uid
             and pod.get("containerID") == found.container_id
             and pod.get("container") == found.container
         )
+        return dict(report) if same else None
 
     async def _trainingjob_pod_status(self, known: _Known, pod: Mapping[str, Any]) -> None:
         target = known.target

@@ -1,0 +1,67 @@
+"""End to end on kmock: an operator restart while a report waits for its kernel record.
+
+The first operator writes the report ``pending`` and stops before the record
+comes; the next one finds the report on the TrainingJob, asks the agent for the
+rest of the wait, and patches the record in, without a second report or Event.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from podmortem.demo.harness import Harness, harness, kill, run_pod
+
+from .test_operator_e2e import TJ_PATH, attached_report, evidence_for, trainingjob
+
+
+@pytest.fixture
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    with harness(tmp_path_factory.mktemp("operator-restart")) as h:
+        h.add_agent_pod()
+        yield h
+
+
+def test_a_pending_kernel_record_is_attached_by_the_next_operator(cluster: Harness) -> None:
+    h = cluster
+    base = h.settings(log_http_auth=False)
+    settings = dataclasses.replace(base, agent=dataclasses.replace(base.agent, record_wait_s=120.0))
+    h.start_operator(settings)
+    h.create(TJ_PATH, trainingjob("restart"))
+    h.wait(lambda: h.get("/api/v1/namespaces/default/pods/restart-train"), what="the training pod")
+    uid = run_pod(h, name="restart-train")
+
+    def hold() -> None:
+        h.agent.evidence[uid] = evidence_for(uid, "01-k3s-v1-dmesgT-stress-4.15.log")
+        h.agent.held.add(uid)
+
+    h.sync(hold)
+    kill(h, name="restart-train")
+    first = h.wait(
+        lambda: (h.get(f"{TJ_PATH}/restart") or {}).get("status", {}).get("failureReport"),
+        what="the first report",
+    )
+    assert first["evidence"]["kernelRecord"]["state"] == "pending"
+    h.wait(lambda: h.agent.requests.count(uid) >= 2, what="the agent asked again")
+    h.stop_operator()
+    assert h.operator_error is None, h.operator_error
+
+    h.sync(lambda: h.agent.held.discard(uid))  # the record reaches the agent while no operator runs
+    asked_before = h.agent.requests.count(uid)
+    h.start_operator(settings)
+    report = h.wait(lambda: attached_report(h, "restart"), what="the report with the kernel record")
+    assert h.agent.requests.count(uid) > asked_before
+    assert report["reportedAt"] == first["reportedAt"]  # patched, not written again
+    codes = [f["code"] for f in report["findings"]]
+    assert codes[0] == "memcg-limit" and "fork-copies" in codes
+    assert report["kill"]["pid"] > 0 and report["evidence"]["kernelRecords"] == 1
+    assert report["evidence"]["kernelRecord"]["arrivedAfterS"] >= 0
+    h.wait(
+        lambda: next((e for e in h.events_for("restart") if e["reason"] == "KernelRecordAttached"), None),
+        what="the KernelRecordAttached event",
+    )
+    assert [e["reason"] for e in h.events_for("restart")].count("MemcgLimit") == 1
+    h.stop_operator()
+    assert h.operator_error is None, h.operator_error
