@@ -197,11 +197,13 @@ def test_a_patch_removes_what_the_new_report_no_longer_has() -> None:
 
 
 async def resume(
-    agent: ScriptedAgent, stored: dict[str, Any], *, wait_s: float
+    agent: ScriptedAgent, stored: dict[str, Any], *, wait_s: float, agent_enabled: bool = True
 ) -> tuple[Reporter, RecordingKube]:
     kube = RecordingKube()
     settings = OperatorSettings(
-        agent=AgentSettings(record_wait_s=wait_s, record_retry_min_s=0.01, record_retry_max_s=0.05)
+        agent=AgentSettings(
+            enabled=agent_enabled, record_wait_s=wait_s, record_retry_min_s=0.01, record_retry_max_s=0.05
+        )
     )
     async with aiohttp.ClientSession() as session:
         reporter = Reporter(
@@ -258,3 +260,12 @@ async def test_a_resumed_follow_up_past_its_window_asks_once_then_says_not_found
     [last] = kube.annotations
     assert last["kernelRecord"] == "not-found" and [f["code"] for f in last["findings"]] == ["memcg-limit"]
     assert kube.events == []
+
+
+async def test_a_resumed_follow_up_without_an_agent_to_ask_says_so() -> None:
+    stored = await _pending_summary()
+    agent = ScriptedAgent(evidence_for(UID, RECORD))
+    _, kube = await resume(agent, stored, wait_s=60.0, agent_enabled=False)
+    assert agent.timeouts == []
+    [last] = kube.annotations
+    assert last["kernelRecord"] == "not-found" and kube.events == []

@@ -428,6 +428,13 @@ class Reporter:
             in_status=dict(stored) if status else {},
         )
         self.outcomes.append(outcome)
+        if not kernel_record.worth_seeking(termination, settings=self.settings.agent):
+            document["evidence"]["kernelRecord"] = {
+                "state": kernel_record.NOT_FOUND,
+                "note": "the operator that resumed this report after a restart has no node agent to ask",
+            }
+            self._spawn(self._patch(outcome, what="the kernel record state"))
+            return
         logger.info(
             "report of %s/%s (%s) still waits for its kernel record after an operator restart; asking "
             "the agent again (%.1f s since the report)",
