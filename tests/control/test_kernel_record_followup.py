@@ -8,8 +8,10 @@ kube stand-in that records patches and Events; a pod's report is its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -93,12 +95,16 @@ TARGET = Target(
 )
 
 
-async def report(
-    agent: ScriptedAgent, *, t: Termination | None = None, wait_s: float = 5.0
-) -> tuple[Reporter, RecordingKube]:
+@contextlib.asynccontextmanager
+async def running_reporter(
+    agent: ScriptedAgent, *, wait_s: float, agent_enabled: bool = True, finish: bool = True
+) -> AsyncIterator[tuple[Reporter, RecordingKube]]:
+    """A Reporter over the stand-ins; on exit its follow-ups run to their end (``finish``) or are cut."""
     kube = RecordingKube()
     settings = OperatorSettings(
-        agent=AgentSettings(record_wait_s=wait_s, record_retry_min_s=0.01, record_retry_max_s=0.05)
+        agent=AgentSettings(
+            enabled=agent_enabled, record_wait_s=wait_s, record_retry_min_s=0.01, record_retry_max_s=0.05
+        )
     )
     async with aiohttp.ClientSession() as session:
         reporter = Reporter(
@@ -108,13 +114,21 @@ async def report(
             settings=settings,
             status=StatusWriter(kube=cast(Any, kube)),
         )
+        try:
+            yield reporter, kube
+            if finish:
+                await asyncio.wait_for(asyncio.gather(*reporter._background), timeout=30)
+        finally:
+            await reporter.stop()
+
+
+async def report(
+    agent: ScriptedAgent, *, t: Termination | None = None, wait_s: float = 5.0
+) -> tuple[Reporter, RecordingKube]:
+    async with running_reporter(agent, wait_s=wait_s) as (reporter, kube):
         await reporter.report(
             termination=t or termination(), target=TARGET, facts=None, seen_at=time.monotonic()
         )
-        try:
-            await asyncio.wait_for(asyncio.gather(*reporter._background), timeout=30)
-        finally:
-            await reporter.stop()
     return reporter, kube
 
 
@@ -199,43 +213,17 @@ def test_a_patch_removes_what_the_new_report_no_longer_has() -> None:
 async def resume(
     agent: ScriptedAgent, stored: dict[str, Any], *, wait_s: float, agent_enabled: bool = True
 ) -> tuple[Reporter, RecordingKube]:
-    kube = RecordingKube()
-    settings = OperatorSettings(
-        agent=AgentSettings(
-            enabled=agent_enabled, record_wait_s=wait_s, record_retry_min_s=0.01, record_retry_max_s=0.05
-        )
-    )
-    async with aiohttp.ClientSession() as session:
-        reporter = Reporter(
-            kube=cast(Any, kube),
-            agent=cast(AgentClient, agent),
-            session=session,
-            settings=settings,
-            status=StatusWriter(kube=cast(Any, kube)),
-        )
+    async with running_reporter(agent, wait_s=wait_s, agent_enabled=agent_enabled) as (reporter, kube):
         reporter.resume_pending_record(termination=termination(), target=TARGET, stored=stored)
-        try:
-            await asyncio.wait_for(asyncio.gather(*reporter._background), timeout=30)
-        finally:
-            await reporter.stop()
     return reporter, kube
 
 
 async def _pending_summary() -> dict[str, Any]:
     """The annotation an operator wrote before it stopped, with the record still pending."""
     agent = ScriptedAgent(evidence_for(UID, None))
-    kube = RecordingKube()
-    settings = OperatorSettings(agent=AgentSettings(record_wait_s=60.0))
-    async with aiohttp.ClientSession() as session:
-        reporter = Reporter(
-            kube=cast(Any, kube),
-            agent=cast(AgentClient, agent),
-            session=session,
-            settings=settings,
-            status=StatusWriter(kube=cast(Any, kube)),
-        )
+    # The operator stops: the follow-up is cancelled.
+    async with running_reporter(agent, wait_s=60.0, finish=False) as (reporter, kube):
         await reporter.report(termination=termination(), target=TARGET, facts=None, seen_at=time.monotonic())
-        await reporter.stop()  # the operator stops: the follow-up is cancelled
     [first] = kube.annotations
     assert first["kernelRecord"] == "pending"
     return first

@@ -155,24 +155,30 @@ def attached_report(h: Harness, tj: str) -> dict[str, Any] | None:
     return report if report and report["evidence"]["kernelRecord"]["state"] == "attached" else None
 
 
-def test_kernel_record_arriving_after_the_termination_is_patched_in(cluster: Harness) -> None:
-    """The kubelet reports the kill before the agent holds the record: report first, then the record."""
-    h = cluster
-    h.create(TJ_PATH, trainingjob("late-record"))
-    h.wait(lambda: h.get("/api/v1/namespaces/default/pods/late-record-train"), what="the training pod")
-    uid = run_pod(h, name="late-record-train")
+def kill_with_the_record_held(h: Harness, tj: str) -> tuple[str, dict[str, Any]]:
+    """A TrainingJob's pod killed while the agent still withholds its kernel record: (uid, first report)."""
+    h.create(TJ_PATH, trainingjob(tj))
+    h.wait(lambda: h.get(f"/api/v1/namespaces/default/pods/{tj}-train"), what="the training pod")
+    uid = run_pod(h, name=f"{tj}-train")
 
     def hold() -> None:
         h.agent.evidence[uid] = evidence_for(uid, "01-k3s-v1-dmesgT-stress-4.15.log")
         h.agent.held.add(uid)
 
     h.sync(hold)
-    kill(h, name="late-record-train")
-    first = h.wait(
-        lambda: (h.get(f"{TJ_PATH}/late-record") or {}).get("status", {}).get("failureReport"),
+    kill(h, name=f"{tj}-train")
+    first: dict[str, Any] = h.wait(
+        lambda: (h.get(f"{TJ_PATH}/{tj}") or {}).get("status", {}).get("failureReport"),
         what="the first report",
     )
     assert first["evidence"]["kernelRecord"]["state"] == "pending"
+    return uid, first
+
+
+def test_kernel_record_arriving_after_the_termination_is_patched_in(cluster: Harness) -> None:
+    """The kubelet reports the kill before the agent holds the record: report first, then the record."""
+    h = cluster
+    uid, first = kill_with_the_record_held(h, "late-record")
     assert first["verdict"] == "memcg-limit"  # from the OOMKilled reason alone
     assert [f["code"] for f in first["findings"]] == ["memcg-limit"]
     assert "kernel's own record was not available" in first["findings"][0]["message"]

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from podmortem.demo.harness import Harness, harness, kill, run_pod
+from podmortem.demo.harness import Harness, harness
 
-from .test_operator_e2e import TJ_PATH, attached_report, evidence_for, trainingjob
+from .test_operator_e2e import attached_report, kill_with_the_record_held
 
 
 @pytest.fixture
@@ -29,21 +29,7 @@ def test_a_pending_kernel_record_is_attached_by_the_next_operator(cluster: Harne
     base = h.settings(log_http_auth=False)
     settings = dataclasses.replace(base, agent=dataclasses.replace(base.agent, record_wait_s=120.0))
     h.start_operator(settings)
-    h.create(TJ_PATH, trainingjob("restart"))
-    h.wait(lambda: h.get("/api/v1/namespaces/default/pods/restart-train"), what="the training pod")
-    uid = run_pod(h, name="restart-train")
-
-    def hold() -> None:
-        h.agent.evidence[uid] = evidence_for(uid, "01-k3s-v1-dmesgT-stress-4.15.log")
-        h.agent.held.add(uid)
-
-    h.sync(hold)
-    kill(h, name="restart-train")
-    first = h.wait(
-        lambda: (h.get(f"{TJ_PATH}/restart") or {}).get("status", {}).get("failureReport"),
-        what="the first report",
-    )
-    assert first["evidence"]["kernelRecord"]["state"] == "pending"
+    uid, first = kill_with_the_record_held(h, "restart")
     h.wait(lambda: h.agent.requests.count(uid) >= 2, what="the agent asked again")
     h.stop_operator()
     assert h.operator_error is None, h.operator_error
