@@ -27,6 +27,14 @@ from podmortem.reports.oom_record import OomKillRecord
 
 logger = logging.getLogger(__name__)
 
+RecordKey = tuple[str, int | None, int | None, float | None]
+
+
+def _record_key(uid: str, record: OomKillRecord) -> RecordKey:
+    """One kill of one pod, however often its record is read (a restart, two log sources)."""
+    return (uid, record.kmsg_seq, record.victim_pid, record.monotonic_s)
+
+
 #: Unplaced kernel records held at most (the oldest go first); a busy node's other OOM kills age out.
 UNPLACED_MAX = 256
 
@@ -66,7 +74,7 @@ class NodeAgent:
         self.last_round_error: str | None = None
         #: pid → pod UID from the last samples, to place kernel records that name no cgroup.
         self._pid_owners: dict[int, str] = {}
-        self._record_keys: set[tuple[str, int | None, int | None, float | None]] = set()
+        self._record_keys: set[RecordKey] = set()
         self.records_file = records_file
         #: Records that named no known pod yet, with when they came (monotonic), matched again each round.
         self._unplaced: list[tuple[float, OomKillRecord]] = []
@@ -208,7 +216,7 @@ class NodeAgent:
             if uid is None:
                 unplaced.append(record)
                 continue
-            key = (uid, record.kmsg_seq, record.victim_pid, record.monotonic_s)
+            key = _record_key(uid, record)
             if key in self._record_keys:
                 continue
             self._record_keys.add(key)
@@ -250,7 +258,7 @@ class NodeAgent:
             pod = WatchedPod(uid=entry.uid, namespace=entry.namespace, name=entry.name)
             self.known.setdefault(entry.uid, pod)
             for record in entry.records:
-                key = (entry.uid, record.kmsg_seq, record.victim_pid, record.monotonic_s)
+                key = _record_key(entry.uid, record)
                 if key not in self._record_keys:
                     self._record_keys.add(key)
                     self.rings.add_record(entry.uid, record)
