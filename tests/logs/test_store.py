@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,6 +59,30 @@ async def test_restart_resumes_without_loss_or_duplicate(tmp_path: Path) -> None
         # The kubelet replays from the cursor's whole second: here, everything from the start.
         await deliver(sink, lines, loaded)
         assert texts(await stored(st)) == [x.text for x in lines]
+
+
+async def test_stored_instances_load_off_the_event_loop_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart a load reads each instance's last segment: a worker thread's job, done once."""
+    lines = produce(30)
+    async with LogStore(tmp_path, settings=NO_FSYNC) as st:
+        await deliver(st.sink(namespace="ns", pod="pod-1"), lines, LogCursor(container_id="cid-1"))
+    loads: list[bool] = []
+    load = store._load_instances
+
+    def recording(*args: object, **kwargs: object) -> list[store.Instance]:
+        loads.append(threading.current_thread() is threading.main_thread())
+        return load(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "_load_instances", recording)
+    async with LogStore(tmp_path, settings=NO_FSYNC) as st:
+        sink = st.sink(namespace="ns", pod="pod-1")
+        cursors = await asyncio.gather(*(sink.load_cursor("main") for _ in range(5)))
+        assert {c.delivered for c in cursors if c is not None} == {30}
+        await sink.write("main", produce(3, start=30), LogCursor(container_id="cid-1", last_ts_ns=BASE * 2))
+        assert loads == [False]  # one load, in a worker thread
+        assert len(texts(await stored(st))) == 33
 
 
 async def test_cursor_is_copied_not_referenced(tmp_path: Path) -> None:

@@ -210,6 +210,21 @@ class Instance:
         return self.ended is not None or self.superseded
 
 
+def _load_instances(cdir: Path, *, container: str, writable: bool) -> list[Instance]:
+    """Every stored instance of a container directory, oldest first (blocking file I/O)."""
+    insts: list[Instance] = []
+    if cdir.is_dir():
+        for d in sorted(cdir.iterdir()):
+            if not d.is_dir() or not d.name.isdigit():
+                continue
+            if not (d / retention.INSTANCE_META).exists():
+                continue  # a creation interrupted before its meta landed: never written to
+            insts.append(_load_instance(d, container=container, writable=writable))
+        for older in insts[:-1]:
+            older.superseded = True
+    return insts
+
+
 def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
     """Open an instance directory, cutting a torn tail off its last segment (crash recovery)."""
     meta = json.loads((path / retention.INSTANCE_META).read_text())
@@ -229,7 +244,7 @@ def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
                 os.truncate(seg, result.valid_len)
         if result.last is None:
             if writable:
-                seg.unlink()
+                seg.unlink(missing_ok=True)  # missing: a second load of the same instance got there first
             seqs.pop()
             continue
         last = result.last
@@ -284,6 +299,8 @@ class Pod:
         self.instances: dict[str, list[Instance]] = {}
         #: Held while a container's new instance is created (its meta is written off the loop).
         self.create_lock = asyncio.Lock()
+        #: Held while a container's stored instances are loaded off the loop.
+        self.load_lock = asyncio.Lock()
 
     def container_names(self) -> list[str]:
         names = set(self.instances)
@@ -485,23 +502,30 @@ class LogStore:
     def _instances(self, pod: Pod, container: str) -> list[Instance]:
         insts = pod.instances.get(container)
         if insts is None:
-            insts = []
-            cdir = pod.path / container
-            if cdir.is_dir():
-                for d in sorted(cdir.iterdir()):
-                    if not d.is_dir() or not d.name.isdigit():
-                        continue
-                    if not (d / retention.INSTANCE_META).exists():
-                        continue  # a creation interrupted before its meta landed: never written to
-                    insts.append(_load_instance(d, container=container, writable=not self.read_only))
-                for older in insts[:-1]:
-                    older.superseded = True
+            insts = _load_instances(pod.path / container, container=container, writable=not self.read_only)
             pod.instances[container] = insts
+        return insts
+
+    async def _instances_off_loop(self, pod: Pod, container: str) -> list[Instance]:
+        """`_instances`, loading off the event loop: a load reads each instance's last segment
+        (up to ``segment_bytes``), which for a thousand pods after a restart is gigabytes."""
+        insts = pod.instances.get(container)
+        if insts is not None:
+            return insts
+        # One load at a time: once a load is cached, writers may append, and a second load must not
+        # take their batch in flight for a torn tail to cut.
+        async with pod.load_lock:
+            insts = pod.instances.get(container)
+            if insts is None:
+                loaded = await asyncio.to_thread(
+                    _load_instances, pod.path / container, container=container, writable=not self.read_only
+                )
+                insts = pod.instances.setdefault(container, loaded)  # a reader's load on the loop won
         return insts
 
     async def _new_instance(self, pod: Pod, container: str, container_id: str | None) -> Instance:
         """Create the container's next instance; the caller holds ``pod.create_lock``."""
-        insts = self._instances(pod, container)
+        insts = await self._instances_off_loop(pod, container)
         seq = insts[-1].seq + 1 if insts else 0
         path = pod.path / container / f"{seq:04d}"
         # The directories and the meta write (which fsyncs) go off the event loop. The instance
@@ -534,6 +558,7 @@ class LogStore:
 
     async def _instance_for_write(self, pod: Pod, container: str, container_id: str | None) -> Instance:
         check_name("container", container)
+        await self._instances_off_loop(pod, container)
         found = self._existing_for_write(pod, container, container_id)
         if found is not None:
             return found
@@ -690,7 +715,7 @@ class LogStore:
 
     async def load_cursor(self, pod: Pod, container: str) -> LogCursor | None:
         self._check_open()
-        insts = self._instances(pod, check_name("container", container))
+        insts = await self._instances_off_loop(pod, check_name("container", container))
         if not insts:
             return None
         return insts[-1].log_cursor()
@@ -721,7 +746,7 @@ class LogStore:
         self.lines_total += n_lines
 
     async def gap(self, pod: Pod, marker: GapMarker) -> None:
-        insts = self._instances(pod, check_name("container", marker.container))
+        insts = await self._instances_off_loop(pod, check_name("container", marker.container))
         if insts:
             inst = insts[-1]
         else:
