@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             f" {run.wall_s:>6.1f}s {run.wall_s / base.wall_s:>6.2f}   {VARIANTS[variant]}"
         )
         print(f"{'':<25} {run.memory_lines[-1]}")
+        if run.heap_lines:
+            print(f"{'':<25} trainer {run.heap_lines[-1]}")
     return 0
 
 

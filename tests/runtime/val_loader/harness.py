@@ -46,6 +46,11 @@ class Run:
     def memory_lines(self) -> list[str]:
         return [line for line in self.lines if line.startswith("-> memory epoch")]
 
+    @property
+    def heap_lines(self) -> list[str]:
+        """The trainer's glibc heap after each evaluation (workload.heap_line)."""
+        return [line for line in self.lines if line.startswith("heap arena")]
+
 
 def run_variant(
     cg: sandbox.MemoryCgroup,

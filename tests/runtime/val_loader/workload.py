@@ -12,6 +12,7 @@ stdin closes, so the caller can read the cgroup's counters while it is alive.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import sys
 import time
 
@@ -38,6 +39,29 @@ class Scenes(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         points = self.item_kib * 1024 // 12 * (8 + (index * 7) % 9) // 8
         coord = torch.rand(points, 3)
         return {"coord": coord, "segment": (coord[:, 0] * 20).long()}
+
+
+_MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks")
+_MALLINFO2_FIELDS += ("fordblks", "keepcost")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
+
+
+def heap_line() -> str | None:
+    """The trainer's glibc heap: bytes in its main arena and how many of them are free but kept.
+
+    None without glibc 2.33+ (``mallinfo2``).
+    """
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    mib = 1024 * 1024
+    return f"heap arena {info.arena / mib:.0f} MiB, free but kept {info.fordblks / mib:.0f} MiB"
 
 
 def build_loader(
@@ -96,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(step * per_batch, min(len(masks), (step + 1) * per_batch)):
                 masks[i] = torch.full((MASK_BYTES,), bool((epoch + i) % 2), dtype=torch.bool)
         print(memory.memory_line(epoch, sampler=sampler), flush=True)
+        heap = heap_line()
+        if heap is not None:
+            print(heap, flush=True)
     print(f"wall {time.monotonic() - started:.3f}", flush=True)
     if args.hold:
         sys.stdin.read()
