@@ -207,6 +207,47 @@ async def test_owner_answers_are_cached_and_refreshed(cluster: Cluster) -> None:
         await source.close()
 
 
+def _ref(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj["metadata"]
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"]}
+
+
+async def test_an_annotation_further_up_the_owner_chain_counts(cluster: Cluster) -> None:
+    """pod → Job → annotated PyTorchJob (both configured kinds); a loop in the chain ends the walk."""
+    top = await cluster.create(
+        "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs",
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "top", "namespace": "ml", "annotations": {WATCH: "true"}},
+        },
+    )
+    middle = await cluster.create(
+        "/apis/batch/v1/namespaces/ml/jobs",
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "mid", "namespace": "ml",
+                                                              "ownerReferences": [_ref(top)]}},
+    )
+    watched = await cluster.pod("ml", "mid-0", owner=middle)
+    # Two plain Jobs that own each other: nothing up there is annotated, and the walk must end.
+    a = await cluster.job("ml", "loop-a", annotated=False)
+    b = await cluster.create(
+        "/apis/batch/v1/namespaces/ml/jobs",
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "loop-b", "namespace": "ml",
+                                                              "ownerReferences": [_ref(a)]}},
+    )
+    loop_a = "/apis/batch/v1/namespaces/ml/jobs/loop-a"
+    await cluster.patch(loop_a, {"metadata": {"ownerReferences": [_ref(b)]}})
+    await cluster.pod("ml", "loop-0", owner=b)
+    source = _source(cluster)
+    try:
+        found = await source.current()
+    finally:
+        await source.close()
+    assert set(found) == {watched}
+    # mid, top; loop-b, loop-a, and no second round of the loop
+    assert source.owner_resolver is not None and source.owner_resolver.fetches == 4
+
+
 async def test_namespaces_are_listed_one_by_one_where_rbac_allows(cluster: Cluster) -> None:
     cluster.api.granted = {"team-a", "team-b"}
     a = await cluster.pod("team-a", "a", annotations={WATCH: "true"})

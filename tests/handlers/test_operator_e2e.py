@@ -476,3 +476,50 @@ def test_log_status_refreshed_while_the_pod_runs_quietly(cluster: Harness) -> No
         assert isinstance(log, dict)
         assert log["bytes"] > 0 and log["gaps"] == 0 and log["reconnects"] >= 0
         assert log["url"] == f"{LOG_BASE}/logs/default/quiet-train"
+
+
+def test_an_annotated_job_further_up_the_owner_chain_gets_the_report(cluster: Harness) -> None:
+    """pod → plain Job → annotated Job (as a CronJob's or JobSet's Jobs are, with those kinds configured)."""
+    h = cluster
+
+    def job(name: str, **meta: Any) -> dict[str, Any]:
+        return h.create(
+            "/apis/batch/v1/namespaces/default/jobs",
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": name, "namespace": "default", **meta},
+            },
+        )
+
+    def ref(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "batch/v1", "kind": "Job", "name": obj["metadata"]["name"],
+                "uid": obj["metadata"]["uid"], "controller": True}
+
+    outer = job("sweep", annotations={"podmortem.io/watch": "true"})
+    inner = job("sweep-trial-3", ownerReferences=[ref(outer)])
+    h.create(
+        "/api/v1/namespaces/default/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "sweep-trial-3-x", "namespace": "default", "ownerReferences": [ref(inner)]},
+            "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+        },
+    )
+    uid = run_pod(h, name="sweep-trial-3-x")
+    h.sync(lambda: h.agent.evidence.__setitem__(uid, evidence_for(uid, "01-k3s-v1-dmesgT-stress-4.15.log")))
+    kill(h, name="sweep-trial-3-x")
+    raw = h.wait(
+        lambda: (
+            (h.get("/apis/batch/v1/namespaces/default/jobs/sweep") or {})
+            .get("metadata", {})
+            .get("annotations", {})
+            .get("podmortem.io/failure-report")
+        ),
+        what="the report on the annotated Job two owners up",
+    )
+    assert json.loads(raw)["pod"]["name"] == "sweep-trial-3-x"
+    inner_now = h.get("/apis/batch/v1/namespaces/default/jobs/sweep-trial-3") or {}
+    assert "podmortem.io/failure-report" not in (inner_now.get("metadata", {}).get("annotations") or {})
+    assert any(e["reason"] == "MemcgLimit" for e in h.events_for("sweep"))

@@ -3,8 +3,9 @@
 A platform that runs training as a batch/v1 Job or a PyTorchJob annotates that
 object ``podmortem.io/watch: "true"``, not its pods (their template may not be
 the platform's to change). The pods carry an ownerReference to it: a Job's pods
-to the Job, a PyTorchJob's pods to the PyTorchJob directly. Only the direct
-owner counts (a CronJob's annotation does not reach through its Jobs).
+to the Job, a PyTorchJob's pods to the PyTorchJob directly. Further up the
+chain counts too, through objects of configured kinds (a JobSet's Jobs, a
+CronJob's Jobs), up to `MAX_OWNER_DEPTH` owners.
 
 An ownerReference names its owner by ``apiVersion`` and ``kind``; the chart
 configures kinds by group, resource and version. API discovery says which kind
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podmortem.agent.kubeapi import ApiError, KubeApi
+from podmortem.control.jobs import MAX_OWNER_DEPTH
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +108,9 @@ def _group_path(group: str, version: str) -> str:
     return f"/api/{version}" if not group else f"/apis/{group}/{version}"
 
 
+_OwnerKey = tuple[str, str, str, str, str]
+
+
 @dataclass
 class _Resolved:
     version: str
@@ -113,7 +118,7 @@ class _Resolved:
 
 
 class OwnerResolver:
-    """Answers "is this pod's direct owner an annotated object of a foreign kind?", with a small cache."""
+    """Answers "is an owner up this pod's chain an annotated object of a foreign kind?", with a cache."""
 
     def __init__(
         self,
@@ -134,9 +139,9 @@ class OwnerResolver:
         self.fetches = 0
         self._resolved: dict[ForeignKind, _Resolved] = {}
         self._discovery_failed: set[ForeignKind] = set()
-        #: (namespace, group, resource, name, uid) → (watched, checked at).
-        self._cache: dict[tuple[str, str, str, str, str], tuple[bool, float]] = {}
-        self._used: set[tuple[str, str, str, str, str]] = set()
+        #: (namespace, group, resource, name, uid) → (watched, its own ownerReferences, checked at).
+        self._cache: dict[_OwnerKey, tuple[bool, tuple[Mapping[str, Any], ...], float]] = {}
+        self._used: set[_OwnerKey] = set()
 
     # -- discovery --------------------------------------------------------------------------------
 
@@ -196,49 +201,65 @@ class OwnerResolver:
 
     # -- owners -----------------------------------------------------------------------------------
 
-    async def _annotated(
+    async def _owner(
         self, namespace: str, kind: ForeignKind, version: str, ref: Mapping[str, Any]
-    ) -> bool:
+    ) -> tuple[bool, tuple[Mapping[str, Any], ...]]:
+        """Whether the object ``ref`` names is annotated, and its own ownerReferences (cached)."""
         name, uid = str(ref.get("name") or ""), str(ref.get("uid") or "")
         key = (namespace, kind.group, kind.resource, name, uid)
         self._used.add(key)
         now = self.clock()
         cached = self._cache.get(key)
-        if cached is not None and now - cached[1] < self.cache_s:
-            return cached[0]
+        if cached is not None and now - cached[2] < self.cache_s:
+            return cached[0], cached[1]
         path = f"{_group_path(kind.group, version)}/namespaces/{namespace}/{kind.resource}/{name}"
         self.fetches += 1
         try:
             owner = await self.api.get_json(path)
         except ApiError as exc:
             if exc.status == 404:
-                self._cache[key] = (False, now)
-                return False
+                self._cache[key] = (False, (), now)
+                return False, ()
             self.last_error = f"reading {kind} {namespace}/{name}: {exc}"
             if exc.status == 403:
                 self.last_error += f" (the agent's ClusterRole needs get on {kind})"
             logger.warning("%s", self.last_error)
-            return cached[0] if cached is not None else False  # the last answer stands while the API is away
+            # The last answer stands while the API is away.
+            return (cached[0], cached[1]) if cached is not None else (False, ())
         meta = owner.get("metadata") or {}
         annotations = meta.get("annotations") or {}
-        watched = (
-            str(meta.get("uid") or "") == uid
-            and str(annotations.get(self.watch_annotation, "")).strip().lower() == "true"
-        )
-        self._cache[key] = (watched, now)
-        return watched
+        same = str(meta.get("uid") or "") == uid
+        watched = same and str(annotations.get(self.watch_annotation, "")).strip().lower() == "true"
+        parents = tuple(meta.get("ownerReferences") or ()) if same else ()
+        self._cache[key] = (watched, parents, now)
+        return watched, parents
 
     async def watching_owner(self, pod: Mapping[str, Any]) -> str | None:
-        """``"Kind/name"`` of the pod's annotated foreign-kind owner, or None."""
+        """``"Kind/name"`` of the nearest annotated foreign-kind owner up the pod's owner chain, or None.
+
+        The chain is followed through objects of configured kinds only, at most
+        `MAX_OWNER_DEPTH` owners up (pod → Job → JobSet → TrainJob).
+        """
         meta = pod.get("metadata") or {}
         namespace = str(meta.get("namespace") or "")
-        for ref in meta.get("ownerReferences") or []:
-            found = self.kind_of(ref)
-            if found is None:
-                continue
-            kind, version = found
-            if await self._annotated(namespace, kind, version, ref):
-                return f"{ref.get('kind')}/{ref.get('name')}"
+        level: list[Mapping[str, Any]] = list(meta.get("ownerReferences") or [])
+        seen: set[str] = set()
+        for _ in range(MAX_OWNER_DEPTH):
+            above: list[Mapping[str, Any]] = []
+            for ref in level:
+                found = self.kind_of(ref)
+                uid = str(ref.get("uid") or "")
+                if found is None or uid in seen:
+                    continue
+                seen.add(uid)
+                kind, version = found
+                watched, parents = await self._owner(namespace, kind, version, ref)
+                if watched:
+                    return f"{ref.get('kind')}/{ref.get('name')}"
+                above.extend(parents)
+            if not above:
+                break
+            level = above
         return None
 
     def begin_round(self) -> None:

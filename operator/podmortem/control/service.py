@@ -82,6 +82,9 @@ class Podmortem:
         )
         #: Owner uid -> target, for TrainingJobs and watched foreign jobs.
         self._owners: dict[str, _Known] = {}
+        #: Foreign-kind object uid -> its owners' uids, watched or not: a pod's Job may belong to an
+        #: annotated JobSet or CronJob of a configured kind (see `resolve`).
+        self._parents: dict[str, tuple[str, ...]] = {}
         #: Pod uid -> target (for the memory-line hook, which only knows the pod).
         self._pods: dict[str, _Known] = {}
         self._reported: set[str] = set()
@@ -176,6 +179,7 @@ class Podmortem:
         await self._event(target.involved(), "Warning", reason, message)
 
     def forget_owner(self, uid: str) -> None:
+        self._parents.pop(uid, None)
         known = self._owners.pop(uid, None)
         if known is not None and known.target.role == "trainingjob":
             self.status.forget(namespace=known.target.namespace, name=known.target.name)
@@ -185,6 +189,11 @@ class Podmortem:
     async def on_foreign(self, body: Mapping[str, Any], *, plural: str) -> None:
         meta = body.get("metadata", {}) or {}
         uid = str(meta.get("uid", ""))
+        parents = tuple(owner for owner, _kind, _name in jobs.owner_uids(body))
+        if parents:
+            self._parents[uid] = parents
+        else:
+            self._parents.pop(uid, None)
         if not opts.is_watched(meta.get("annotations")) or meta.get("deletionTimestamp"):
             self._owners.pop(uid, None)
             return
@@ -215,9 +224,9 @@ class Podmortem:
         pod_uid = str(meta.get("uid", ""))
         if pod_uid in self._pods:
             return self._pods[pod_uid]
-        for uid, _kind, _name in jobs.owner_uids(pod):
-            if uid in self._owners:
-                return self._owners[uid]
+        watched = self._watched_ancestor([uid for uid, _kind, _name in jobs.owner_uids(pod)])
+        if watched is not None:
+            return watched
         owner = jobs.trainingjob_owner(pod)
         if owner is not None:
             tj = await self.kube.get(jobs.trainingjob_path(str(meta.get("namespace", "")), owner[0]))
@@ -230,6 +239,20 @@ class Podmortem:
             known = _Known(target=Target.of(pod, role="pod", plural="pods", options=options))
             await self._announce(known, problems, involved=known.target.involved(), trainingjob=False)
             return known
+        return None
+
+    def _watched_ancestor(self, owners: list[str]) -> _Known | None:
+        """The nearest followed owner up the pod's owner chain (through objects of configured kinds)."""
+        seen: set[str] = set()
+        level = owners
+        for _ in range(jobs.MAX_OWNER_DEPTH):
+            for uid in level:
+                if uid in self._owners:
+                    return self._owners[uid]
+            seen.update(level)
+            level = [p for uid in level for p in self._parents.get(uid, ()) if p not in seen]
+            if not level:
+                break
         return None
 
     async def on_pod(self, pod: Mapping[str, Any], *, deleted: bool = False) -> None:
