@@ -507,8 +507,11 @@ class LogStore:
         return insts
 
     async def _instances_off_loop(self, pod: Pod, container: str) -> list[Instance]:
-        """`_instances`, loading off the event loop: a load reads each instance's last segment
-        (up to ``segment_bytes``), which for a thousand pods after a restart is gigabytes."""
+        """`_instances`, loading off the event loop.
+
+        A load reads each instance's last segment (up to ``segment_bytes``): for a thousand
+        pods after a restart, gigabytes.
+        """
         insts = pod.instances.get(container)
         if insts is not None:
             return insts

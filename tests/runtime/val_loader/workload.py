@@ -41,8 +41,19 @@ class Scenes(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         return {"coord": coord, "segment": (coord[:, 0] * 20).long()}
 
 
-_MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks")
-_MALLINFO2_FIELDS += ("fordblks", "keepcost")
+#: glibc's ``struct mallinfo2``, in order (malloc.h).
+_MALLINFO2_FIELDS = (
+    "arena",
+    "ordblks",
+    "smblks",
+    "hblks",
+    "hblkhd",
+    "usmblks",
+    "fsmblks",
+    "uordblks",
+    "fordblks",
+    "keepcost",
+)
 
 
 class _MallInfo2(ctypes.Structure):
