@@ -35,7 +35,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from podmortem.logs import follower, kube, kubeconfig
+from podmortem.kube import config as kubeconfig
+from podmortem.logs import follower, kube
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd, LogLine
 from podmortem.logs.metrics import LogMetrics

@@ -288,28 +288,23 @@ async def test_no_kubeconfig_and_not_in_a_pod_exits_1_saying_what_to_do() -> Non
 async def test_in_cluster_config_is_used_without_kubeconfig(tmp_path: Path) -> None:
     """In a pod: KUBERNETES_SERVICE_HOST/PORT and the service account's files pick the API.
 
-    The service-account directory is fixed, so this runs the CLI in-process (in a thread, with
-    its own event loop) with the loader pointed at a temporary one. In-cluster is always HTTPS
-    and the address refuses connections, so the proof that it was chosen is the error naming it.
+    The service-account files are where PODMORTEM_SERVICE_ACCOUNT_DIR says (tests only; a pod has
+    them at the kubelet's fixed path). In-cluster is always HTTPS and the address refuses
+    connections, so the proof that it was chosen is the error naming it.
     """
     account = tmp_path / "serviceaccount"
     account.mkdir()
     (account / "token").write_text("in-cluster-token")
     (account / "ca.crt").write_text(CA_PEM)
     port = closed_port()
-    # A subprocess (a hang can be killed) whose loader looks for the service account in ``account``.
-    script = (
-        "import functools, sys; from podmortem.logs import kubeconfig as k;"
-        f" k.in_cluster = functools.partial(k.in_cluster, account_dir=k.Path({str(account)!r}));"
-        " from podmortem.cli.main import main; sys.exit(main(sys.argv[1:]))"
-    )
     env = clean_env(
-        KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(port), HOME=str(tmp_path)
+        KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(port), HOME=str(tmp_path),
+        PODMORTEM_SERVICE_ACCOUNT_DIR=str(account),
     )
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        "-c",
-        script,
+        "-m",
+        "podmortem.cli.main",
         "logs",
         "p",
         "-n",
@@ -328,43 +323,6 @@ async def test_in_cluster_config_is_used_without_kubeconfig(tmp_path: Path) -> N
         pytest.fail(f"the CLI hung on an in-cluster address that refuses connections: ...{err[-300:]!r}")
     run = Run(proc.returncode or 0, out, err.decode())
     assert_one_line_error(run, f"127.0.0.1:{port}")
-
-
-def test_configuration_order_flag_then_env_then_in_cluster_then_home(tmp_path: Path) -> None:
-    from podmortem.logs import kubeconfig as kubeconfig_module
-
-    def config(name: str, server: str) -> Path:
-        return kubeconfig_for(server, tmp_path / name)
-
-    flag, env, home_config = config("flag", "http://flag:1"), config("env", "http://env:2"), None
-    (tmp_path / "home" / ".kube").mkdir(parents=True)
-    home_config = config("home/.kube/config", "http://home:3")
-    account = tmp_path / "sa"
-    account.mkdir()
-    (account / "token").write_text("t")
-    (account / "ca.crt").write_text(CA_PEM)
-    (account / "namespace").write_text("training\n")
-    pod_env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
-    home = tmp_path / "home"
-
-    def load(path: Path | None, environ: dict[str, str]) -> str:
-        import functools
-
-        original = kubeconfig_module.in_cluster
-        kubeconfig_module.in_cluster = functools.partial(original, account_dir=account)  # type: ignore[assignment]
-        try:
-            return kubeconfig_module.load(path, environ=environ, home=home).server
-        finally:
-            kubeconfig_module.in_cluster = original  # type: ignore[assignment]
-
-    everything = {"KUBECONFIG": str(env), **pod_env}
-    assert load(flag, everything) == "http://flag:1"
-    assert load(None, everything) == "http://env:2"
-    assert load(None, pod_env) == "https://10.0.0.1:443"
-    assert load(None, {}) == "http://home:3"
-    home_config.unlink()
-    with pytest.raises(kubeconfig_module.KubeconfigError, match="KUBECONFIG"):
-        load(None, {})
 
 
 #: A self-signed CA certificate (PEM), only parsed, never used to verify anything.

@@ -82,17 +82,11 @@ def _message(body: bytes) -> str:
 
 
 async def connect(kubeconfig: Path | None) -> ApiClientApi:
-    """The pod's service account, else ``kubeconfig`` / ``$KUBECONFIG`` / ``~/.kube/config``."""
-    from kubernetes_asyncio import client, config
+    """``kubeconfig``, else ``$KUBECONFIG``, the pod's service account, ``~/.kube/config``
+    (:func:`podmortem.kube.config.load`, as the operator and the CLI find it)."""
+    from kubernetes_asyncio import client
 
-    configuration = client.Configuration()
-    if kubeconfig is None:
-        try:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return ApiClientApi(client.ApiClient(configuration))
-        except config.ConfigException:
-            pass
-    await config.load_kube_config(
-        config_file=str(kubeconfig) if kubeconfig is not None else None, client_configuration=configuration
-    )
-    return ApiClientApi(client.ApiClient(configuration))
+    from podmortem.kube import clients, config
+
+    access = config.load(kubeconfig)
+    return ApiClientApi(client.ApiClient(await clients.api_configuration(access)))

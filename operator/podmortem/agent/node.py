@@ -285,6 +285,17 @@ class NodeAgent:
             since=since,
         )
 
+    def ready(self) -> tuple[bool, str]:
+        """Ready when the agent does its job: it can sample, and it knows this node's pods."""
+        if self.hierarchy is None:
+            return False, f"cannot sample: {self.hierarchy_error}"
+        source_ready = getattr(self.pod_source, "ready", None)
+        if source_ready is not None:
+            ok, why = source_ready()
+            if not ok:
+                return False, why
+        return True, "ready"
+
     def health(self) -> dict[str, Any]:
         """Sampling is what the agent must do; an unreadable kernel log degrades it but is not fatal."""
         ok = self.hierarchy is not None

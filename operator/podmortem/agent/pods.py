@@ -143,6 +143,8 @@ class KubernetesPods:
         self.owner_cache_s = owner_cache_s
         self.kubeconfig = kubeconfig
         self.last_error: str | None = None
+        #: Whether a listing has ever worked.
+        self.listed = False
         self._pods: dict[str, WatchedPod] = {}
         self._listed_at: float | None = None
         self._api = api
@@ -186,7 +188,7 @@ class KubernetesPods:
         try:
             resolver = await self._connect()
         except Exception as exc:  # no credentials yet, or a broken kubeconfig: keep sampling what we had
-            self.last_error = f"cannot reach the API server: {exc!r}"
+            self._fail(f"cannot use the API server: {exc}")
             return self._resolve(self._pods)
         resolver.begin_round()
         await resolver.resolve_kinds()
@@ -220,10 +222,29 @@ class KubernetesPods:
         resolver.end_round()
         if resolver.last_error:
             errors.append(resolver.last_error)
-        self.last_error = "; ".join(errors) or None
+        if errors:
+            self._fail("; ".join(errors))
+        elif self.last_error is not None:
+            logger.info("listing this node's pods works again")
+            self.last_error = None
         self._listed_at = now
+        self.listed = True
         self._pods = pods
         return self._resolve(pods)
+
+    def _fail(self, error: str) -> None:
+        """Record why the pod list is not current; logged once per distinct error."""
+        if error != self.last_error:
+            logger.error("%s", error)
+        self.last_error = error
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready once this node's pods were listed and the last listing worked."""
+        if self.last_error is not None:
+            return False, self.last_error
+        if not self.listed:
+            return False, "this node's pods have not been listed yet"
+        return True, "listing this node's pods"
 
     def _resolve(self, pods: dict[str, WatchedPod]) -> dict[str, WatchedPod]:
         """Fill in cgroup paths, walking the hierarchy only when a pod's path is unknown or gone."""

@@ -115,6 +115,12 @@ async def healthz(request: web.Request) -> web.Response:
     return _json(details, status=200 if details["ok"] else 503)
 
 
+async def readyz(request: web.Request) -> web.Response:
+    """200 only while the agent works: it can sample and it has listed this node's pods."""
+    ok, why = request.app[AGENT_KEY].ready()
+    return web.Response(status=200 if ok else 503, text=("ready" if ok else f"not ready: {why}") + "\n")
+
+
 async def metrics(request: web.Request) -> web.Response:
     body = generate_latest(request.app[AGENT_KEY].metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -127,6 +133,7 @@ def make_app(agent: NodeAgent, *, token_path: Path | None) -> web.Application:
     app[TOKEN_KEY] = TokenFile(token_path) if token_path is not None else None
     app.router.add_get("/v1/pods/{uid}/evidence", evidence)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     return app
 

@@ -319,9 +319,7 @@ def settings_from(args: argparse.Namespace) -> Any:
     if not static and not node_name:
         raise BadSetting("--node-name (or PODMORTEM_NODE_NAME) is required unless --static-pod is given")
     namespaces = tuple(n.strip() for n in (get("namespaces") or "").split(",") if n.strip())
-    kubeconfig = get("kubeconfig", Path)
-    if kubeconfig is not None and os.pathsep in str(kubeconfig):
-        kubeconfig = Path(str(kubeconfig).split(os.pathsep)[0])  # $KUBECONFIG may list several files
+    kubeconfig = get("kubeconfig", Path)  # a $KUBECONFIG list is merged by podmortem.kube.config.load
     token = get("token_file", Path)
     kinds = get("foreign_kinds", parse_foreign_kinds, "a JSON list of {group, resource, version}")
     try:

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
+    from podmortem.kube.config import ClusterAccess
     from podmortem.logs.cursor import LogCursor
     from podmortem.logs.events import GapMarker, LogEnd, LogLine
     from podmortem.logs.follower import Reconnect
-    from podmortem.logs.kubeconfig import ClusterAccess
 
 
 def register(subparsers: Any) -> None:
@@ -199,7 +199,7 @@ def _import_aiohttp() -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from podmortem.logs import kubeconfig
+    from podmortem.kube import config as kubeconfig
 
     try:
         _import_aiohttp()
@@ -229,7 +229,7 @@ def _silence_stdout() -> None:
 
 def _one_line(exc: BaseException) -> str:
     """The error's first line; the class name only where the message alone would not say enough."""
-    from podmortem.logs.kubeconfig import KubeconfigError
+    from podmortem.kube.config import KubeconfigError
 
     text = str(exc).strip().splitlines()
     if text and isinstance(exc, LookupError | KubeconfigError):

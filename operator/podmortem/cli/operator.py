@@ -33,8 +33,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     d = s.OperatorSettings()
     p.add_argument(
         "--kubeconfig",
-        default=ENV("KUBECONFIG"),
-        help="kubeconfig file (default: $KUBECONFIG, then in-cluster)",
+        default=None,
+        metavar="FILE",
+        help="kubeconfig file (default: $KUBECONFIG, then the pod's service account, then ~/.kube/config; "
+        "exec and auth-provider plugins are run as kubectl runs them)",
     )
     p.add_argument(
         "-n",
@@ -265,10 +267,8 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import sys
 
-    from kubernetes_asyncio import config as kube_config
-    from kubernetes_asyncio.client import Configuration
-
     from podmortem.handlers import runtime
+    from podmortem.kube import config as kube_config
 
     logging.basicConfig(
         level=ENV("PODMORTEM_LOG_LEVEL", "info").upper(),
@@ -280,21 +280,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"podmortem operator: {exc}", file=sys.stderr)
         return 2
 
-    async def main() -> None:
-        configuration = Configuration()
-        if args.kubeconfig:
-            await kube_config.load_kube_config(
-                config_file=args.kubeconfig, client_configuration=configuration
-            )
-        else:
-            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        await runtime.run_operator(settings=settings, api_config=configuration)
-
     try:
-        asyncio.run(main())
-    except kube_config.ConfigException as exc:
-        print(f"podmortem operator: no Kubernetes credentials: {exc}", file=sys.stderr)
-        return 1
+        access = kube_config.load(args.kubeconfig)
+    except kube_config.KubeconfigError as exc:
+        print(f"podmortem operator: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(runtime.run_operator(settings=settings, access=access))
     except runtime.LeadershipLost as exc:
         print(f"podmortem operator: {exc}", file=sys.stderr)
         return 1

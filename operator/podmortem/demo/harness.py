@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator
@@ -24,8 +25,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import aiohttp
 import kmock
 from aiohttp import web
+from aiohttp.test_utils import RawTestServer
 
 from podmortem.control.settings import AgentSettings, ForeignKind, OperatorSettings, PrometheusSettings
 from podmortem.demo.threads import LoopThread, OperatorThread, wait_for
@@ -35,6 +38,7 @@ from podmortem.reports.memory import MemorySample
 from podmortem.reports.oom_record import OomKillRecord
 from podmortem.testing import PodLogsApi
 from podmortem.testing.kubelet import LineText, plain_text
+from podmortem.testing.tls import Pki
 
 if TYPE_CHECKING:
     from podmortem.handlers import runtime
@@ -94,14 +98,35 @@ class AgentDouble:
 class _Cluster(LoopThread):
     """kmock with the resources the operator uses, and the agent double, on one loop."""
 
-    def __init__(self, agent: AgentDouble) -> None:
+    def __init__(self, agent: AgentDouble, *, pki: Pki | None = None, tokens: set[str] | None = None,
+                 tmp: Path | None = None) -> None:
         super().__init__(name="cluster")
         self.agent = agent
         self.api: PodLogsApi
         self.url = ""
+        self.pki = pki
+        self.tokens = tokens
+        self.tmp = tmp
+
+    def _server(self, api: PodLogsApi) -> kmock.Server:
+        """Plain HTTP; or HTTPS with the PKI's server certificate, the harness's own client trusting it."""
+        if self.pki is None:
+            return kmock.Server(api)
+        assert self.tmp is not None
+        server_context = self.pki.server_context(self.tmp / "apiserver-tls")
+        client_context = ssl.create_default_context(cadata=self.pki.ca_pem.decode())
+
+        def client(url: Any) -> aiohttp.ClientSession:
+            return aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(ssl=client_context))
+
+        class TlsServer(RawTestServer):
+            def __init__(self, handler: Any, **kwargs: Any) -> None:
+                super().__init__(handler, ssl=server_context, **kwargs)
+
+        return kmock.Server(api, server_cls=TlsServer, client_fct=client)
 
     async def serve(self) -> None:
-        api = PodLogsApi()
+        api = PodLogsApi(tokens=self.tokens)
         api.resources["podmortem.io/v1alpha1/trainingjobs"] = kmock.ResourceInfo(
             kind="TrainingJob", namespaced=True, subresources={"status"}, verbs=_VERBS
         )
@@ -119,7 +144,7 @@ class _Cluster(LoopThread):
         api.resources["v1/events"] = kmock.ResourceInfo(
             kind="Event", namespaced=True, verbs={"create", "list"}
         )
-        async with api, kmock.Server(api) as server:
+        async with api, self._server(api) as server:
             self.api = api
             self.url = str(server.url).rstrip("/")
             await self.agent.start()
@@ -131,10 +156,14 @@ class _Cluster(LoopThread):
 class Harness:
     """The emulated cluster and (once :meth:`start_operator` is called) the operator, driven from a test."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, pki: Pki | None = None, tokens: set[str] | None = None,
+                 admin_token: str | None = None) -> None:
+        """``pki`` serves the API over TLS with its server certificate; ``tokens`` makes it accept
+        only those bearer tokens, the harness itself sending ``admin_token``."""
         self.tmp = tmp
         self.agent = AgentDouble()
-        self.cluster = _Cluster(self.agent)
+        self.cluster = _Cluster(self.agent, pki=pki, tokens=tokens, tmp=tmp)
+        self.admin_token = admin_token
         self.operator: OperatorThread | None = None
 
     @property
@@ -209,7 +238,10 @@ class Harness:
     ) -> dict[str, Any]:
         client = self.api.servers[0].client
         data = json.dumps(body) if body is not None else None
-        async with client.request(method, path, data=data, headers={"Content-Type": content_type}) as resp:
+        headers = {"Content-Type": content_type}
+        if self.admin_token is not None:
+            headers["Authorization"] = f"Bearer {self.admin_token}"
+        async with client.request(method, path, data=data, headers=headers) as resp:
             text = await resp.text()
             if resp.status >= 400:
                 raise RuntimeError(f"{method} {path}: HTTP {resp.status}: {text[:300]}")
@@ -280,8 +312,9 @@ class Harness:
 
 
 @contextlib.contextmanager
-def harness(tmp: Path) -> Iterator[Harness]:
-    h = Harness(tmp)
+def harness(tmp: Path, **options: Any) -> Iterator[Harness]:
+    """A started :class:`Harness` (``options`` as its constructor takes them), stopped at the end."""
+    h = Harness(tmp, **options)
     h.start()
     try:
         yield h

@@ -130,9 +130,8 @@ class OperatorThread:
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
 
     def _main(self) -> None:
-        from kubernetes_asyncio.client import Configuration
-
         from podmortem.handlers import runtime
+        from podmortem.kube.config import ClusterAccess
 
         try:
             with asyncio.Runner() as runner:
@@ -140,8 +139,7 @@ class OperatorThread:
                 runner.run(
                     runtime.run_operator(
                         settings=self.settings,
-                        api_config=Configuration(host=self.url),
-                        server=self.url,
+                        access=ClusterAccess(server=self.url, source="the emulated API"),
                         stop_flag=self._stop,
                         running=self.running,
                         follow_settings=self.follow,

@@ -1,5 +1,10 @@
 """The kopf handlers: each one hands its event to :class:`podmortem.control.service.Podmortem`.
 
+kopf logs in through :func:`build`'s login handler, which takes its credentials
+from :class:`podmortem.kube.connection.Connection` (the one kubeconfig and
+service-account loader the agent and the CLI use too) and only once the API
+server has accepted them.
+
 They are registered into a fresh ``kopf.OperatorRegistry`` (no global state), so
 an operator can be built more than once in one process (tests, the benchmark).
 Only event handlers are used: they persist nothing on the objects (no kopf
@@ -10,6 +15,7 @@ replayed or repeated event does no harm.
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
@@ -22,6 +28,8 @@ from podmortem.control.settings import (
     TRAININGJOB_VERSION,
     OperatorSettings,
 )
+from podmortem.kube import clients
+from podmortem.kube.connection import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -30,17 +38,25 @@ def build(
     *,
     service: Podmortem,
     settings: OperatorSettings,
-    server: str | None = None,
+    connection: Connection,
 ) -> kopf.OperatorRegistry:
-    """All handlers of the operator. ``server`` pins the API URL (tests); otherwise kopf logs in
-    with its usual fallbacks (kubeconfig, then the in-cluster service account)."""
+    """All handlers of the operator, logging in through ``connection``."""
     registry = kopf.OperatorRegistry()
 
-    if server is not None:
-
-        @kopf.on.login(registry=registry)
-        def login(**_: Any) -> kopf.ConnectionInfo:
-            return kopf.ConnectionInfo(server=server, insecure=True, default_namespace="default")
+    @kopf.on.login(registry=registry, errors=kopf.ErrorsMode.PERMANENT)
+    async def login(**_: Any) -> kopf.AiohttpSession:
+        # Called at start and again whenever kopf's credentials were refused (401): each time the
+        # token file is re-read and a plugin run again, and the server must accept them first.
+        access = await connection.login()
+        expiration = None
+        if connection.access.plugin:
+            expiration = datetime.now(UTC) + timedelta(seconds=clients.PLUGIN_CREDENTIALS_S)
+        return kopf.AiohttpSession(
+            server=access.server,
+            default_namespace=access.namespace,
+            aiohttp_session=clients.aiohttp_session(access),
+            expiration=expiration,
+        )
 
     @kopf.on.event(TRAININGJOB_GROUP, TRAININGJOB_VERSION, TRAININGJOB_PLURAL, registry=registry)
     async def trainingjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:

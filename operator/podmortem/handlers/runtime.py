@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import kopf
 from aiohttp import web
-from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from podmortem.control import kube as kube_mod
@@ -30,10 +30,18 @@ from podmortem.control.annotations import Retention
 from podmortem.control.following import Following
 from podmortem.control.reports import Reporter
 from podmortem.control.service import Podmortem
-from podmortem.control.settings import OperatorSettings
+from podmortem.control.settings import (
+    TRAININGJOB_GROUP,
+    TRAININGJOB_PLURAL,
+    TRAININGJOB_VERSION,
+    OperatorSettings,
+)
 from podmortem.control.status import StatusWriter
 from podmortem.handlers import registry as registry_mod
 from podmortem.handlers.leadership import Elector
+from podmortem.kube import clients
+from podmortem.kube.config import ClusterAccess
+from podmortem.kube.connection import Connection, ConnectionSettings, Listable, list_path
 from podmortem.logs import auth as log_auth
 from podmortem.logs import http as log_http
 from podmortem.logs import kube as logs_kube
@@ -58,6 +66,8 @@ class Running:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     #: The Lease candidate, when leader election is on.
     elector: Elector | None = None
+    #: The link to the API server (login and its standing checks).
+    connection: Connection | None = None
 
 
 class LeadershipLost(RuntimeError):
@@ -127,16 +137,35 @@ def job_retention(asked: Retention, *, settings: OperatorSettings) -> RetentionS
     )
 
 
+def watched_listables(settings: OperatorSettings) -> list[Listable]:
+    """What the operator's watches list, where they list it: the readiness check lists the same."""
+    kinds = [(TRAININGJOB_GROUP, TRAININGJOB_VERSION, TRAININGJOB_PLURAL), ("", "v1", "pods")]
+    kinds += [(k.group, k.version, k.plural) for k in settings.foreign_kinds if k.version]
+    out = []
+    for group, version, plural in kinds:
+        what = f"{plural}.{group}" if group else plural
+        for namespace in settings.namespaces or (None,):
+            where = f" in namespace {namespace}" if namespace else " cluster-wide"
+            out.append(Listable(what=what + where, path=list_path(group, version, plural, namespace)))
+    return out
+
+
 async def run_operator(
     *,
     settings: OperatorSettings,
-    api_config: Configuration,
-    server: str | None = None,
+    access: ClusterAccess,
     stop_flag: asyncio.Event | threading.Event | None = None,
     running: list[Running] | None = None,
     follow_settings: FollowSettings | None = None,
+    connection_settings: ConnectionSettings | None = None,
 ) -> None:
-    """Run until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread). ``running`` receives handles."""
+    """Run until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread). ``running`` receives handles.
+
+    ``access`` is where the API server is and how to log in (:func:`podmortem.kube.config.load`).
+    """
+    connection = Connection(access, listables=watched_listables(settings),
+                            settings=connection_settings, component="operator")
+    api_config = await clients.api_configuration(access)
     follow_settings = follow_settings or FollowSettings()
     store_settings = StoreSettings(
         retention=RetentionSettings(
@@ -181,19 +210,23 @@ async def run_operator(
         )
         following.on_memory_line = service.on_memory_line
         ready_flag = asyncio.Event()
-        handles = Running(service=service, store=store)
+        handles = Running(service=service, store=store, connection=connection)
         elector = None
         if settings.leader_election is not None:
             elector = Elector(kube=kube, settings=settings.leader_election)
             handles.elector = elector
 
         def is_ready() -> tuple[bool, str]:
+            # Ready means working: logged in, every watched resource listable, kopf's watches started
+            # (a standby: logged in and serving logs, ready to take over).
             if not store.is_open:
                 return False, "log store closed"
+            if not connection.ok:
+                return False, f"not ready: {connection.describe()}"
             if elector is not None and not elector.is_leader:
-                return True, f"ready: {elector.describe()}"  # a standby serves logs and takes over
+                return True, f"ready: {elector.describe()}"
             if not ready_flag.is_set():
-                return False, "kopf is starting"
+                return False, "not ready: kopf is starting its watches"
             return True, "ready" if elector is None else f"ready: {elector.describe()}"
 
         def is_alive() -> tuple[bool, str]:
@@ -206,21 +239,27 @@ async def run_operator(
             ),
         )
         log_app = log_http.make_app(log_store=store, reviewer=reviewer)
-        registry = registry_mod.build(service=service, settings=settings, server=server)
+        registry = registry_mod.build(service=service, settings=settings, connection=connection)
         async with probe_servers(settings, is_ready=is_ready, is_alive=is_alive, log_app=log_app) as urls:
             handles.metrics_url, handles.health_url, handles.log_url = urls
             logger.info("serving stored pod logs on %s/logs/{namespace}/{pod} (auth: %s)",
                         urls[2], "kubernetes" if settings.log_http_auth else "none")
             if running is not None:
                 running.append(handles)
-            await _lead_and_run(
-                settings=settings,
-                registry=registry,
-                service=service,
-                elector=elector,
-                stop_flag=stop_flag,
-                ready_flag=ready_flag,
-            )
+            checking = asyncio.create_task(connection.run(), name="podmortem-api-connection")
+            try:
+                await _lead_and_run(
+                    settings=settings,
+                    registry=registry,
+                    service=service,
+                    elector=elector,
+                    stop_flag=stop_flag,
+                    ready_flag=ready_flag,
+                )
+            finally:
+                checking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await checking
 
 
 async def _wait_flag(flag: asyncio.Event | threading.Event) -> None:

@@ -9,7 +9,7 @@ Two transports carry the requests. :class:`ApiClientTransport` goes through a
 kubernetes_asyncio ``ApiClient`` (``call_api`` with ``_preload_content=False``):
 the operator's path, with every authentication kubernetes_asyncio supports.
 :class:`SessionTransport` is one plain aiohttp session built from a
-:class:`~podmortem.logs.kubeconfig.ClusterAccess`: the CLI's path, which never
+:class:`~podmortem.kube.config.ClusterAccess`: the CLI's path, which never
 imports kubernetes_asyncio (half a second of start-up), and the lightest one per
 stream (one shared connector, no per-request configuration objects).
 """
@@ -30,7 +30,7 @@ from podmortem.logs.settings import FollowSettings
 if TYPE_CHECKING:
     from kubernetes_asyncio import client
 
-    from podmortem.logs.kubeconfig import ClusterAccess
+    from podmortem.kube.config import ClusterAccess
 
 _LOG_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/log"
 _POD_PATH = "/api/v1/namespaces/{namespace}/pods/{name}"

@@ -37,6 +37,14 @@ class KubernetesApi(kmock.KubernetesEmulator):
     _versions: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
     #: Patches refused for their content type, for tests to assert on.
     refused_patches: list[kmock.Request] = attrs.field(factory=list, init=False)
+    #: Bearer tokens the API accepts; None accepts any request, as kmock does (plain-HTTP tests).
+    #: With tokens set, a request without one of them gets 401, as from a real apiserver.
+    tokens: set[str] | None = attrs.field(default=None, kw_only=True)
+    #: Resources ("group/version/plural", core as "v1/pods") every request on which gets 403:
+    #: a ClusterRole that misses them.
+    forbidden: set[str] = attrs.field(factory=set, kw_only=True)
+    #: Requests refused with 401 or 403, for tests to assert on.
+    refused: list[tuple[int, str]] = attrs.field(factory=list, init=False)
 
     async def _serve_version(self, request: kmock.Request) -> Any:
         # kmock 0.8 names the core group version "/v1"; kubectl then finds no resources at all.
@@ -49,6 +57,21 @@ class KubernetesApi(kmock.KubernetesEmulator):
         return str(next(self._versions))
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if self.tokens is not None:
+            header = request.headers.get("Authorization") or ""
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or token.strip() not in self.tokens:
+                self.refused.append((401, f"{request.method} {request.url.path}"))
+                raise kmock.KubernetesError(status=401, reason="Unauthorized", message="Unauthorized")
+        if request.resource is not None and self.forbidden:
+            r = request.resource
+            key = f"{r.group}/{r.version}/{r.plural}" if r.group else f"{r.version}/{r.plural}"
+            if key in self.forbidden:
+                self.refused.append((403, f"{request.method} {request.url.path}"))
+                raise kmock.KubernetesError(
+                    status=403, reason="Forbidden",
+                    message=f'{r.plural} is forbidden: User "system:serviceaccount:podmortem:podmortem" '
+                            f'cannot {request.method.lower()} resource "{r.plural}" in API group "{r.group}"')
         if request.method == "PATCH":
             content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip()
             if content_type not in PATCH_CONTENT_TYPES:

@@ -1,18 +1,20 @@
-"""Where the API is and how to authenticate, from a kubeconfig or the pod's service account.
+"""Where the API server is and how to authenticate: one loader for the operator, the agent and the CLI.
 
-``podmortem logs`` needs two GET calls. kubernetes_asyncio's loader brings its
-whole client with it (~0.5 s of imports at every start), more than ``kubectl
-logs`` takes to print a million lines, so this reads the common kubeconfig
-forms itself: bearer tokens (inline or ``tokenFile``), client certificates,
-basic auth, the cluster CA, ``insecure-skip-tls-verify``, ``tls-server-name``
-and ``proxy-url``. Users with an ``exec`` or ``auth-provider`` plugin get
-:attr:`ClusterAccess.plugin` set: the caller then uses kubernetes_asyncio's
-full loader, which runs plugins and refreshes their credentials.
+Where the configuration comes from, first found wins: an explicit path
+(``--kubeconfig``), then ``$KUBECONFIG`` (a list, merged as kubectl merges it:
+the first file to set a value wins), then the pod's service account (in a pod:
+``KUBERNETES_SERVICE_HOST``/``_PORT`` and the token, CA and namespace files),
+then ``~/.kube/config``. When none works, :class:`KubeconfigError` says what was
+tried, in one line.
 
-Where the configuration comes from, first found wins: an explicit path, then
-``$KUBECONFIG`` (a list, merged as kubectl merges it: the first file to set a
-value wins), then the in-cluster service account, then ``~/.kube/config``.
-Everything here is synchronous and runs before the event loop starts.
+Read here: bearer tokens (inline or ``tokenFile``; a token file is re-read as it
+rotates), client certificates, basic auth, the cluster CA,
+``insecure-skip-tls-verify``, ``tls-server-name`` and ``proxy-url``. Users with an
+``exec`` or ``auth-provider`` plugin get :attr:`ClusterAccess.plugin` set; the
+callers in :mod:`podmortem.kube.clients` then run the plugin through
+kubernetes_asyncio's loader. Everything here is synchronous, needs only PyYAML,
+and runs before the event loop starts: ``podmortem logs`` must not pay for
+kubernetes_asyncio's imports.
 """
 
 from __future__ import annotations
@@ -26,18 +28,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podmortem.errors import PodmortemError
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+#: Only for tests that start the real entry points "in a pod" without root: where the service
+#: account files are. A pod never sets it (the kubelet mounts them at :data:`SERVICE_ACCOUNT_DIR`).
+SERVICE_ACCOUNT_DIR_ENV = "PODMORTEM_SERVICE_ACCOUNT_DIR"
 #: Bound service-account tokens rotate (hourly by default); re-read the file this often (seconds).
 TOKEN_REREAD_S = 60.0
 
 
-class KubeconfigError(Exception):
+class KubeconfigError(PodmortemError):
     """No usable cluster configuration was found, or it is malformed: the message says which."""
 
 
 @dataclass
 class ClusterAccess:
-    """The API server's address and the credentials to reach it."""
+    """The API server's address and the credentials to reach it.
+
+    The TLS material is kept as PEM bytes (and, where it came from a file, that
+    file's path) so that each client library can be configured from the same
+    reading: our aiohttp sessions through :attr:`ssl_context`, kubernetes_asyncio
+    and kopf through :mod:`podmortem.kube.clients`.
+    """
 
     #: Base URL of the API server, without a trailing slash (it may carry a path prefix).
     server: str
@@ -51,58 +64,86 @@ class ClusterAccess:
     proxy: str | None = None
     #: A fixed ``Authorization`` header value (``Bearer ...`` or ``Basic ...``).
     authorization: str | None = None
-    #: A token file read at most every :data:`TOKEN_REREAD_S` seconds (rotating tokens).
+    #: A token file re-read at most every :data:`TOKEN_REREAD_S` seconds (rotating tokens).
     token_file: Path | None = None
-    #: Where this came from, for error messages ("kubeconfig /path", "in-cluster").
+    #: Where this came from, for error messages ("kubeconfig /path", "in-cluster service account /dir").
     source: str = ""
     #: The user needs an ``exec`` or ``auth-provider`` plugin: use kubernetes_asyncio's loader.
     plugin: bool = False
     #: The kubeconfig file(s) to hand to that loader when :attr:`plugin` is set.
     config_files: tuple[Path, ...] = ()
+    #: ``insecure-skip-tls-verify``: the server's certificate is not checked.
+    insecure: bool = False
+    #: The cluster CA (PEM), and the file it was read from when it came from one.
+    ca_pem: bytes | None = None
+    ca_file: Path | None = None
+    #: The client certificate and key (PEM), for certificate authentication.
+    client_cert_pem: bytes | None = None
+    client_key_pem: bytes | None = None
     _token: str | None = field(default=None, repr=False)
     _token_read_at: float = field(default=-1e18, repr=False)
 
-    def headers(self) -> dict[str, str]:
-        """Headers for every request; re-reads a rotating token file when due."""
+    def headers(self, *, reread: bool = False) -> dict[str, str]:
+        """Headers for every request; re-reads a rotating token file when due (or when ``reread``)."""
         headers = {"Accept": "*/*"}
+        value = self.authorization_header(reread=reread)
+        if value is not None:
+            headers["Authorization"] = value
+        return headers
+
+    def authorization_header(self, *, reread: bool = False) -> str | None:
+        """The ``Authorization`` value, or None for certificate-only or anonymous access."""
         if self.token_file is not None:
             now = time.monotonic()
-            if self._token is None or now - self._token_read_at >= TOKEN_REREAD_S:
+            if reread or self._token is None or now - self._token_read_at >= TOKEN_REREAD_S:
                 try:
                     self._token = self.token_file.read_text().strip()
                 except OSError as exc:
                     if self._token is None:
                         raise KubeconfigError(f"cannot read token file {self.token_file}: {exc}") from exc
                 self._token_read_at = now
-            headers["Authorization"] = f"Bearer {self._token}"
-        elif self.authorization is not None:
-            headers["Authorization"] = self.authorization
-        return headers
+            return f"Bearer {self._token}"
+        return self.authorization
+
+
+#: What :func:`load` looked at, in order, for the one-line error when nothing was usable.
+_NOTHING_FOUND = (
+    "no Kubernetes credentials: tried --kubeconfig (not given), $KUBECONFIG (not set), "
+    "the in-cluster service account (KUBERNETES_SERVICE_HOST not set) and {home} (not found)"
+)
 
 
 def load(path: str | os.PathLike[str] | None = None, *,
-         environ: dict[str, str] | None = None, home: Path | None = None) -> ClusterAccess:
-    """Find the configuration: ``path``, then ``$KUBECONFIG``, then in-cluster, then ``~/.kube/config``."""
+         environ: dict[str, str] | None = None, home: Path | None = None,
+         account_dir: Path | None = None) -> ClusterAccess:
+    """Find the configuration: ``path``, then ``$KUBECONFIG``, then in-cluster, then ``~/.kube/config``.
+
+    An explicit ``path`` or ``$KUBECONFIG`` that is broken is an error, not a reason to fall
+    through to the next source: the user asked for it.
+    """
     env = dict(os.environ) if environ is None else environ
-    if path:
+    if path and os.pathsep in os.fspath(path):
+        env = {**env, "KUBECONFIG": os.fspath(path)}  # a $KUBECONFIG-style list handed on as a path
+    elif path:
         file = Path(path).expanduser()
         if not file.is_file():
-            raise KubeconfigError(f"kubeconfig {file} does not exist")
+            raise KubeconfigError(f"--kubeconfig {file}: no such file")
         return from_kubeconfig([file])
     listed = env.get("KUBECONFIG", "")
     if listed:
         files = [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
         existing = [f for f in files if f.is_file()]
         if not existing:
-            raise KubeconfigError(f"KUBECONFIG={listed} names no existing file")
+            raise KubeconfigError(f"KUBECONFIG={listed}: no such file")
         return from_kubeconfig(existing)
     if env.get("KUBERNETES_SERVICE_HOST") and env.get("KUBERNETES_SERVICE_PORT"):
-        return in_cluster(env)
+        if account_dir is None:
+            account_dir = Path(env.get(SERVICE_ACCOUNT_DIR_ENV) or SERVICE_ACCOUNT_DIR)
+        return in_cluster(env, account_dir=account_dir)
     default = (home or Path.home()) / ".kube" / "config"
     if default.is_file():
         return from_kubeconfig([default])
-    raise KubeconfigError("no kubeconfig: pass --kubeconfig, set KUBECONFIG, run in a pod, "
-                          "or create ~/.kube/config")
+    raise KubeconfigError(_NOTHING_FOUND.format(home=default))
 
 
 def in_cluster(env: dict[str, str], *, account_dir: Path = SERVICE_ACCOUNT_DIR) -> ClusterAccess:
@@ -112,14 +153,24 @@ def in_cluster(env: dict[str, str], *, account_dir: Path = SERVICE_ACCOUNT_DIR) 
         host = f"[{host}]"
     token = account_dir / "token"
     ca = account_dir / "ca.crt"
-    if not token.is_file() or not ca.is_file():
-        raise KubeconfigError(f"in-cluster: no service account token or CA under {account_dir}")
+    source = f"in-cluster service account {account_dir}"
+    missing = [f.name for f in (token, ca) if not f.is_file()]
+    if missing:
+        raise KubeconfigError(f"{source}: no {' or '.join(missing)} (is automountServiceAccountToken off?)")
     namespace_file = account_dir / "namespace"
     namespace = namespace_file.read_text().strip() if namespace_file.is_file() else None
-    return ClusterAccess(
-        server=f"https://{host}:{port}", namespace=namespace or None,
-        ssl_context=ssl.create_default_context(cafile=str(ca)), token_file=token, source="in-cluster",
+    try:
+        ca_pem = ca.read_bytes()
+        context = ssl.create_default_context(cadata=ca_pem.decode("ascii"))
+    except (OSError, ssl.SSLError, UnicodeDecodeError) as exc:
+        raise KubeconfigError(f"{source}: ca.crt is not a PEM certificate: {exc}") from exc
+    context.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)
+    access = ClusterAccess(
+        server=f"https://{host}:{port}", namespace=namespace or None, ssl_context=context,
+        token_file=token, source=source, ca_pem=ca_pem, ca_file=ca,
     )
+    access.headers()  # fail now, naming the file, rather than at the first request
+    return access
 
 
 def _yaml(file: Path) -> dict[str, Any]:
@@ -179,7 +230,7 @@ def from_kubeconfig(files: list[Path]) -> ClusterAccess:
     if access.plugin:
         return access
     if server.startswith("https://"):
-        access.ssl_context = _tls(cluster, user, cluster_dir=cluster_file.parent, user_dir=user_file.parent)
+        _tls(access, cluster, user, cluster_dir=cluster_file.parent, user_dir=user_file.parent)
     if user.get("token"):
         access.authorization = f"Bearer {user['token']}"
     elif user.get("tokenFile"):
@@ -212,12 +263,14 @@ def _data(entry: dict[str, Any], key: str, base: Path) -> bytes | None:
     return None
 
 
-def _tls(cluster: dict[str, Any], user: dict[str, Any], *,
-         cluster_dir: Path, user_dir: Path) -> ssl.SSLContext:
+def _tls(access: ClusterAccess, cluster: dict[str, Any], user: dict[str, Any], *,
+         cluster_dir: Path, user_dir: Path) -> None:
+    """Read the CA and client certificate into ``access`` and build its SSL context."""
     if cluster.get("insecure-skip-tls-verify"):
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
+        access.insecure = True
     else:
         ca = _data(cluster, "certificate-authority", cluster_dir)
         try:
@@ -226,11 +279,15 @@ def _tls(cluster: dict[str, Any], user: dict[str, Any], *,
             raise KubeconfigError(f"the cluster's certificate-authority is not PEM: {exc}") from exc
         # Cluster CAs often lack extensions that strict X.509 checking (Python 3.13's default) wants.
         context.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)
+        access.ca_pem = ca
+        if ca is not None and not cluster.get("certificate-authority-data"):
+            access.ca_file = _path(cluster["certificate-authority"], cluster_dir)
     cert = _data(user, "client-certificate", user_dir)
     key = _data(user, "client-key", user_dir)
     if cert is not None:
         _load_client_cert(context, cert, key)
-    return context
+        access.client_cert_pem, access.client_key_pem = cert, key
+    access.ssl_context = context
 
 
 def _load_client_cert(context: ssl.SSLContext, cert: bytes, key: bytes | None) -> None:

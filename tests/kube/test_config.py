@@ -7,7 +7,7 @@ certificate, reached through ``kube.SessionTransport`` as the CLI reaches the AP
 from __future__ import annotations
 
 import base64
-import datetime
+import dataclasses
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -17,14 +17,12 @@ import pytest
 import yaml
 from aiohttp import web
 
-from podmortem.logs import kube, kubeconfig
+from podmortem.kube import config as kubeconfig
+from podmortem.logs import kube
 from podmortem.logs.settings import FollowSettings
 
 pytest.importorskip("cryptography")
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from podmortem.testing.tls import Pki, make_pki
 
 
 def config(path: Path, *, cluster: Mapping[str, object], user: Mapping[str, object],
@@ -83,7 +81,7 @@ def test_order_flag_then_env_then_in_cluster_then_home(tmp_path: Path) -> None:
     account = tmp_path / "sa"
     account.mkdir()
     (account / "token").write_text("sa-token")
-    (account / "ca.crt").write_text(make_pki(tmp_path)["ca_pem"].decode())
+    (account / "ca.crt").write_text(make_pki().ca_pem.decode())
     (account / "namespace").write_text("ops\n")
     cluster_env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
     assert kubeconfig.load(flag, environ={"KUBECONFIG": str(env)}).server == "http://flag"
@@ -92,7 +90,7 @@ def test_order_flag_then_env_then_in_cluster_then_home(tmp_path: Path) -> None:
     assert (in_cluster.server, in_cluster.namespace) == ("https://10.0.0.1:443", "ops")
     assert in_cluster.headers()["Authorization"] == "Bearer sa-token"
     assert kubeconfig.load(None, environ={}, home=home).server == "http://home"
-    with pytest.raises(kubeconfig.KubeconfigError, match="no kubeconfig"):
+    with pytest.raises(kubeconfig.KubeconfigError, match="no Kubernetes credentials: tried --kubeconfig"):
         kubeconfig.load(None, environ={}, home=tmp_path / "nobody")
 
 
@@ -121,53 +119,12 @@ def test_bad_kubeconfigs_say_what_is_wrong(tmp_path: Path, content: str, message
 # -- TLS for real -----------------------------------------------------------------------------------
 
 
-def _cert(subject: str, key: ec.EllipticCurvePrivateKey,
-          issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None,
-          *, ca: bool = False, server: bool = False) -> x509.Certificate:
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (x509.CertificateBuilder().subject_name(name)
-               .issuer_name(issuer[0] if issuer else name).public_key(key.public_key())
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5))
-               .not_valid_after(now + datetime.timedelta(hours=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if ca:
-        builder = builder.add_extension(x509.KeyUsage(
-            digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-            key_encipherment=False, data_encipherment=False, key_agreement=False, encipher_only=False,
-            decipher_only=False), critical=True)
-    else:
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-    if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName("kube.test")]),
-                                        critical=False)
-    return builder.sign(issuer[1] if issuer else key, hashes.SHA256())
-
-
-def make_pki(tmp_path: Path) -> dict[str, bytes]:
-    """A CA, a server certificate for ``kube.test`` and a client certificate, as PEM."""
-    def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                 serialization.NoEncryption())
-    ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
-    ca = _cert("test-ca", ca_key, None, ca=True)
-    issuer = (ca.subject, ca_key)
-    server = _cert("kube.test", server_key, issuer, server=True)
-    client = _cert("alice", client_key, issuer)
-    enc = serialization.Encoding.PEM
-    return {"ca_pem": ca.public_bytes(enc), "server_pem": server.public_bytes(enc),
-            "server_key": pem_key(server_key), "client_pem": client.public_bytes(enc),
-            "client_key": pem_key(client_key)}
-
-
 @pytest.fixture
-async def tls_server(tmp_path: Path) -> AsyncIterator[tuple[str, dict[str, bytes]]]:
-    pki = make_pki(tmp_path)
-    (tmp_path / "server.pem").write_bytes(pki["server_pem"])
-    (tmp_path / "server.key").write_bytes(pki["server_key"])
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=pki["ca_pem"].decode())
+async def tls_server(tmp_path: Path) -> AsyncIterator[tuple[str, Pki]]:
+    pki = make_pki()
+    (tmp_path / "server.pem").write_bytes(pki.server_pem)
+    (tmp_path / "server.key").write_bytes(pki.server_key)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=pki.ca_pem.decode())
     context.load_cert_chain(tmp_path / "server.pem", tmp_path / "server.key")
     context.verify_mode = ssl.CERT_REQUIRED  # the client must present a certificate from our CA
 
@@ -190,10 +147,10 @@ async def tls_server(tmp_path: Path) -> AsyncIterator[tuple[str, dict[str, bytes
         await runner.cleanup()
 
 
-async def test_client_certificate_over_verified_tls(tls_server: tuple[str, dict[str, bytes]],
+async def test_client_certificate_over_verified_tls(tls_server: tuple[str, Pki],
                                                     tmp_path: Path) -> None:
     url, pki = tls_server
-    b64 = {k: base64.b64encode(v).decode() for k, v in pki.items()}
+    b64 = {k: base64.b64encode(v).decode() for k, v in dataclasses.asdict(pki).items()}
     access = kubeconfig.load(config(
         tmp_path / "k",
         cluster={"server": url, "certificate-authority-data": b64["ca_pem"], "tls-server-name": "kube.test"},
@@ -205,13 +162,13 @@ async def test_client_certificate_over_verified_tls(tls_server: tuple[str, dict[
 
 
 async def test_wrong_ca_is_refused_and_insecure_skips_verification(
-    tls_server: tuple[str, dict[str, bytes]], tmp_path: Path,
+    tls_server: tuple[str, Pki], tmp_path: Path,
 ) -> None:
     url, pki = tls_server
-    other = make_pki(tmp_path)
-    (tmp_path / "client.pem").write_bytes(pki["client_pem"])
-    (tmp_path / "client.key").write_bytes(pki["client_key"])
-    (tmp_path / "other-ca.pem").write_bytes(other["ca_pem"])
+    other = make_pki()
+    (tmp_path / "client.pem").write_bytes(pki.client_pem)
+    (tmp_path / "client.key").write_bytes(pki.client_key)
+    (tmp_path / "other-ca.pem").write_bytes(other.ca_pem)
     user = {"client-certificate": "client.pem", "client-key": "client.key"}  # files, relative paths
     wrong = kubeconfig.load(config(tmp_path / "wrong", user=user, cluster={
         "server": url, "certificate-authority": "other-ca.pem", "tls-server-name": "kube.test"}))

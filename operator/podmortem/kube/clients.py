@@ -1,0 +1,174 @@
+"""Clients built from one :class:`~podmortem.kube.config.ClusterAccess`: aiohttp and kubernetes_asyncio.
+
+The operator talks to the API through three libraries (kopf's watches, our own
+JSON calls on kubernetes_asyncio, the log streams); all of them are configured
+here from the same reading of the kubeconfig or service account, so they can
+never disagree about the server, the CA or the token.
+
+Exec and auth-provider plugins are run by kubernetes_asyncio's loader, which
+knows their protocols; :func:`resolve_plugin` turns its result into a plain
+:class:`ClusterAccess` for the clients that are not kubernetes_asyncio.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import functools
+import os
+import shutil
+import ssl
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from podmortem.kube.config import ClusterAccess, KubeconfigError
+
+if TYPE_CHECKING:
+    import aiohttp
+    from kubernetes_asyncio.client import Configuration
+
+#: How long credentials from an exec or auth-provider plugin are used before the plugin runs again
+#: (seconds). Plugins' tokens live for minutes to an hour; a 401 also triggers a new run.
+PLUGIN_CREDENTIALS_S = 300.0
+
+
+@functools.cache
+def _private_dir() -> Path:
+    """One private directory per process for PEM files that a library can only read from a file."""
+    path = Path(tempfile.mkdtemp(prefix="podmortem-kube-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def _pem_file(name: str, data: bytes) -> str:
+    path = _private_dir() / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return str(path)
+
+
+async def api_configuration(access: ClusterAccess) -> Configuration:
+    """A kubernetes_asyncio ``Configuration`` for ``access``; token files are re-read as they rotate."""
+    from kubernetes_asyncio import config as kube_config
+    from kubernetes_asyncio.client import Configuration
+
+    configuration = Configuration()
+    if access.plugin:
+        try:
+            await kube_config.load_kube_config(
+                config_file=os.pathsep.join(str(f) for f in access.config_files),
+                client_configuration=configuration, persist_config=False,
+            )
+        except (kube_config.ConfigException, OSError, ValueError) as exc:
+            raise KubeconfigError(f"{access.source}: the credential plugin failed: {exc}") from exc
+        return configuration
+    configuration.host = access.server
+    configuration.verify_ssl = not access.insecure
+    configuration.disable_strict_ssl_verification = True
+    configuration.tls_server_name = access.tls_server_name
+    configuration.proxy = access.proxy
+    if access.ca_pem is not None:
+        configuration.ssl_ca_cert = (
+            str(access.ca_file) if access.ca_file else _pem_file("ca.crt", access.ca_pem)
+        )
+    if access.client_cert_pem is not None:
+        configuration.cert_file = _pem_file("client.crt", access.client_cert_pem)
+        if access.client_key_pem is not None:
+            configuration.key_file = _pem_file("client.key", access.client_key_pem)
+    # The whole header value goes in as the "key" (no prefix): one path for Bearer and Basic.
+    header = access.authorization_header()
+    if header is not None:
+        configuration.api_key = {"BearerToken": header}
+    if access.token_file is not None:
+
+        def refresh(config: Configuration) -> None:
+            config.api_key = {"BearerToken": access.authorization_header() or ""}
+
+        configuration.refresh_api_key_hook = refresh
+    return configuration
+
+
+async def resolve_plugin(access: ClusterAccess) -> ClusterAccess:
+    """Run the user's exec or auth-provider plugin once: plain credentials for non-kubernetes_asyncio
+    clients. Access without a plugin is returned as it is."""
+    if not access.plugin:
+        return access
+    configuration = await api_configuration(access)
+    header = await configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
+    return _plain_access(access, configuration, header)
+
+
+def _plain_access(access: ClusterAccess, configuration: Configuration, header: str | None) -> ClusterAccess:
+    """What kubernetes_asyncio's loader made of a plugin user, as plain credentials (reads small files)."""
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    context.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)
+    cert_pem = key_pem = None
+    if configuration.cert_file:
+        cert_pem = Path(configuration.cert_file).read_bytes()
+        key_pem = Path(configuration.key_file).read_bytes() if configuration.key_file else None
+        context.load_cert_chain(configuration.cert_file, configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    ca_file = Path(configuration.ssl_ca_cert) if configuration.ssl_ca_cert else None
+    return dataclasses.replace(
+        access,
+        server=str(configuration.host).rstrip("/"),
+        plugin=False,
+        authorization=header or None,
+        ssl_context=context if str(configuration.host).startswith("https://") else None,
+        insecure=not configuration.verify_ssl,
+        tls_server_name=configuration.tls_server_name or access.tls_server_name,
+        ca_file=ca_file,
+        ca_pem=ca_file.read_bytes() if ca_file else None,
+        client_cert_pem=cert_pem,
+        client_key_pem=key_pem,
+    )
+
+
+def aiohttp_session(access: ClusterAccess, *, headers: bool = True, **kwargs: Any) -> aiohttp.ClientSession:
+    """An aiohttp session that reaches ``access.server``: its TLS, ``tls-server-name`` and proxy,
+    and (with ``headers``) the credentials as of now. Must be called on a running event loop."""
+    import aiohttp
+
+    request_class: Any = aiohttp.ClientRequest
+    if access.tls_server_name:
+        request_class = functools.partial(_request_for_name, server_hostname=access.tls_server_name)
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, ssl=access.ssl_context or False),
+        headers=access.headers() if headers else None,
+        proxy=access.proxy,
+        request_class=request_class,
+        **kwargs,
+    )
+
+
+def _request_for_name(*args: Any, server_hostname: str, **kwargs: Any) -> Any:
+    """A request whose certificate is checked against ``tls-server-name`` instead of the URL's host."""
+    import aiohttp
+
+    if kwargs.get("server_hostname") is None:
+        kwargs["server_hostname"] = server_hostname
+    return aiohttp.ClientRequest(*args, **kwargs)
+
+
+def describe_connection_error(exc: BaseException, access: ClusterAccess) -> str:
+    """One line that says what failed when reaching the API server, and where the settings came from."""
+    import aiohttp
+
+    where = f"{access.server} (from {access.source})" if access.source else access.server
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return (f"TLS: the certificate of {where} is not trusted by the configured CA "
+                f"({exc.certificate_error}); check certificate-authority / ca.crt")
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return f"TLS handshake with {where} failed: {exc}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect to {where}: {exc.os_error or exc}"
+    if isinstance(exc, TimeoutError):
+        return f"no answer from {where} in time"
+    with contextlib.suppress(Exception):
+        return f"{where}: {type(exc).__name__}: {exc}"
+    return where

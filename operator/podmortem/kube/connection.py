@@ -1,0 +1,184 @@
+"""Is the API server reachable with our credentials, and may we read what we watch? For login and /readyz.
+
+A process that cannot log in must say so, and must not claim to be ready: the
+operator's kopf watches, its report writes and the agent's pod listing all
+need the API. :class:`Connection` logs in (verifying the credentials with a
+request, not just reading them), keeps re-checking while the process runs, and
+holds the one-line reason why it is not usable, which ``/readyz`` answers with.
+
+Checks:
+
+- authentication: ``GET /api`` must answer 200 (401 means a wrong or expired
+  token, a client certificate the server does not accept, or none at all);
+- authorization: each watched resource must be listable (``?limit=1``), so a
+  ClusterRole that misses a resource shows up as "forbidden: ..." instead of a
+  watch that quietly gets nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from podmortem.kube import clients
+from podmortem.kube.config import ClusterAccess, KubeconfigError
+
+if TYPE_CHECKING:
+    import aiohttp
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Listable:
+    """A resource that must be listable: ``path`` is its list URL (namespaced or cluster-wide)."""
+
+    what: str
+    path: str
+
+
+def list_path(group: str, version: str, plural: str, namespace: str | None = None) -> str:
+    base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+    if namespace:
+        base += f"/namespaces/{namespace}"
+    return f"{base}/{plural}"
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """How often and how patiently the link to the API server is checked."""
+
+    #: Seconds between checks while all is well.
+    interval_s: float = 15.0
+    #: Seconds before the first retry after a failed check; doubles up to ``backoff_max_s``.
+    backoff_min_s: float = 1.0
+    backoff_max_s: float = 30.0
+    #: Seconds for one check request.
+    timeout_s: float = 10.0
+
+
+class Connection:
+    """Login and the standing health of the link to the API server."""
+
+    def __init__(self, access: ClusterAccess, *, listables: Sequence[Listable] = (),
+                 settings: ConnectionSettings | None = None, component: str = "podmortem") -> None:
+        self.access = access
+        self.listables = tuple(listables)
+        self.settings = settings or ConnectionSettings()
+        self.component = component
+        #: Why the API is not usable now; None when the last check passed.
+        self.problem: str | None = "not logged in yet"
+        #: Whether the last check got past authentication (the credentials work).
+        self.authenticated = False
+        self.checked_at: float | None = None
+        self._changed = asyncio.Event()
+        self._last_logged: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def describe(self) -> str:
+        return "connected to the API server" if self.problem is None else self.problem
+
+    async def credentials(self) -> ClusterAccess:
+        """Fresh credentials: the token file re-read, a plugin run again."""
+        access = await clients.resolve_plugin(self.access)
+        access.headers(reread=True)
+        return access
+
+    async def check(self) -> str | None:
+        """One round of checks with fresh credentials; updates :attr:`problem` and logs changes."""
+        try:
+            access = await self.credentials()
+            async with clients.aiohttp_session(access) as session:
+                problem = await self._check(session, access)
+        except KubeconfigError as exc:
+            self.authenticated = False
+            problem = str(exc)
+        except Exception as exc:  # a broken plugin or a TLS error while building the context
+            self.authenticated = False
+            problem = clients.describe_connection_error(exc, self.access)
+        self._set(problem)
+        return problem
+
+    async def _check(self, session: aiohttp.ClientSession, access: ClusterAccess) -> str | None:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
+        try:
+            status, message = await _get(session, access.server + "/api", timeout)
+            if status in (401, 403):
+                self.authenticated = False
+                return (f"the API server refused our credentials from {access.source} "
+                        f"({status}: {message}): wrong or expired token, or an unknown client certificate")
+            if status != 200:
+                self.authenticated = False
+                return f"the API server at {access.server} answered {status} to GET /api: {message}"
+            self.authenticated = True
+            forbidden = []
+            for item in self.listables:
+                status, message = await _get(session, access.server + item.path + "?limit=1", timeout)
+                if status == 403:
+                    forbidden.append(item.what)
+                elif status != 200:
+                    return f"cannot list {item.what}: {status}: {message}"
+            if forbidden:
+                return (f"forbidden: this service account may not list {', '.join(forbidden)} "
+                        "(403); the chart's ClusterRole grants it: check the RBAC objects")
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self.authenticated = False
+            return clients.describe_connection_error(exc, access)
+        return None
+
+    def _set(self, problem: str | None) -> None:
+        self.checked_at = time.monotonic()
+        if problem != self.problem:
+            self._changed.set()
+            self._changed = asyncio.Event()
+        self.problem = problem
+        if problem != self._last_logged:
+            if problem is None:
+                logger.info("%s: connected to the API server at %s (%s)",
+                            self.component, self.access.server, self.access.source)
+            else:
+                logger.error("%s: API server not usable: %s", self.component, problem)
+            self._last_logged = problem
+
+    async def run(self) -> None:
+        """Check forever: every ``interval_s`` while fine, with backoff while not."""
+        delay = self.settings.backoff_min_s
+        while True:
+            problem = await self.check()
+            if problem is None:
+                delay = self.settings.backoff_min_s
+                await asyncio.sleep(self.settings.interval_s)
+            else:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.backoff_max_s)
+
+    async def login(self) -> ClusterAccess:
+        """Credentials that the API server has just accepted; waits (checking with backoff) until then."""
+        delay = self.settings.backoff_min_s
+        while True:
+            await self.check()
+            if self.authenticated:
+                return await self.credentials()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.settings.backoff_max_s)
+
+
+async def _get(session: aiohttp.ClientSession, url: str, client_timeout: aiohttp.ClientTimeout
+               ) -> tuple[int, str]:
+    async with session.get(url, timeout=client_timeout, headers={"Accept": "application/json"}) as response:
+        body = await response.read()
+        message = body[:300].decode("utf-8", "replace").strip()
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            message = str(json.loads(body).get("message") or message)
+        return response.status, message.splitlines()[0] if message else response.reason or ""
