@@ -54,10 +54,19 @@ def test_token_file_is_reread_when_it_rotates(tmp_path: Path, monkeypatch: pytes
     access = kubeconfig.load(config(tmp_path / "k", cluster={"server": "http://api"},
                                     user={"tokenFile": "token"}))  # relative to the kubeconfig
     assert access.headers()["Authorization"] == "Bearer one"
-    token.write_text("two")
-    assert access.headers()["Authorization"] == "Bearer one"  # not re-read on every request
+    reads = []
+    real_read = Path.read_text
+    monkeypatch.setattr(Path, "read_text",
+                        lambda self, *a, **k: reads.append(self) or real_read(self, *a, **k))
+    assert access.headers()["Authorization"] == "Bearer one"
+    assert reads == []  # not re-read on every request
+    # The kubelet's rotation: a new file swapped in (a new inode), as a projected volume does it.
+    (tmp_path / "token.new").write_text("two")
+    (tmp_path / "token.new").replace(token)
+    assert access.headers()["Authorization"] == "Bearer two"
     monkeypatch.setattr(kubeconfig, "TOKEN_REREAD_S", 0.0)
     assert access.headers()["Authorization"] == "Bearer two"
+    assert len(reads) == 2  # and, when due, read again even if unchanged
 
 
 def test_basic_auth(tmp_path: Path) -> None:
@@ -105,15 +114,20 @@ def test_kubeconfig_list_merges_first_wins(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("content, message", [
-    ("not: [yaml", "cannot read kubeconfig"),
+    ("not: [yaml", r"cannot read kubeconfig .*: not valid YAML at line 2, column 1"),
+    ("- a\n- list\n", "is not a mapping"),
     ("", "no current-context"),
     ("current-context: nope\n", "context 'nope' is not defined"),
+    ("clusters: {a: 1}\n", "clusters is not a list"),
+    ("clusters: [{name: c, cluster: text}]\n", "clusters entry 'c' has no cluster mapping"),
+    ("current-context: c\ncontexts: [{name: c, context: {cluster: x}}]\n", "cluster 'x' is not defined"),
 ])
 def test_bad_kubeconfigs_say_what_is_wrong(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "k"
     path.write_text(content)
-    with pytest.raises(kubeconfig.KubeconfigError, match=message):
+    with pytest.raises(kubeconfig.KubeconfigError, match=message) as caught:
         kubeconfig.load(path)
+    assert "\n" not in str(caught.value)  # one line, for a one-line error at start
 
 
 # -- TLS for real -----------------------------------------------------------------------------------

@@ -120,8 +120,8 @@ class _Cluster(LoopThread):
             return aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(ssl=client_context))
 
         class TlsServer(RawTestServer):
-            def __init__(self, handler: Any, **kwargs: Any) -> None:
-                super().__init__(handler, ssl=server_context, **kwargs)
+            async def start_server(self, loop: Any = None, **kwargs: Any) -> None:
+                await super().start_server(loop, ssl=server_context, **kwargs)
 
         return kmock.Server(api, server_cls=TlsServer, client_fct=client)
 

@@ -34,7 +34,8 @@ SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 #: Only for tests that start the real entry points "in a pod" without root: where the service
 #: account files are. A pod never sets it (the kubelet mounts them at :data:`SERVICE_ACCOUNT_DIR`).
 SERVICE_ACCOUNT_DIR_ENV = "PODMORTEM_SERVICE_ACCOUNT_DIR"
-#: Bound service-account tokens rotate (hourly by default); re-read the file this often (seconds).
+#: Bound service-account tokens rotate (hourly by default): a token file is re-read when it changes,
+#: and at least this often (seconds).
 TOKEN_REREAD_S = 60.0
 
 
@@ -82,6 +83,7 @@ class ClusterAccess:
     client_key_pem: bytes | None = None
     _token: str | None = field(default=None, repr=False)
     _token_read_at: float = field(default=-1e18, repr=False)
+    _token_stamp: tuple[int, int, int] | None = field(default=None, repr=False)
 
     def headers(self, *, reread: bool = False) -> dict[str, str]:
         """Headers for every request; re-reads a rotating token file when due (or when ``reread``)."""
@@ -92,12 +94,23 @@ class ClusterAccess:
         return headers
 
     def authorization_header(self, *, reread: bool = False) -> str | None:
-        """The ``Authorization`` value, or None for certificate-only or anonymous access."""
+        """The ``Authorization`` value, or None for certificate-only or anonymous access.
+
+        A token file is read again as soon as it changes (the kubelet swaps a projected token in
+        atomically: a new inode), and at least every :data:`TOKEN_REREAD_S` seconds.
+        """
         if self.token_file is not None:
             now = time.monotonic()
-            if reread or self._token is None or now - self._token_read_at >= TOKEN_REREAD_S:
+            try:
+                st = self.token_file.stat()
+                stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+            except OSError:
+                stamp = None
+            due = now - self._token_read_at >= TOKEN_REREAD_S or stamp != self._token_stamp
+            if reread or self._token is None or due:
                 try:
                     self._token = self.token_file.read_text().strip()
+                    self._token_stamp = stamp
                 except OSError as exc:
                     if self._token is None:
                         raise KubeconfigError(f"cannot read token file {self.token_file}: {exc}") from exc
@@ -179,12 +192,18 @@ def _yaml(file: Path) -> dict[str, Any]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         data = yaml.load(file.read_text(), Loader=loader)
-    except (OSError, yaml.YAMLError) as exc:
-        raise KubeconfigError(f"cannot read kubeconfig {file}: {exc}") from exc
+    except OSError as exc:
+        raise KubeconfigError(f"cannot read kubeconfig {file}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise KubeconfigError(f"cannot read kubeconfig {file}: not valid YAML{where} ({problem})") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise KubeconfigError(f"kubeconfig {file} is not a mapping")
+        raise KubeconfigError(f"kubeconfig {file} is not a mapping (a YAML document of clusters, "
+                              "users and contexts)")
     return data
 
 
@@ -197,9 +216,16 @@ def _merge(files: list[Path]) -> tuple[dict[str, Any], dict[str, dict[str, tuple
         if data.get("current-context") and "current-context" not in top:
             top["current-context"] = data["current-context"]
         for kind, key in (("clusters", "cluster"), ("users", "user"), ("contexts", "context")):
-            for entry in data.get(kind) or []:
+            entries = data.get(kind) or []
+            if not isinstance(entries, list):
+                raise KubeconfigError(f"kubeconfig {file}: {kind} is not a list")
+            for entry in entries:
                 if isinstance(entry, dict) and "name" in entry:
-                    named[kind].setdefault(str(entry["name"]), (entry.get(key) or {}, file))
+                    value = entry.get(key) or {}
+                    if not isinstance(value, dict):
+                        raise KubeconfigError(f"kubeconfig {file}: {kind} entry {entry['name']!r} has no "
+                                              f"{key} mapping")
+                    named[kind].setdefault(str(entry["name"]), (value, file))
     return top, named
 
 

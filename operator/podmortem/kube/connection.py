@@ -12,7 +12,8 @@ Checks:
   token, a client certificate the server does not accept, or none at all);
 - authorization: each watched resource must be listable (``?limit=1``), so a
   ClusterRole that misses a resource shows up as "forbidden: ..." instead of a
-  watch that quietly gets nothing.
+  watch that quietly gets nothing. A kind the cluster does not have (404: its
+  CRD is not installed, say Kubeflow's) is not a problem: there is nothing to watch.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class Connection:
         self.authenticated = False
         self.checked_at: float | None = None
         self._changed = asyncio.Event()
-        self._last_logged: str | None = None
+        self._last_logged: str | None = self.problem
 
     @property
     def ok(self) -> bool:
@@ -127,6 +128,8 @@ class Connection:
                 status, message = await _get(session, access.server + item.path + "?limit=1", timeout)
                 if status == 403:
                     forbidden.append(item.what)
+                elif status == 404:
+                    continue  # a kind whose CRD is not installed (no Kubeflow here): nothing to watch yet
                 elif status != 200:
                     return f"cannot list {item.what}: {status}: {message}"
             if forbidden:
