@@ -5,6 +5,10 @@ ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
+# Pinned Python dependencies (build tools here, runtime below): hack/lock-image-deps.sh
+# regenerates both files. PIP_CONSTRAINT also reaches the isolated build environment.
+COPY constraints/image-build.txt /tmp/constraints-build.txt
+ENV PIP_CONSTRAINT=/tmp/constraints-build.txt
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
 COPY runtime_patch/ runtime_patch/
@@ -14,8 +18,9 @@ RUN pip install --no-cache-dir build==1.2.2 \
 FROM ${PYTHON_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY --from=build /dist/*.whl /tmp/
-RUN pip install --no-cache-dir "$(ls /tmp/podmortem-*.whl)[operator]" \
- && rm -f /tmp/*.whl \
+COPY constraints/image.txt /tmp/constraints.txt
+RUN pip install --no-cache-dir -c /tmp/constraints.txt "$(ls /tmp/podmortem-*.whl)[operator]" \
+ && rm -f /tmp/*.whl /tmp/constraints.txt \
  && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin podmortem
 USER 10001:10001
 ENTRYPOINT ["podmortem"]
