@@ -2,14 +2,19 @@
 
 kmock 0.8 stores objects without ``uid``/``resourceVersion`` and accepts patches
 of any content type. :class:`KubernetesApi` stamps both on create and update and
-answers 415 to a patch whose content type the real apiserver would refuse. Its
-other known gaps are left as they are and listed here so users are not
+answers 415 to a patch whose content type the real apiserver would refuse.
+``GET /api/v1/namespaces`` breaks kmock's path parser, so that one list (and its
+watch, which kopf opens when it watches chosen namespaces) is answered here,
+from the namespaces the stored objects are in plus :attr:`KubernetesApi.namespaces`.
+Its other known gaps are left as they are and listed here so users are not
 surprised: watches replay every object as ADDED and ignore ``resourceVersion``
-and ``timeoutSeconds``; ``GET /api/v1/namespaces`` breaks its path parser.
+and ``timeoutSeconds``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
 import itertools
 import uuid
@@ -45,6 +50,34 @@ class KubernetesApi(kmock.KubernetesEmulator):
     forbidden: set[str] = attrs.field(factory=set, kw_only=True)
     #: Requests refused with 401 or 403, for tests to assert on.
     refused: list[tuple[int, str]] = attrs.field(factory=list, init=False)
+    #: Namespaces that exist besides those the stored objects are in.
+    namespaces: set[str] = attrs.field(factory=lambda: {"default"}, kw_only=True)
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if raw_request.method == "GET" and raw_request.path.rstrip("/") == "/api/v1/namespaces":
+            return await self._serve_namespaces(raw_request)
+        return await super().__call__(raw_request)
+
+    async def _serve_namespaces(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if self.tokens is not None:
+            scheme, _, token = (raw_request.headers.get("Authorization") or "").partition(" ")
+            if scheme.lower() != "bearer" or token.strip() not in self.tokens:
+                return aiohttp.web.json_response({"kind": "Status", "code": 401, "reason": "Unauthorized"},
+                                                 status=401)
+        names = set(self.namespaces) | {ns for (_res, ns, _name) in self.objects if ns}
+        items = [{"apiVersion": "v1", "kind": "Namespace",
+                  "metadata": {"name": n, "uid": f"ns-{n}", "resourceVersion": "1"},
+                  "status": {"phase": "Active"}} for n in sorted(names)]
+        if raw_request.query.get("watch") not in ("true", "1"):
+            return aiohttp.web.json_response({"apiVersion": "v1", "kind": "NamespaceList",
+                                              "metadata": {"resourceVersion": "1"}, "items": items})
+        # A watch that stays quiet (namespaces come and go rarely), closed as the apiserver would.
+        response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(raw_request)
+        timeout = min(float(raw_request.query.get("timeoutSeconds") or 60), 60.0)
+        with contextlib.suppress(ConnectionError):
+            await asyncio.sleep(timeout)
+        return response
 
     async def _serve_version(self, request: kmock.Request) -> Any:
         # kmock 0.8 names the core group version "/v1"; kubectl then finds no resources at all.
