@@ -92,7 +92,8 @@ def materialize(rendered: _render.Rendered, workload: dict[str, Any], *, podmort
         if "value" in item:
             env[item["name"]] = here(str(item["value"]))
         elif "fieldRef" in item.get("valueFrom", {}):
-            env[item["name"]] = _field(item["valueFrom"]["fieldRef"]["fieldPath"], pod=pod, namespace=namespace)
+            path = item["valueFrom"]["fieldRef"]["fieldPath"]
+            env[item["name"]] = _field(path, pod=pod, namespace=namespace)
         elif "secretKeyRef" in item.get("valueFrom", {}):
             ref = item["valueFrom"]["secretKeyRef"]
             env[item["name"]] = _secret(rendered, ref["name"])[ref["key"]]

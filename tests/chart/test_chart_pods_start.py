@@ -17,10 +17,10 @@ from typing import Any
 
 import helm_python as helm
 import pytest
+from tests.cli import entrypoints as ep
 
 from podmortem.demo.harness import Harness, harness
 from podmortem.testing.tls import Pki, make_pki
-from tests.cli import entrypoints as ep
 
 from . import _pods, _render
 
@@ -98,7 +98,7 @@ def test_the_rendered_pods_start_and_work(chart: helm.Chart, cluster: Harness, p
         health_url = pod.ready_url.rsplit("/", 1)[0] + "/healthz"
         deadline = time.monotonic() + 30
         while True:
-            status, body = ep.http_get(health_url)
+            _, body = ep.http_get(health_url)
             if '"watched_pods": 0' not in body and '"watched_pods"' in body:
                 break
             assert time.monotonic() < deadline, f"the agent ({scenario}) never watched {watched}: {body}"
