@@ -19,13 +19,18 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from podmortem.demo.harness import AGENT_LABELS, AGENT_NS, AGENT_TOKEN, Harness, evidence_for, kill, run_pod
+from podmortem.kernel import oom_parser
 from podmortem.testing.tls import Pki
 
 #: The ``podmortem`` console script of the environment running the tests (what ``pip install`` made).
 PODMORTEM = str(Path(sys.executable).with_name("podmortem"))
+RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "oom-records"
+TJ_PATH = "/apis/podmortem.io/v1alpha1/namespaces/default/trainingjobs"
 #: Variables that would point a process at some other cluster.
 _FOREIGN_ENV = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 
@@ -149,3 +154,44 @@ class Process:
 def start(command: Sequence[str], *, env: Mapping[str, str], log: Path) -> Process:
     """``podmortem COMMAND...`` with exactly ``env``."""
     return Process([PODMORTEM, *command], dict(env), log).start()
+
+
+def operator_env(h: Harness, tmp: Path, **extra: str) -> dict[str, str]:
+    """The chart's kind of environment for the operator, with free ports and the agent double."""
+    token_file = tmp / "agent-token"
+    token_file.write_text(AGENT_TOKEN)
+    return clean_env(
+        tmp,
+        PODMORTEM_LOG_STORE_DIR=str(tmp / "store"),
+        PODMORTEM_HTTP_PORT=str(free_port()),
+        PODMORTEM_METRICS_PORT=str(free_port()),
+        PODMORTEM_HEALTH_PORT=str(free_port()),
+        PODMORTEM_HTTP_AUTH="none",  # the emulated API has no TokenReview; log auth is tested in tests/logs
+        PODMORTEM_AGENT_NAMESPACE=AGENT_NS,
+        PODMORTEM_AGENT_SELECTOR=",".join(f"{k}={v}" for k, v in AGENT_LABELS.items()),
+        PODMORTEM_AGENT_PORT=str(h.agent.port),
+        PODMORTEM_AGENT_TOKEN_FILE=str(token_file),
+        PODMORTEM_STATUS_REFRESH_SECONDS="0.5",
+        **extra,
+    )
+
+
+def follow_to_report(h: Harness, name: str) -> dict[str, Any]:
+    """A TrainingJob whose pod is OOM-killed; the report the operator writes into its status."""
+    h.create(TJ_PATH, {
+        "apiVersion": "podmortem.io/v1alpha1", "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"template": {"spec": {"containers": [{"name": "trainer", "image": "pointgroup:1"}]}}},
+    })
+    h.wait(lambda: h.get(f"/api/v1/namespaces/default/pods/{name}-train"), what="the training pod",
+           timeout=60)
+    uid = run_pod(h, name=f"{name}-train")
+    record = oom_parser.parse_text((RECORDS / "01-k3s-v1-dmesgT-stress-4.15.log").read_text())[0]
+    h.sync(lambda: h.agent.evidence.__setitem__(uid, evidence_for(uid, record)))
+    kill(h, name=f"{name}-train")
+
+    def attached() -> dict[str, Any] | None:
+        report = (h.get(f"{TJ_PATH}/{name}") or {}).get("status", {}).get("failureReport")
+        return report if report and report["evidence"]["kernelRecord"]["state"] == "attached" else None
+
+    return h.wait(attached, what=f"{name}'s failure report", timeout=60)

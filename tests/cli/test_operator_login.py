@@ -12,20 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.cli import entrypoints as ep
 from tests.cli.entrypoints import Process
 
-from podmortem.demo.harness import AGENT_LABELS, AGENT_NS, AGENT_TOKEN, Harness, harness, kill, run_pod
-from podmortem.kernel import oom_parser
+from podmortem.demo.harness import Harness, harness
 from podmortem.testing.tls import Pki, make_pki
 
 pytest.importorskip("cryptography")
 
-RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "oom-records"
-TJ_PATH = "/apis/podmortem.io/v1alpha1/namespaces/default/trainingjobs"
 ADMIN_TOKEN = "admin-token"
 OPERATOR_TOKEN = "operator-token"
 
@@ -41,26 +37,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Harn
     with harness(tmp, pki=pki, tokens={ADMIN_TOKEN, OPERATOR_TOKEN}, admin_token=ADMIN_TOKEN) as h:
         h.add_agent_pod()
         yield h
-
-
-def operator_env(h: Harness, tmp: Path, **extra: str) -> dict[str, str]:
-    """The chart's kind of environment for the operator, with free ports and the agent double."""
-    token_file = tmp / "agent-token"
-    token_file.write_text(AGENT_TOKEN)
-    return ep.clean_env(
-        tmp,
-        PODMORTEM_LOG_STORE_DIR=str(tmp / "store"),
-        PODMORTEM_HTTP_PORT=str(ep.free_port()),
-        PODMORTEM_METRICS_PORT=str(ep.free_port()),
-        PODMORTEM_HEALTH_PORT=str(ep.free_port()),
-        PODMORTEM_HTTP_AUTH="none",  # the emulated API has no TokenReview; log auth is tested in tests/logs
-        PODMORTEM_AGENT_NAMESPACE=AGENT_NS,
-        PODMORTEM_AGENT_SELECTOR=",".join(f"{k}={v}" for k, v in AGENT_LABELS.items()),
-        PODMORTEM_AGENT_PORT=str(h.agent.port),
-        PODMORTEM_AGENT_TOKEN_FILE=str(token_file),
-        PODMORTEM_STATUS_REFRESH_SECONDS="0.5",
-        **extra,
-    )
 
 
 def readyz(env: dict[str, str]) -> str:
@@ -82,38 +58,15 @@ def start_operator(started: list[Process], env: dict[str, str], tmp: Path, *args
     return p
 
 
-def follow_to_report(h: Harness, name: str) -> dict[str, Any]:
-    """A TrainingJob whose pod is OOM-killed; the report the operator writes into its status."""
-    h.create(TJ_PATH, {
-        "apiVersion": "podmortem.io/v1alpha1", "kind": "TrainingJob",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"template": {"spec": {"containers": [{"name": "trainer", "image": "pointgroup:1"}]}}},
-    })
-    h.wait(lambda: h.get(f"/api/v1/namespaces/default/pods/{name}-train"), what="the training pod",
-           timeout=60)
-    uid = run_pod(h, name=f"{name}-train")
-    record = oom_parser.parse_text((RECORDS / "01-k3s-v1-dmesgT-stress-4.15.log").read_text())[0]
-    from podmortem.demo.harness import evidence_for
-
-    h.sync(lambda: h.agent.evidence.__setitem__(uid, evidence_for(uid, record)))
-    kill(h, name=f"{name}-train")
-
-    def attached() -> dict[str, Any] | None:
-        report = (h.get(f"{TJ_PATH}/{name}") or {}).get("status", {}).get("failureReport")
-        return report if report and report["evidence"]["kernelRecord"]["state"] == "attached" else None
-
-    return h.wait(attached, what=f"{name}'s failure report", timeout=60)
-
-
 def test_kubeconfig_over_tls_with_a_token(cluster: Harness, pki: Pki, tmp_path: Path,
                                           operator: list[Process]) -> None:
     kubeconfig = ep.write_kubeconfig(tmp_path / "kubeconfig", server=cluster.url, token=OPERATOR_TOKEN,
                                      ca_pem=pki.ca_pem)
     assert cluster.url.startswith("https://")
-    env = operator_env(cluster, tmp_path)
+    env = ep.operator_env(cluster, tmp_path)
     p = start_operator(operator, env, tmp_path, "--kubeconfig", str(kubeconfig))
     p.wait_http(readyz(env))
-    report = follow_to_report(cluster, "via-kubeconfig")
+    report = ep.follow_to_report(cluster, "via-kubeconfig")
     assert report["verdict"] == "memcg-limit"
     assert "connected to the API server at https://127.0.0.1" in p.output()
     assert p.stop() == 0
@@ -123,7 +76,7 @@ def test_kubeconfig_from_the_environment_variable(cluster: Harness, pki: Pki, tm
                                                   operator: list[Process]) -> None:
     kubeconfig = ep.write_kubeconfig(tmp_path / "kubeconfig", server=cluster.url, token=OPERATOR_TOKEN,
                                      ca_pem=pki.ca_pem)
-    env = operator_env(cluster, tmp_path, KUBECONFIG=str(kubeconfig))
+    env = ep.operator_env(cluster, tmp_path, KUBECONFIG=str(kubeconfig))
     p = start_operator(operator, env, tmp_path)
     p.wait_http(readyz(env))
 
@@ -131,17 +84,17 @@ def test_kubeconfig_from_the_environment_variable(cluster: Harness, pki: Pki, tm
 def test_in_cluster_service_account_and_token_rotation(cluster: Harness, pki: Pki, tmp_path: Path,
                                                        operator: list[Process]) -> None:
     account = ep.service_account_dir(tmp_path / "sa", token=OPERATOR_TOKEN, pki=pki)
-    env = operator_env(cluster, tmp_path, **ep.in_cluster_env(cluster.url, account))
+    env = ep.operator_env(cluster, tmp_path, **ep.in_cluster_env(cluster.url, account))
     p = start_operator(operator, env, tmp_path)
     p.wait_http(readyz(env))
     assert "in-cluster service account" in p.output()
-    follow_to_report(cluster, "in-cluster")
+    ep.follow_to_report(cluster, "in-cluster")
 
     # The kubelet rotates the token: the old one stops working, the file holds the new one.
     (account / "token").write_text("rotated-token")
     cluster.sync(lambda: cluster.api.tokens.add("rotated-token"))
     cluster.sync(lambda: cluster.api.tokens.discard(OPERATOR_TOKEN))
-    report = follow_to_report(cluster, "after-rotation")
+    report = ep.follow_to_report(cluster, "after-rotation")
     assert report["verdict"] == "memcg-limit"
     assert p.wait_http(readyz(env))[0] == 200
     cluster.sync(lambda: cluster.api.tokens.add(OPERATOR_TOKEN))
@@ -150,7 +103,7 @@ def test_in_cluster_service_account_and_token_rotation(cluster: Harness, pki: Pk
 def test_a_wrong_token_is_not_ready_says_why_and_recovers(cluster: Harness, pki: Pki, tmp_path: Path,
                                                           operator: list[Process]) -> None:
     account = ep.service_account_dir(tmp_path / "sa", token="expired-or-wrong", pki=pki)
-    env = operator_env(cluster, tmp_path, **ep.in_cluster_env(cluster.url, account))
+    env = ep.operator_env(cluster, tmp_path, **ep.in_cluster_env(cluster.url, account))
     p = start_operator(operator, env, tmp_path)
     _, body = p.wait_http(readyz(env), status=503, contains="refused our credentials")
     assert "401" in body
@@ -165,7 +118,7 @@ def test_a_ca_that_does_not_match_is_not_ready(cluster: Harness, tmp_path: Path,
     other = make_pki()
     kubeconfig = ep.write_kubeconfig(tmp_path / "kubeconfig", server=cluster.url, token=OPERATOR_TOKEN,
                                      ca_pem=other.ca_pem)
-    env = operator_env(cluster, tmp_path)
+    env = ep.operator_env(cluster, tmp_path)
     p = start_operator(operator, env, tmp_path, "--kubeconfig", str(kubeconfig))
     _, body = p.wait_http(readyz(env), status=503, contains="not trusted by the configured CA")
     assert "certificate verify failed" in body
@@ -177,7 +130,7 @@ def test_rbac_forbidden_on_a_watched_resource_is_not_ready(cluster: Harness, pki
                                                           operator: list[Process]) -> None:
     kubeconfig = ep.write_kubeconfig(tmp_path / "kubeconfig", server=cluster.url, token=OPERATOR_TOKEN,
                                      ca_pem=pki.ca_pem)
-    env = operator_env(cluster, tmp_path)
+    env = ep.operator_env(cluster, tmp_path)
     cluster.sync(lambda: cluster.api.forbidden.add("podmortem.io/v1alpha1/trainingjobs"))
     try:
         p = start_operator(operator, env, tmp_path, "--kubeconfig", str(kubeconfig))
@@ -209,7 +162,9 @@ def test_unusable_configuration_is_one_line_and_exit_2(tmp_path: Path, setup: st
     elif setup == "not-a-mapping":
         (tmp_path / "k").write_text("- just\n- a list\n")
         args += ["--kubeconfig", str(tmp_path / "k")]
-    env = ep.clean_env(tmp_path, PODMORTEM_LOG_STORE_DIR=str(tmp_path / "store"))
+    env = ep.clean_env(tmp_path, PODMORTEM_LOG_STORE_DIR=str(tmp_path / "store"),
+                       PODMORTEM_HTTP_PORT=str(ep.free_port()), PODMORTEM_METRICS_PORT=str(ep.free_port()),
+                       PODMORTEM_HEALTH_PORT=str(ep.free_port()))
     run = subprocess.run([ep.PODMORTEM, *args], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2, run
     lines = [line for line in run.stderr.splitlines() if line.strip()]

@@ -224,3 +224,41 @@ def test_installed_versions_are_exactly_the_lock(image: str) -> None:
         if pin.split("==")[0] not in {"podmortem", "pip", "setuptools", "wheel"}
     }
     assert installed == locked
+
+
+def test_the_operator_from_the_image_logs_in_and_reports(image: str, tmp_path: Path) -> None:
+    """`podmortem operator` from the image, read-only as uid 10001 on the host network, logs in to the
+    emulated API over TLS with a mounted kubeconfig and writes a TrainingJob's failure report."""
+    pytest.importorskip("cryptography")
+    from tests.cli import entrypoints as ep
+
+    from podmortem.demo.harness import harness
+    from podmortem.testing.tls import make_pki
+
+    pki = make_pki()
+    with harness(tmp_path / "cluster", pki=pki, tokens={"admin", "operator"}, admin_token="admin") as h:
+        h.add_agent_pod()
+        config = tmp_path / "config"
+        config.mkdir()
+        ep.write_kubeconfig(config / "kubeconfig", server=h.url, token="operator", ca_pem=pki.ca_pem)
+        (config / "agent-token").write_text("s3cret-agent-token")
+        store = tmp_path / "store"
+        store.mkdir()
+        os.chown(store, 10001, 10001)
+        env = {k: v for k, v in ep.operator_env(h, tmp_path).items() if k.startswith("PODMORTEM_")}
+        env.update(PODMORTEM_LOG_STORE_DIR="/var/lib/podmortem/logs",
+                   PODMORTEM_AGENT_TOKEN_FILE="/etc/podmortem/agent-token")
+        name = f"podmortem-test-{uuid.uuid4().hex[:8]}"
+        command = image_command(image, ["operator", "--kubeconfig", "/etc/podmortem/kubeconfig"], env=env,
+                                mounts=[(config, "/etc/podmortem"), f"{store}:/var/lib/podmortem/logs:rw"],
+                                name=name)
+        log = tmp_path / "operator.log"
+        process = ep.Process(command, podman_env(), log).start()
+        try:
+            process.wait_http(f"http://127.0.0.1:{env['PODMORTEM_HEALTH_PORT']}/readyz", timeout=120)
+            report = ep.follow_to_report(h, "from-the-image")
+            assert report["verdict"] == "memcg-limit"
+            assert "connected to the API server at https://127.0.0.1" in process.output()
+        finally:
+            _podman("stop", "--time", "20", name)
+            process.stop()
