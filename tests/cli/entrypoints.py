@@ -160,8 +160,7 @@ def operator_env(h: Harness, tmp: Path, **extra: str) -> dict[str, str]:
     """The chart's kind of environment for the operator, with free ports and the agent double."""
     token_file = tmp / "agent-token"
     token_file.write_text(AGENT_TOKEN)
-    return clean_env(
-        tmp,
+    settings = dict(
         PODMORTEM_LOG_STORE_DIR=str(tmp / "store"),
         PODMORTEM_HTTP_PORT=str(free_port()),
         PODMORTEM_METRICS_PORT=str(free_port()),
@@ -172,8 +171,8 @@ def operator_env(h: Harness, tmp: Path, **extra: str) -> dict[str, str]:
         PODMORTEM_AGENT_PORT=str(h.agent.port),
         PODMORTEM_AGENT_TOKEN_FILE=str(token_file),
         PODMORTEM_STATUS_REFRESH_SECONDS="0.5",
-        **extra,
     )
+    return clean_env(tmp, **{**settings, **extra})
 
 
 def follow_to_report(h: Harness, name: str) -> dict[str, Any]:
