@@ -4,6 +4,11 @@ The failure this project exists for grew a little every epoch (a per-proposal
 mask kept per validation scene, plus forked workers' copies) until the cgroup
 limit was passed hours later. A straight line through the last few epochs'
 peaks says, epochs ahead, when that will happen. Pure: no I/O.
+
+The message names each figure for what it is (the epoch's own peak, which the
+line is fitted to, and the pod's peak since it started, as ``status.memory``
+shows it) in the binary units of ``status.memory.peakOfLimit`` (``227Mi``), so
+the condition, its Event and the status agree digit for digit.
 """
 
 from __future__ import annotations
@@ -18,12 +23,33 @@ MIN_POINTS = 3
 #: Most recent epochs the line is fitted to; older ones may predate a change in the job.
 WINDOW = 6
 GIB = 2**30
+_UNITS = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def short_size(value: float) -> str:
+    """``31242766336 -> '29.1Gi'``: binary units, one decimal below 100 (what fits a printer column)."""
+    for unit, size in _UNITS:
+        if value >= size:
+            scaled = value / size
+            text = f"{scaled:.1f}".rstrip("0").rstrip(".") if scaled < 100 else f"{scaled:.0f}"
+            return f"{text}{unit}"
+    return f"{value:.0f}B"
+
+
+def share(part: int, whole: int) -> str:
+    """``'89%'``: the rounding ``status.memory.peakOfLimit`` uses."""
+    return f"{part / whole:.0%}"
 
 
 @dataclass(frozen=True)
 class EpochPeak:
     epoch: int
+    #: The peak the line is fitted to: the epoch's own peak where the memory line has one, else the
+    #: pod's peak since it started.
     peak_bytes: int
+    #: The pod's peak since it started (``status.memory.podPeakBytes``), when ``peak_bytes`` is the
+    #: epoch's own peak; None when ``peak_bytes`` is that pod peak itself.
+    pod_peak_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +66,8 @@ class MemoryPressure:
     #: Raised because the peak already passed ``warning_ratio`` of the limit (not the projection).
     over_ratio: bool
     warning_ratio: float
+    #: The pod's peak since it started, from the same memory line (see `EpochPeak.pod_peak_bytes`).
+    pod_peak_bytes: int | None = None
 
     @property
     def crossing_epoch(self) -> int | None:
@@ -48,16 +76,24 @@ class MemoryPressure:
         return self.epoch + max(1, int(-(-self.epochs_to_limit // 1)))
 
     def message(self) -> str:
-        used = f"pod peak {self.peak_bytes / GIB:.2f} GiB of {self.limit_bytes / GIB:.2f} GiB limit"
-        share = f"({self.peak_bytes / self.limit_bytes:.0%})"
+        """``epoch 2: epoch peak 220Mi of the 256Mi limit (86%), pod peak so far 227Mi (89%), growing
+        80Mi/epoch; projected to cross the limit at epoch 3 (in 0.5 epochs)``."""
+        limit = self.limit_bytes
+        what = "pod peak" if self.pod_peak_bytes is None else "epoch peak"
+        used = (
+            f"{what} {short_size(self.peak_bytes)} of the {short_size(limit)} limit "
+            f"({share(self.peak_bytes, limit)})"
+        )
+        pod = self.pod_peak_bytes
+        if pod is not None:
+            used += f", pod peak so far {short_size(pod)} ({share(pod, limit)})"
         if self.epochs_to_limit is not None:
-            grow = self.growth_bytes_per_epoch / 2**20
             return (
-                f"epoch {self.epoch}: {used} {share}, growing {grow:.0f} MiB/epoch; "
+                f"epoch {self.epoch}: {used}, growing {short_size(self.growth_bytes_per_epoch)}/epoch; "
                 f"projected to cross the limit at epoch {self.crossing_epoch} "
                 f"(in {self.epochs_to_limit:.1f} epochs)"
             )
-        return f"epoch {self.epoch}: {used} {share}, above the warning ratio {self.warning_ratio:g}"
+        return f"epoch {self.epoch}: {used}, above the warning ratio {self.warning_ratio:g}"
 
 
 def assess(
@@ -70,10 +106,10 @@ def assess(
     """
     if not peaks or not limit_bytes or limit_bytes <= 0:
         return None
-    by_epoch: dict[int, int] = {}
+    by_epoch: dict[int, EpochPeak] = {}
     for p in peaks:
-        by_epoch[p.epoch] = p.peak_bytes
-    points = sorted(by_epoch.items())[-WINDOW:]
+        by_epoch[p.epoch] = p
+    points = sorted((epoch, p.peak_bytes) for epoch, p in by_epoch.items())[-WINDOW:]
     last_epoch, last_peak = points[-1]
     slope = _growth(points)
     epochs_left: float | None = None
@@ -91,6 +127,7 @@ def assess(
         epochs_to_limit=epochs_left,
         over_ratio=over_ratio and not projected,
         warning_ratio=warning_ratio,
+        pod_peak_bytes=by_epoch[last_epoch].pod_peak_bytes,
     )
 
 

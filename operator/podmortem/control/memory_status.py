@@ -5,28 +5,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from podmortem.control.early_warning import EpochPeak
+from podmortem.control.early_warning import EpochPeak, share, short_size
 from podmortem.memory_line import MemoryLine
 
-_UNITS = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
-
-
-def short_size(value: int) -> str:
-    """``31242766336 -> '29.1Gi'``: what fits a printer column."""
-    for unit, size in _UNITS:
-        if value >= size:
-            scaled = value / size
-            text = f"{scaled:.1f}".rstrip("0").rstrip(".") if scaled < 100 else f"{scaled:.0f}"
-            return f"{text}{unit}"
-    return f"{value}B"
+__all__ = ["epoch_peak", "peak_of_limit", "short_size", "status_memory"]
 
 
 def peak_of_limit(peak: int | None, limit: int | None) -> str | None:
+    """``'227Mi/256Mi (89%)'``, the figure the MemoryPressure message repeats as ``227Mi (89%)``."""
     if peak is None:
         return None
     if not limit:
         return f"{short_size(peak)}/unlimited"
-    return f"{short_size(peak)}/{short_size(limit)} ({peak / limit:.0%})"
+    return f"{short_size(peak)}/{short_size(limit)} ({share(peak, limit)})"
 
 
 def status_memory(line: MemoryLine, *, observed_ns: int) -> dict[str, Any]:
@@ -55,8 +46,15 @@ def status_memory(line: MemoryLine, *, observed_ns: int) -> dict[str, Any]:
 
 
 def epoch_peak(line: MemoryLine) -> EpochPeak | None:
-    """The peak the early warning tracks: this epoch's own peak where sampled, else the pod's peak."""
+    """The peak the early warning tracks: this epoch's own peak where sampled, else the pod's peak.
+
+    With an epoch peak, the pod's peak since it started comes along, so the warning can quote the
+    same figure as ``status.memory.peakOfLimit`` beside the one it fits its line to.
+    """
     if line.pod is None:
         return None
-    peak = line.pod.epoch_peak_bytes if line.pod.epoch_peak_bytes is not None else line.pod.peak_bytes
-    return EpochPeak(epoch=line.epoch, peak_bytes=peak)
+    if line.pod.epoch_peak_bytes is None:
+        return EpochPeak(epoch=line.epoch, peak_bytes=line.pod.peak_bytes)
+    return EpochPeak(
+        epoch=line.epoch, peak_bytes=line.pod.epoch_peak_bytes, pod_peak_bytes=line.pod.peak_bytes
+    )
