@@ -171,3 +171,82 @@ def test_unusable_configuration_is_one_line_and_exit_2(tmp_path: Path, setup: st
     assert len(lines) == 1, run.stderr
     assert message.format(tmp=tmp_path) in lines[0]
     assert "Traceback" not in run.stderr
+
+
+EXEC_PLUGIN = """#!{python}
+import json
+print(json.dumps({{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                  "status": {{"token": "{token}"}}}}))
+"""
+
+
+def kubeconfig_form(form: str, tmp: Path, *, url: str, pki: Pki) -> Path:
+    """A kubeconfig of one of the forms users have, all reaching the same emulated API."""
+    import base64
+    import os
+    import sys
+
+    import yaml
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    cluster: dict[str, object] = {"server": url, "certificate-authority-data": b64(pki.ca_pem)}
+    user: dict[str, object] = {"token": OPERATOR_TOKEN}
+    if form == "exec-plugin":
+        plugin = tmp / "credential-plugin"
+        plugin.write_text(EXEC_PLUGIN.format(python=sys.executable, token=OPERATOR_TOKEN))
+        os.chmod(plugin, 0o755)
+        user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin),
+                         "interactiveMode": "Never"}}
+    elif form == "client-certificate":
+        user = {"client-certificate-data": b64(pki.client_pem), "client-key-data": b64(pki.client_key)}
+    elif form == "tls-server-name":
+        # The server certificate names only kube.test; the URL is an address.
+        cluster["tls-server-name"] = "kube.test"
+    elif form == "insecure-skip-tls-verify":
+        cluster = {"server": url, "insecure-skip-tls-verify": True}
+    elif form == "token-file":
+        (tmp / "token").write_text(OPERATOR_TOKEN + "\n")
+        user = {"tokenFile": "token"}
+    path = tmp / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": cluster}], "users": [{"name": "c", "user": user}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "c"}}],
+    }))
+    return path
+
+
+@pytest.mark.parametrize("form", ["exec-plugin", "client-certificate", "tls-server-name",
+                                  "insecure-skip-tls-verify", "token-file"])
+def test_kubeconfig_forms(tmp_path: Path, form: str, operator: list[Process]) -> None:
+    """Each form logs in (kopf's watches and our own calls alike): the TrainingJob's pod is created."""
+    names = ("kube.test",) if form == "tls-server-name" else ("kube.test", "127.0.0.1")
+    pki = make_pki(server_names=names)
+    with harness(tmp_path / "cluster", pki=pki, tokens={ADMIN_TOKEN, OPERATOR_TOKEN},
+                 admin_token=ADMIN_TOKEN) as h:
+        kubeconfig = kubeconfig_form(form, tmp_path, url=h.url, pki=pki)
+        env = ep.operator_env(h, tmp_path)
+        p = start_operator(operator, env, tmp_path, "--kubeconfig", str(kubeconfig))
+        p.wait_http(readyz(env))
+        h.create(ep.TJ_PATH, {
+            "apiVersion": "podmortem.io/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": "forms", "namespace": "default"},
+            "spec": {"template": {"spec": {"containers": [{"name": "trainer", "image": "x"}]}}},
+        })
+        h.wait(lambda: h.get("/api/v1/namespaces/default/pods/forms-train"), what="the pod", timeout=60)
+        assert p.stop() == 0
+
+
+def test_without_tls_server_name_the_address_does_not_match_the_certificate(
+        tmp_path: Path, operator: list[Process]) -> None:
+    """The counter-test of the tls-server-name form: the same certificate, no tls-server-name."""
+    pki = make_pki(server_names=("kube.test",))
+    with harness(tmp_path / "cluster", pki=pki, tokens={ADMIN_TOKEN, OPERATOR_TOKEN},
+                 admin_token=ADMIN_TOKEN) as h:
+        kubeconfig = ep.write_kubeconfig(tmp_path / "k", server=h.url, token=OPERATOR_TOKEN,
+                                         ca_pem=pki.ca_pem)
+        env = ep.operator_env(h, tmp_path)
+        p = start_operator(operator, env, tmp_path, "--kubeconfig", str(kubeconfig))
+        p.wait_http(readyz(env), status=503, contains="set tls-server-name")

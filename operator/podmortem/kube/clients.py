@@ -134,25 +134,23 @@ def aiohttp_session(access: ClusterAccess, *, headers: bool = True, **kwargs: An
     and (with ``headers``) the credentials as of now. Must be called on a running event loop."""
     import aiohttp
 
-    request_class: Any = aiohttp.ClientRequest
+    middlewares: tuple[Any, ...] = ()
     if access.tls_server_name:
-        request_class = functools.partial(_request_for_name, server_hostname=access.tls_server_name)
+        middlewares = (functools.partial(_name_the_server, server_hostname=access.tls_server_name),)
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, ssl=access.ssl_context or False),
         headers=access.headers() if headers else None,
         proxy=access.proxy,
-        request_class=request_class,
+        middlewares=middlewares,
         **kwargs,
     )
 
 
-def _request_for_name(*args: Any, server_hostname: str, **kwargs: Any) -> Any:
-    """A request whose certificate is checked against ``tls-server-name`` instead of the URL's host."""
-    import aiohttp
-
-    if kwargs.get("server_hostname") is None:
-        kwargs["server_hostname"] = server_hostname
-    return aiohttp.ClientRequest(*args, **kwargs)
+async def _name_the_server(request: Any, handler: Any, *, server_hostname: str) -> Any:
+    """Check the server's certificate against ``tls-server-name`` instead of the URL's host."""
+    if request.server_hostname is None:
+        request.server_hostname = server_hostname
+    return await handler(request)
 
 
 def describe_connection_error(exc: BaseException, access: ClusterAccess) -> str:
@@ -161,6 +159,9 @@ def describe_connection_error(exc: BaseException, access: ClusterAccess) -> str:
 
     where = f"{access.server} (from {access.source})" if access.source else access.server
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        if "mismatch" in str(exc.certificate_error):
+            return (f"TLS: the certificate of {where} does not name the host it was reached at "
+                    f"({exc.certificate_error}); set tls-server-name to a name it has")
         return (f"TLS: the certificate of {where} is not trusted by the configured CA "
                 f"({exc.certificate_error}); check certificate-authority / ca.crt")
     if isinstance(exc, aiohttp.ClientSSLError):

@@ -105,8 +105,9 @@ class SessionTransport:
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> SessionTransport:
-        connector = aiohttp.TCPConnector(limit=0, ssl=self.access.ssl_context or False)
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        from podmortem.kube import clients
+
+        self._session = clients.aiohttp_session(self.access, headers=False, auto_decompress=False)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -121,7 +122,6 @@ class SessionTransport:
         access = self.access
         return await self._session.get(
             access.server + path, params=query, headers=access.headers(), timeout=client_timeout,
-            proxy=access.proxy, server_hostname=access.tls_server_name,
         )
 
 

@@ -43,7 +43,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
     #: Patches refused for their content type, for tests to assert on.
     refused_patches: list[kmock.Request] = attrs.field(factory=list, init=False)
     #: Bearer tokens the API accepts; None accepts any request, as kmock does (plain-HTTP tests).
-    #: With tokens set, a request without one of them gets 401, as from a real apiserver.
+    #: With tokens set, a request with neither one of them nor a client certificate signed by the
+    #: server's CA gets 401, as from a real apiserver.
     tokens: set[str] | None = attrs.field(default=None, kw_only=True)
     #: Resources ("group/version/plural", core as "v1/pods") every request on which gets 403:
     #: a ClusterRole that misses them.
@@ -58,12 +59,20 @@ class KubernetesApi(kmock.KubernetesEmulator):
             return await self._serve_namespaces(raw_request)
         return await super().__call__(raw_request)
 
+    def _authenticated(self, headers: Any, transport: Any) -> bool:
+        """One of :attr:`tokens` as a bearer token, or a client certificate the TLS layer verified
+        against the server's CA (it asks for one optionally), as the apiserver authenticates."""
+        if self.tokens is None:
+            return True
+        if transport is not None and transport.get_extra_info("peercert"):
+            return True
+        scheme, _, token = (headers.get("Authorization") or "").partition(" ")
+        return scheme.lower() == "bearer" and token.strip() in self.tokens
+
     async def _serve_namespaces(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        if self.tokens is not None:
-            scheme, _, token = (raw_request.headers.get("Authorization") or "").partition(" ")
-            if scheme.lower() != "bearer" or token.strip() not in self.tokens:
-                return aiohttp.web.json_response({"kind": "Status", "code": 401, "reason": "Unauthorized"},
-                                                 status=401)
+        if not self._authenticated(raw_request.headers, raw_request.transport):
+            return aiohttp.web.json_response({"kind": "Status", "code": 401, "reason": "Unauthorized"},
+                                             status=401)
         names = set(self.namespaces) | {ns for (_res, ns, _name) in self.objects if ns}
         items = [{"apiVersion": "v1", "kind": "Namespace",
                   "metadata": {"name": n, "uid": f"ns-{n}", "resourceVersion": "1"},
@@ -90,12 +99,10 @@ class KubernetesApi(kmock.KubernetesEmulator):
         return str(next(self._versions))
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        if self.tokens is not None:
-            header = request.headers.get("Authorization") or ""
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or token.strip() not in self.tokens:
-                self.refused.append((401, f"{request.method} {request.url.path}"))
-                raise kmock.KubernetesError(status=401, reason="Unauthorized", message="Unauthorized")
+        raw = getattr(request, "_raw_request", None)
+        if not self._authenticated(request.headers, getattr(raw, "transport", None)):
+            self.refused.append((401, f"{request.method} {request.url.path}"))
+            raise kmock.KubernetesError(status=401, reason="Unauthorized", message="Unauthorized")
         if request.resource is not None and self.forbidden:
             r = request.resource
             key = f"{r.group}/{r.version}/{r.plural}" if r.group else f"{r.version}/{r.plural}"
