@@ -129,7 +129,8 @@ class _Cluster(LoopThread):
     async def serve(self) -> None:
         api = PodLogsApi(tokens=self.tokens)
         api.resources["podmortem.io/v1alpha1/trainingjobs"] = kmock.ResourceInfo(
-            kind="TrainingJob", namespaced=True, subresources={"status"}, verbs=_VERBS
+            kind="TrainingJob", namespaced=True, subresources={"status"}, verbs=_VERBS,
+            singular="trainingjob", shortnames={"tj"},
         )
         api.resources["batch/v1/jobs"] = kmock.ResourceInfo(kind="Job", namespaced=True, verbs=_VERBS)
         api.resources["v1/pods"] = kmock.ResourceInfo(

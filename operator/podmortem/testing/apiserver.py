@@ -3,8 +3,9 @@
 kmock 0.8 stores objects without ``uid``/``resourceVersion`` and accepts patches
 of any content type. :class:`KubernetesApi` stamps both on create and update and
 answers 415 to a patch whose content type the real apiserver would refuse.
-``GET /api/v1/namespaces`` breaks kmock's path parser, so that one list (and its
-watch, which kopf opens when it watches chosen namespaces) is answered here,
+``/api/v1/namespaces`` breaks kmock's path parser, so namespaces are answered
+here: list and watch (kopf opens them when it watches chosen namespaces), get,
+create and label (``kubectl create namespace``, ``kubectl label namespace``),
 from the namespaces the stored objects are in plus :attr:`KubernetesApi.namespaces`.
 Its other known gaps are left as they are and listed here so users are not
 surprised: watches replay every object as ADDED and ignore ``resourceVersion``
@@ -17,6 +18,7 @@ import asyncio
 import contextlib
 import datetime
 import itertools
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -53,11 +55,53 @@ class KubernetesApi(kmock.KubernetesEmulator):
     refused: list[tuple[int, str]] = attrs.field(factory=list, init=False)
     #: Namespaces that exist besides those the stored objects are in.
     namespaces: set[str] = attrs.field(factory=lambda: {"default"}, kw_only=True)
+    #: Labels of namespaces, as ``kubectl label namespace`` sets them.
+    namespace_labels: dict[str, dict[str, str]] = attrs.field(factory=dict, init=False)
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        if raw_request.method == "GET" and raw_request.path.rstrip("/") == "/api/v1/namespaces":
+        path = raw_request.path.rstrip("/")
+        if path.startswith("/openapi/"):
+            return self._serve_openapi(path)
+        if path == "/api/v1/namespaces" or (path.startswith("/api/v1/namespaces/") and path.count("/") == 4):
             return await self._serve_namespaces(raw_request)
         return await super().__call__(raw_request)
+
+    def _serve_openapi(self, path: str) -> aiohttp.web.StreamResponse:
+        """An OpenAPI v3 index of the served group versions, each with an empty document.
+
+        kubectl downloads it before ``apply`` to learn that the server validates fields itself
+        (it then sends ``fieldValidation=Strict``, which kmock ignores); without it kubectl refuses.
+        """
+        if path == "/openapi/v3":
+            versions = {"api/v1"} | {
+                f"apis/{r.group}/{r.version}" for r in self._get_resources() if r.group and r.version
+            }
+            return aiohttp.web.json_response({"paths": {
+                v: {"serverRelativeURL": f"/openapi/v3/{v}?hash=emulated"} for v in sorted(versions)}})
+        if path.startswith("/openapi/v3/"):
+            # Each resource's PATCH takes fieldValidation: kubectl then validates on the server's side.
+            gv = path.removeprefix("/openapi/v3/").removeprefix("api/").removeprefix("apis/")
+            paths = {}
+            for r in self._get_resources():
+                if f"{r.group}/{r.version}".lstrip("/") != gv or not r.plural:
+                    continue
+                info = self.resources.get(f"{r.group}/{r.version}/{r.plural}".lstrip("/"))
+                kind = getattr(info, "kind", None)
+                if not kind:
+                    continue
+                prefix = f"/apis/{r.group}/{r.version}" if r.group else f"/api/{r.version}"
+                middle = "/namespaces/{namespace}" if getattr(info, "namespaced", True) else ""
+                paths[f"{prefix}{middle}/{r.plural}/{{name}}"] = {"patch": {
+                    "x-kubernetes-group-version-kind": {"group": r.group, "version": r.version, "kind": kind},
+                    "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
+                    "responses": {"200": {"description": "OK"}},
+                }}
+            return aiohttp.web.json_response({"openapi": "3.0.0", "info": {"title": "emulated", "version": "v"},
+                                              "paths": paths, "components": {"schemas": {}}})
+        if path == "/openapi/v2":
+            return aiohttp.web.json_response({"swagger": "2.0", "info": {"title": "emulated", "version": "v"},
+                                              "paths": {}, "definitions": {}})
+        return aiohttp.web.json_response({"kind": "Status", "code": 404, "reason": "NotFound"}, status=404)
 
     def _authenticated(self, headers: Any, transport: Any) -> bool:
         """One of :attr:`tokens` as a bearer token, or a client certificate the TLS layer verified
@@ -69,14 +113,52 @@ class KubernetesApi(kmock.KubernetesEmulator):
         scheme, _, token = (headers.get("Authorization") or "").partition(" ")
         return scheme.lower() == "bearer" and token.strip() in self.tokens
 
+    def _namespace(self, name: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": name, "uid": f"ns-{name}", "resourceVersion": "1",
+                             "labels": {"kubernetes.io/metadata.name": name,
+                                        **self.namespace_labels.get(name, {})}},
+                "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
     async def _serve_namespaces(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """Namespaces: list and watch, get, create (``kubectl create namespace``) and patch (labels)."""
         if not self._authenticated(raw_request.headers, raw_request.transport):
             return aiohttp.web.json_response({"kind": "Status", "code": 401, "reason": "Unauthorized"},
                                              status=401)
         names = set(self.namespaces) | {ns for (_res, ns, _name) in self.objects if ns}
-        items = [{"apiVersion": "v1", "kind": "Namespace",
-                  "metadata": {"name": n, "uid": f"ns-{n}", "resourceVersion": "1"},
-                  "status": {"phase": "Active"}} for n in sorted(names)]
+        parts = raw_request.path.rstrip("/").split("/")
+        one = parts[4] if len(parts) == 5 else None
+        if raw_request.method == "POST" and one is None:
+            raw = await raw_request.read()
+            body = _namespace_from_protobuf(raw) if raw.startswith(_PROTOBUF_MAGIC) else json.loads(raw)
+            name = str((body.get("metadata") or {}).get("name") or "")
+            if name in names:
+                return aiohttp.web.json_response(
+                    {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409,
+                     "reason": "AlreadyExists", "message": f'namespaces "{name}" already exists'}, status=409)
+            self.namespaces.add(name)
+            self.namespace_labels[name] = dict((body.get("metadata") or {}).get("labels") or {})
+            return aiohttp.web.json_response(self._namespace(name), status=201)
+        if one is not None:
+            if one not in names:
+                return aiohttp.web.json_response(
+                    {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                     "reason": "NotFound", "message": f'namespaces "{one}" not found'}, status=404)
+            if raw_request.method == "PATCH":
+                patch = await raw_request.json()
+                labels = (patch.get("metadata") or {}).get("labels") or {}
+                current = self.namespace_labels.setdefault(one, {})
+                for key, value in labels.items():
+                    if value is None:
+                        current.pop(key, None)
+                    else:
+                        current[key] = str(value)
+            elif raw_request.method != "GET":
+                return aiohttp.web.json_response({"kind": "Status", "code": 405}, status=405)
+            return aiohttp.web.json_response(self._namespace(one))
+        if raw_request.method != "GET":
+            return aiohttp.web.json_response({"kind": "Status", "code": 405}, status=405)
+        items = [self._namespace(n) for n in sorted(names)]
         if raw_request.query.get("watch") not in ("true", "1"):
             return aiohttp.web.json_response({"apiVersion": "v1", "kind": "NamespaceList",
                                               "metadata": {"resourceVersion": "1"}, "items": items})
@@ -93,6 +175,24 @@ class KubernetesApi(kmock.KubernetesEmulator):
         payload = await super()._serve_version(request)
         if isinstance(payload, dict) and str(payload.get("groupVersion", "")).startswith("/"):
             payload["groupVersion"] = payload["groupVersion"][1:]
+        # kmock 0.8 gives the plural as the singular name; kubectl resolves `get trainingjob` by it.
+        for resource in (payload.get("resources") or []) if isinstance(payload, dict) else []:
+            name, kind = str(resource.get("name", "")), resource.get("kind")
+            if "/" in name:
+                resource.pop("shortNames", None)  # kmock copies them onto subresources
+            elif kind and resource.get("singularName") in (None, "", name):
+                resource["singularName"] = str(kind).lower()
+        return payload
+
+    async def _serve_list(self, request: kmock.Request) -> Any:
+        # kmock 0.8 answers a list without apiVersion and kind; kubectl refuses such a list.
+        payload = await super()._serve_list(request)
+        if isinstance(payload, dict) and request.resource is not None:
+            r = request.resource
+            info = self.resources.get(f"{r.group}/{r.version}/{r.plural}" if r.group else f"{r.version}/{r.plural}")
+            kind = getattr(info, "kind", None) or str(r.plural or "").capitalize()
+            payload.setdefault("apiVersion", f"{r.group}/{r.version}" if r.group else r.version)
+            payload.setdefault("kind", f"{kind}List")
         return payload
 
     def next_resource_version(self) -> str:
@@ -128,6 +228,56 @@ class KubernetesApi(kmock.KubernetesEmulator):
             elif request.action == kmock.action.UPDATE:
                 meta["resourceVersion"] = self.next_resource_version()
         return await super()._handle(request)
+
+
+#: kubectl sends built-in kinds (a Namespace) as protobuf: "k8s\0", then a runtime.Unknown.
+_PROTOBUF_MAGIC = b"k8s\x00"
+
+
+def _protobuf_fields(buf: bytes) -> list[tuple[int, bytes | None]]:
+    """The top-level fields of a protobuf message: (number, bytes) for length-delimited ones."""
+
+    def varint(i: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            byte = buf[i]
+            i += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value, i
+
+    out: list[tuple[int, bytes | None]] = []
+    i = 0
+    while i < len(buf):
+        key, i = varint(i)
+        number, wire = key >> 3, key & 7
+        if wire == 2:
+            size, i = varint(i)
+            out.append((number, buf[i:i + size]))
+            i += size
+        elif wire == 0:
+            _, i = varint(i)
+            out.append((number, None))
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"protobuf wire type {wire} not read here")
+    return out
+
+
+def _namespace_from_protobuf(raw: bytes) -> dict[str, Any]:
+    """The name and labels of a protobuf Namespace (Unknown.raw -> Namespace.metadata -> name, labels)."""
+    unknown = dict(_protobuf_fields(raw[len(_PROTOBUF_MAGIC):]))
+    namespace = dict(_protobuf_fields(unknown.get(2) or b""))
+    metadata = _protobuf_fields(namespace.get(1) or b"")
+    name = next((v.decode() for n, v in metadata if n == 1 and v is not None), "")
+    labels = {}
+    for number, entry in metadata:
+        if number == 11 and entry is not None:
+            kv = dict(_protobuf_fields(entry))
+            labels[(kv.get(1) or b"").decode()] = (kv.get(2) or b"").decode()
+    return {"metadata": {"name": name, "labels": labels}}
 
 
 def _now() -> str:
