@@ -143,8 +143,9 @@ class AgentSettings:
                 f"kernel_log_source must be one of {', '.join(KERNEL_LOG_SOURCES)}, "
                 f"got {self.kernel_log_source!r}"
             )
-        if self.unplaced_record_keep_s < 0:
-            raise ValueError(f"unplaced_record_keep_s must be >= 0, got {self.unplaced_record_keep_s}")
+        for name in ("unplaced_record_keep_s", "forget_after_s", "stop_timeout_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("syslog_poll_s", "kernel_log_retry_s", "pod_refresh_s", "owner_cache_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

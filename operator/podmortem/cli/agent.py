@@ -1,22 +1,29 @@
 """``podmortem agent``: the node agent a DaemonSet runs (kernel OOM records, pod memory samples, evidence).
 
 Every option also reads an environment variable (the Helm chart's contract,
-``PODMORTEM_*``); the command line wins, then the variable, then the default.
-Values are checked in `run`, so a bad variable gives a message naming it and
-never breaks other subcommands. Heavy imports (aiohttp, kubernetes_asyncio)
-happen in `run` too, so registering the subcommand costs nothing.
+``PODMORTEM_*``); the command line wins, then the variable (empty counts as
+unset), then the default. Values are checked in `run` (see
+:mod:`podmortem.cli.options`), so a bad variable gives one line naming the
+flag and the variable, exit 2, and never breaks other subcommands. Heavy
+imports (aiohttp, kubernetes_asyncio) happen in `run` too, so registering the
+subcommand costs nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
-import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from podmortem.cli import options as o
+
+if TYPE_CHECKING:
+    from podmortem.agent.owners import ForeignKind
+    from podmortem.agent.settings import AgentSettings
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -24,171 +31,135 @@ EXIT_USAGE = 2
 logger = logging.getLogger("podmortem.agent")
 
 
-@dataclass(frozen=True)
-class Option:
-    """One setting: its flag, its environment variable, its default (as text) and its help."""
+def _foreign_kinds(text: str) -> tuple[ForeignKind, ...]:
+    from podmortem.agent.owners import parse_foreign_kinds
 
-    flag: str
-    env: str
-    default: str | None
-    help: str
-    metavar: str | None = None
-    choices: tuple[str, ...] | None = None
-
-    @property
-    def dest(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
+    return parse_foreign_kinds(text)
 
 
-OPTIONS: tuple[Option, ...] = (
-    Option(
-        "--node-name",
-        "PODMORTEM_NODE_NAME",
-        None,
-        "this node's name (the downward API's spec.nodeName); its pods are listed with "
-        "fieldSelector spec.nodeName=NAME",
-        "NAME",
-    ),
-    Option(
-        "--namespaces",
-        "PODMORTEM_NAMESPACES",
-        "",
-        "comma-separated namespaces whose pods are listed, one list call each (the chart's RBAC then "
-        "exists only there); empty = all namespaces (default: all)",
-        "NS,...",
-    ),
-    Option(
-        "--foreign-kinds",
-        "PODMORTEM_FOREIGN_KINDS",
-        None,
-        'kinds whose annotated objects (podmortem.io/watch: "true") get their pods sampled: JSON '
-        '[{"group":"batch","resource":"jobs","version":"v1"}] ("version": "" = preferred; [] = none) or '
-        "jobs.batch,kubeflow.org/v1/pytorchjobs (default: batch/v1 jobs and kubeflow.org/v1 pytorchjobs)",
-        "KINDS",
-    ),
-    Option(
-        "--interval",
-        "PODMORTEM_SAMPLE_INTERVAL_SECONDS",
-        "10",
-        "seconds between memory samples of each pod (default 10)",
-        "SECONDS",
-    ),
-    Option(
-        "--ring-size",
-        "PODMORTEM_SAMPLE_RING_SIZE",
-        "360",
-        "samples kept per pod; 360 x 10 s = one hour (default 360)",
-        "N",
-    ),
-    Option(
-        "--state-dir",
-        "PODMORTEM_STATE_DIR",
-        "/var/lib/podmortem/agent",
-        "where the kernel log position (/dev/kmsg sequence number or syslog(2) cursor) is kept across "
-        "restarts (default /var/lib/podmortem/agent)",
-        "DIR",
-    ),
-    Option(
-        "--token-file",
-        "PODMORTEM_AGENT_TOKEN_FILE",
-        None,
-        "file with the bearer token the evidence endpoint requires (a mounted Secret; re-read on "
-        "change; missing or empty = every request refused); unset = no authentication",
-        "FILE",
-    ),
-    Option(
-        "--proc-root",
-        "PODMORTEM_PROC_ROOT",
-        None,
-        "the host's /proc (default /host/proc if it exists, else /proc; a given path that does not "
-        "exist falls back to /proc with a warning)",
-        "DIR",
-    ),
-    Option(
-        "--cgroup-root",
-        "PODMORTEM_CGROUP_ROOT",
-        None,
-        "the host's cgroup mount, v1 or v2 (default /host/sys/fs/cgroup if it exists, else "
-        "/sys/fs/cgroup; a given path that does not exist falls back likewise)",
-        "DIR",
-    ),
-    Option(
-        "--kernel-log-source",
-        "PODMORTEM_KERNEL_LOG_SOURCE",
-        "auto",
-        "where OOM records come from: kmsg (/dev/kmsg), syslog (the syslog(2) call: needs only "
-        "CAP_SYSLOG, works where the runtime blocks the device), auto (kmsg if it opens, else syslog; "
-        "the log says which, with the words 'kernel log'), off (sample only) (default auto)",
-        choices=("auto", "kmsg", "syslog", "off"),
-    ),
-    Option(
-        "--kmsg-path",
-        "PODMORTEM_KMSG_PATH",
-        "/dev/kmsg",
-        "the kernel log device; the chart sets /host/dev/kmsg when it mounts the host's (default /dev/kmsg)",
-        "FILE",
-    ),
-    Option(
-        "--syslog-poll",
-        "PODMORTEM_SYSLOG_POLL_SECONDS",
-        "0.5",
-        "seconds between two reads of the kernel ring buffer through syslog(2) (default 0.5)",
-        "SECONDS",
-    ),
-    Option(
-        "--pod-refresh",
-        "PODMORTEM_POD_REFRESH_SECONDS",
-        "15",
-        "seconds between two listings of this node's pods (default 15)",
-        "SECONDS",
-    ),
-    Option(
-        "--owner-cache",
-        "PODMORTEM_OWNER_CACHE_SECONDS",
-        "60",
-        "seconds a foreign-kind owner's annotation is trusted before it is read again (default 60)",
-        "SECONDS",
-    ),
-    Option(
-        "--kubeconfig",
-        "KUBECONFIG",
-        None,
-        "kubeconfig to reach the API server; default: the pod's service account, else ~/.kube/config",
-        "FILE",
-    ),
-    Option("--host", "PODMORTEM_LISTEN_HOST", "0.0.0.0", "address to listen on (default 0.0.0.0)", "ADDR"),
-    Option(
-        "--port",
-        "PODMORTEM_HTTP_PORT",
-        "8090",
-        "port of GET /v1/pods/{uid}/evidence, /healthz and /metrics (default 8090)",
-        "PORT",
-    ),
-    Option(
-        "--metrics-port",
-        "PODMORTEM_METRICS_PORT",
-        "9090",
-        "extra port serving /metrics only; 0 = none (default 9090)",
-        "PORT",
-    ),
-    Option(
-        "--static-pod",
-        "PODMORTEM_STATIC_PODS",
-        None,
-        "UID=CGROUP_PATH: sample this pod, whose memory cgroup is CGROUP_PATH (relative to the memory "
-        "hierarchy root, as the kernel prints it); repeatable, or comma-separated in the variable; "
-        "replaces the Kubernetes API (tests, API-less nodes)",
-        "UID=PATH",
-    ),
-    Option("--pod-name", "PODMORTEM_POD_NAME", "", "this agent's own pod, for its log and /healthz", "NAME"),
-    Option("--pod-namespace", "PODMORTEM_POD_NAMESPACE", "", "this agent's own namespace, likewise", "NS"),
-    Option(
-        "--log-level",
-        "PODMORTEM_LOG_LEVEL",
-        "info",
-        "log verbosity (default info)",
-        choices=("debug", "info", "warning", "error"),
-    ),
+def _static_pods(text: str) -> dict[str, str]:
+    pods: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        uid, sep, path = item.partition("=")
+        if not sep or not uid.strip() or not path.strip():
+            raise ValueError(f"expected UID=CGROUP_PATH, got {item!r}")
+        if not path.startswith("/") or path == "/":
+            raise ValueError(f"{item!r}: the cgroup path must be absolute and not '/' (UID=CGROUP_PATH)")
+        pods[uid.strip()] = path
+    return pods
+
+
+NODE_NAME = o.Option(
+    ("--node-name",), "PODMORTEM_NODE_NAME", o.dns_subdomain("node name"), None,
+    "this node's name (the downward API's spec.nodeName); its pods are listed with "
+    "fieldSelector spec.nodeName=NAME; required unless --static-pod is given", "NAME",
+)
+NAMESPACES = o.Option(
+    ("--namespaces",), "PODMORTEM_NAMESPACES", o.dns_labels(), "",
+    "comma-separated namespaces whose pods are listed, one list call each (the chart's RBAC then "
+    "exists only there); empty = all namespaces", "NS,...", shown_default="all",
+)
+FOREIGN_KINDS = o.Option(
+    ("--foreign-kinds",), "PODMORTEM_FOREIGN_KINDS", o.foreign_kinds(_foreign_kinds), None,
+    'kinds whose annotated objects (podmortem.io/watch: "true") get their pods sampled: JSON '
+    '[{"group":"batch","resource":"jobs","version":"v1"}] ("version": "" = preferred; [] = none) or '
+    "jobs.batch,kubeflow.org/v1/pytorchjobs", "KINDS",
+    shown_default="batch/v1 jobs and kubeflow.org/v1 pytorchjobs",
+)
+INTERVAL = o.Option(
+    ("--interval",), "PODMORTEM_SAMPLE_INTERVAL_SECONDS", o.seconds(above=0, high=3600), "10",
+    "seconds between memory samples of each pod; above 0, at most 3600", "SECONDS",
+)
+RING_SIZE = o.Option(
+    ("--ring-size",), "PODMORTEM_SAMPLE_RING_SIZE", o.whole("a whole number of samples", low=1, high=100_000),
+    "360", "samples kept per pod; 360 x 10 s = one hour; 1..100000", "N",
+)
+STATE_DIR = o.Option(
+    ("--state-dir",), "PODMORTEM_STATE_DIR", o.path, "/var/lib/podmortem/agent",
+    "where the kernel log position (/dev/kmsg sequence number or syslog(2) cursor) is kept across "
+    "restarts", "DIR",
+)
+TOKEN_FILE = o.Option(
+    ("--token-file",), "PODMORTEM_AGENT_TOKEN_FILE", o.optional_path, None,
+    "file with the bearer token the evidence endpoint requires (a mounted Secret; re-read on "
+    "change; missing or empty = every request refused)", "FILE", shown_default="none, no authentication",
+)
+PROC_ROOT = o.Option(
+    ("--proc-root",), "PODMORTEM_PROC_ROOT", o.optional_path, None,
+    "the host's /proc (a given path that does not exist falls back to /proc with a warning)", "DIR",
+    shown_default="/host/proc if it exists, else /proc",
+)
+CGROUP_ROOT = o.Option(
+    ("--cgroup-root",), "PODMORTEM_CGROUP_ROOT", o.optional_path, None,
+    "the host's cgroup mount, v1 or v2 (a given path that does not exist falls back likewise)", "DIR",
+    shown_default="/host/sys/fs/cgroup if it exists, else /sys/fs/cgroup",
+)
+KERNEL_LOG_SOURCE = o.Option(
+    ("--kernel-log-source",), "PODMORTEM_KERNEL_LOG_SOURCE", o.choice("auto", "kmsg", "syslog", "off"),
+    "auto",
+    "where OOM records come from: kmsg (/dev/kmsg), syslog (the syslog(2) call: needs only "
+    "CAP_SYSLOG, works where the runtime blocks the device), auto (kmsg if it opens, else syslog; "
+    "the log says which, with the words 'kernel log'), off (sample only)", "{auto,kmsg,syslog,off}",
+)
+KMSG_PATH = o.Option(
+    ("--kmsg-path",), "PODMORTEM_KMSG_PATH", o.path, "/dev/kmsg",
+    "the kernel log device; the chart sets /host/dev/kmsg when it mounts the host's", "FILE",
+)
+SYSLOG_POLL = o.Option(
+    ("--syslog-poll",), "PODMORTEM_SYSLOG_POLL_SECONDS", o.seconds(above=0, high=60), "0.5",
+    "seconds between two reads of the kernel ring buffer through syslog(2); above 0, at most 60", "SECONDS",
+)
+POD_REFRESH = o.Option(
+    ("--pod-refresh",), "PODMORTEM_POD_REFRESH_SECONDS", o.seconds(above=0, high=3600), "15",
+    "seconds between two listings of this node's pods; above 0, at most 3600", "SECONDS",
+)
+OWNER_CACHE = o.Option(
+    ("--owner-cache",), "PODMORTEM_OWNER_CACHE_SECONDS", o.seconds(above=0, high=86400), "60",
+    "seconds a foreign-kind owner's annotation is trusted before it is read again; above 0, at most 86400",
+    "SECONDS",
+)
+KUBECONFIG = o.Option(
+    ("--kubeconfig",), "KUBECONFIG", o.optional_path, None,
+    "kubeconfig to reach the API server", "FILE",
+    shown_default="the pod's service account, else ~/.kube/config",
+)
+HOST = o.Option(
+    ("--host",), "PODMORTEM_LISTEN_HOST", o.text("an address"), "0.0.0.0", "address to listen on", "ADDR",
+)
+PORT = o.Option(
+    ("--port",), "PODMORTEM_HTTP_PORT", o.port(), "8090",
+    "port of GET /v1/pods/{uid}/evidence, /healthz and /metrics; 0..65535, 0 picks a free one", "PORT",
+)
+METRICS_PORT = o.Option(
+    ("--metrics-port",), "PODMORTEM_METRICS_PORT", o.port(), "9090",
+    "extra port serving /metrics only; 0 or --port = none; 0..65535", "PORT",
+)
+STATIC_PODS = o.Option(
+    ("--static-pod",), "PODMORTEM_STATIC_PODS", _static_pods, None,
+    "UID=CGROUP_PATH: sample this pod, whose memory cgroup is CGROUP_PATH (absolute, relative to the "
+    "memory hierarchy root, as the kernel prints it); repeatable, or comma-separated in the variable; "
+    "replaces the Kubernetes API (tests, API-less nodes)", "UID=PATH",
+    action="append", dest_name="static_pod",
+)
+POD_NAME = o.Option(
+    ("--pod-name",), "PODMORTEM_POD_NAME", o.any_text, "", "this agent's own pod, for its log and /healthz",
+    "NAME",
+)
+POD_NAMESPACE = o.Option(
+    ("--pod-namespace",), "PODMORTEM_POD_NAMESPACE", o.any_text, "", "this agent's own namespace, likewise",
+    "NS",
+)
+LOG_LEVEL = o.Option(
+    ("--log-level",), "PODMORTEM_LOG_LEVEL", o.choice(*o.LOG_LEVELS), "info", "log verbosity",
+    "{" + ",".join(o.LOG_LEVELS) + "}",
+)
+
+OPTIONS: tuple[o.Option[Any], ...] = (
+    NODE_NAME, NAMESPACES, FOREIGN_KINDS, INTERVAL, RING_SIZE, STATE_DIR, TOKEN_FILE, PROC_ROOT, CGROUP_ROOT,
+    KERNEL_LOG_SOURCE, KMSG_PATH, SYSLOG_POLL, POD_REFRESH, OWNER_CACHE, KUBECONFIG, HOST, PORT, METRICS_PORT,
+    STATIC_PODS, POD_NAME, POD_NAMESPACE, LOG_LEVEL,
 )
 
 DESCRIPTION = """\
@@ -203,7 +174,7 @@ podmortem.io/watch="true", or whose direct owner is an object of a --foreign-kin
 (a batch Job, a Kubeflow PyTorchJob) annotated podmortem.io/watch="true".
 
 Every option reads the environment variable shown in [brackets] (the Helm chart's contract);
-the command line wins over the variable."""
+the command line wins over the variable, and an empty variable counts as unset."""
 
 EPILOG = """\
 permissions: CAP_SYSLOG (kernel log), CAP_SYS_PTRACE (other users' smaps_rollup), hostPID,
@@ -216,7 +187,8 @@ examples:
 pod1788d98a-0700-426a-8701-2312e4cc2163 --state-dir /tmp/agent --metrics-port 0
   curl -H "Authorization: Bearer $(cat token)" localhost:8090/v1/pods/<uid>/evidence
 
-exit codes: 0 stopped by SIGTERM/SIGINT, 2 bad options or environment variables"""
+exit codes: 0 stopped by SIGTERM/SIGINT; 2 a bad option or environment variable, or a port in use
+(one line on stderr naming the flag and the variable, before anything starts)"""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -227,59 +199,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    for option in OPTIONS:
-        kwargs: dict[str, Any] = {"default": None, "help": f"{option.help} [env {option.env}]"}
-        if option.choices:
-            kwargs["choices"] = option.choices
-        else:
-            kwargs["metavar"] = option.metavar
-        if option.flag == "--static-pod":
-            kwargs["action"] = "append"
-        parser.add_argument(option.flag, **kwargs)
+    o.add_all(parser, OPTIONS)
     parser.set_defaults(func=run)
-
-
-class BadSetting(ValueError):
-    """An option or environment variable with a value that cannot be used; the message names it."""
-
-
-def _raw(args: argparse.Namespace, option: Option) -> tuple[str | None, str]:
-    """The value (command line, else environment, else default) and where it came from."""
-    given = getattr(args, option.dest, None)
-    if given is not None and not isinstance(given, list):
-        return str(given), option.flag
-    value = os.environ.get(option.env)
-    if value not in (None, ""):
-        return value, option.env
-    return option.default, f"the default of {option.flag}"
-
-
-def _convert(args: argparse.Namespace, dest: str, convert: Callable[[str], Any], what: str) -> Any:
-    option = next(o for o in OPTIONS if o.dest == dest)
-    value, source = _raw(args, option)
-    if value is None:
-        return None
-    if option.choices and value not in option.choices:
-        raise BadSetting(f"{source}={value!r}: must be one of {', '.join(option.choices)}")
-    try:
-        return convert(value)
-    except ValueError as exc:
-        detail = f" ({exc})" if str(exc) and "invalid literal" not in str(exc) else ""
-        raise BadSetting(f"{source}={value!r}: expected {what}{detail}") from exc
-
-
-def _positive(value: str) -> float:
-    number = float(value)
-    if not number > 0:
-        raise ValueError("must be positive")
-    return number
-
-
-def _port(value: str) -> int:
-    number = int(value)
-    if not 0 <= number <= 65535:
-        raise ValueError("must be 0..65535")
-    return number
 
 
 def _host_root(given: Path | None, host: str, plain: str, what: str) -> Path:
@@ -291,75 +212,70 @@ def _host_root(given: Path | None, host: str, plain: str, what: str) -> Path:
     return given
 
 
-def _static_pods(args: argparse.Namespace) -> dict[str, str]:
-    items = list(args.static_pod or [])
-    source = "--static-pod"
-    if not items:
-        env = os.environ.get("PODMORTEM_STATIC_PODS", "")
-        items, source = [v for v in env.split(",") if v.strip()], "PODMORTEM_STATIC_PODS"
-    pods: dict[str, str] = {}
-    for item in items:
-        uid, sep, path = item.strip().partition("=")
-        if not sep or not uid or not path:
-            raise BadSetting(f"{source} {item!r}: expected UID=CGROUP_PATH")
-        pods[uid] = path
-    return pods
+def settings_from(args: argparse.Namespace) -> AgentSettings:
+    """`AgentSettings` from the command line and environment.
 
+    Raises :class:`~podmortem.cli.options.SettingError` (a ValueError), one line naming the flag
+    and the variable, for a value that cannot be used.
+    """
+    v = o.Values(args)
 
-def settings_from(args: argparse.Namespace) -> Any:
-    """`AgentSettings` from the command line and environment; raises `BadSetting` naming the culprit."""
-    from podmortem.agent.owners import parse_foreign_kinds
+    def get(dest: str, convert: Callable[[str], Any]) -> Any:
+        option = next(opt for opt in OPTIONS if opt.dest == dest)
+        return v.optional(dataclasses.replace(option, parse=convert))
+
+    static = v.optional(STATIC_PODS) or {}
+    node_name = v.optional(NODE_NAME) or ""
+    if not static and not node_name:
+        raise v.error(NODE_NAME, "required unless --static-pod / PODMORTEM_STATIC_PODS is given")
+    kubeconfig = get("kubeconfig", Path)  # a $KUBECONFIG list is merged by podmortem.kube.config.load
+    values: dict[str, Any] = dict(
+        node_name=node_name,
+        pod_name=v.value(POD_NAME),
+        pod_namespace=v.value(POD_NAMESPACE),
+        namespaces=v.value(NAMESPACES),
+        poll_interval_s=v.value(INTERVAL),
+        ring_size=v.value(RING_SIZE),
+        state_dir=v.value(STATE_DIR),
+        token_path=v.optional(TOKEN_FILE),
+        kmsg_path=v.value(KMSG_PATH),
+        kernel_log_source=v.value(KERNEL_LOG_SOURCE),
+        syslog_poll_s=v.value(SYSLOG_POLL),
+        pod_refresh_s=v.value(POD_REFRESH),
+        owner_cache_s=v.value(OWNER_CACHE),
+        kubeconfig=kubeconfig,
+        listen_host=v.value(HOST),
+        listen_port=v.value(PORT),
+        metrics_port=v.value(METRICS_PORT),
+        static_pods=static,
+    )
+    kinds = v.optional(FOREIGN_KINDS)  # last: reading kinds imports the Kubernetes client
+    values["foreign_kinds"] = _foreign_kinds("") if kinds is None else kinds
+    proc_root, cgroup_root = v.optional(PROC_ROOT), v.optional(CGROUP_ROOT)
+    values["proc_root"] = _host_root(proc_root, "/host/proc", "/proc", "--proc-root")
+    values["cgroup_root"] = _host_root(cgroup_root, "/host/sys/fs/cgroup", "/sys/fs/cgroup", "--cgroup-root")
     from podmortem.agent.settings import AgentSettings
 
-    def get(dest: str, convert: Callable[[str], Any] = str, what: str = "a value") -> Any:
-        return _convert(args, dest, convert, what)
-
-    static = _static_pods(args)
-    node_name = get("node_name") or ""
-    if not static and not node_name:
-        raise BadSetting("--node-name (or PODMORTEM_NODE_NAME) is required unless --static-pod is given")
-    namespaces = tuple(n.strip() for n in (get("namespaces") or "").split(",") if n.strip())
-    kubeconfig = get("kubeconfig", Path)  # a $KUBECONFIG list is merged by podmortem.kube.config.load
-    token = get("token_file", Path)
-    kinds = get("foreign_kinds", parse_foreign_kinds, "a JSON list of {group, resource, version}")
     try:
-        return AgentSettings(
-            node_name=node_name,
-            pod_name=get("pod_name"),
-            pod_namespace=get("pod_namespace"),
-            namespaces=namespaces,
-            foreign_kinds=parse_foreign_kinds(None) if kinds is None else kinds,
-            poll_interval_s=get("interval", _positive, "a positive number of seconds"),
-            ring_size=get("ring_size", int, "a whole number"),
-            state_dir=get("state_dir", Path),
-            token_path=token,
-            proc_root=_host_root(get("proc_root", Path), "/host/proc", "/proc", "--proc-root"),
-            cgroup_root=_host_root(
-                get("cgroup_root", Path), "/host/sys/fs/cgroup", "/sys/fs/cgroup", "--cgroup-root"
-            ),
-            kmsg_path=get("kmsg_path", Path),
-            kernel_log_source=get("kernel_log_source"),
-            syslog_poll_s=get("syslog_poll", _positive, "a positive number of seconds"),
-            pod_refresh_s=get("pod_refresh", _positive, "a positive number of seconds"),
-            owner_cache_s=get("owner_cache", _positive, "a positive number of seconds"),
-            kubeconfig=kubeconfig,
-            listen_host=get("host"),
-            listen_port=get("port", _port, "a port number"),
-            metrics_port=get("metrics_port", _port, "a port number"),
-            static_pods=static,
-        )
-    except ValueError as exc:
-        if isinstance(exc, BadSetting):
-            raise
-        raise BadSetting(str(exc)) from exc
+        return AgentSettings(**values)
+    except ValueError as exc:  # a range the settings themselves check
+        raise o.SettingError(" ".join(str(exc).split())) from None
+
+
+def check_startup(args: argparse.Namespace, settings: AgentSettings) -> None:
+    """The ports the agent listens on are free (the metrics port only when it is a port of its own)."""
+    ports = [(PORT, settings.listen_port)]
+    if settings.metrics_port != settings.listen_port:
+        ports.append((METRICS_PORT, settings.metrics_port))
+    o.check_listen(o.Values(args), settings.listen_host, ports, host_option=HOST)
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
     try:
-        level = _convert(args, "log_level", str, "a log level")
-    except BadSetting as exc:
+        level = o.Values(args).value(LOG_LEVEL)
+    except o.SettingError as exc:
         print(f"podmortem agent: {exc}", file=sys.stderr)
         return EXIT_USAGE
     logging.basicConfig(
@@ -367,7 +283,8 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         settings = settings_from(args)
-    except BadSetting as exc:
+        check_startup(args, settings)
+    except o.SettingError as exc:
         print(f"podmortem agent: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -3,7 +3,9 @@
 Lines go to stdout exactly once, in order, as raw bytes; reconnects, gaps and
 the end of the log go to stderr. Exit 0 when the containers terminated and
 their tails were read, 0 with a note when the pod was deleted, 1 with a
-one-line reason otherwise. Heavy imports happen inside :func:`run`.
+one-line reason otherwise; 2 with one line naming the option when a value
+cannot be used (checked before the kubeconfig is read). Heavy imports happen
+inside :func:`run`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import contextlib
 import sys
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from podmortem.cli import options as o
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
@@ -20,6 +24,22 @@ if TYPE_CHECKING:
     from podmortem.logs.cursor import LogCursor
     from podmortem.logs.events import GapMarker, LogEnd, LogLine
     from podmortem.logs.follower import Reconnect
+    from podmortem.logs.settings import FollowSettings
+
+NAMESPACE = o.Option(("-n", "--namespace"), None, o.dns_label("namespace name"), None, "namespace", "NS",
+                     shown_default="the kubeconfig's, else 'default'")
+CONTAINERS = o.Option(("-c", "--container"), None, o.dns_labels("container name"), None,
+                      "container to print (repeatable)", "CONTAINER",
+                      shown_default="all, prefixed when several", action="append", dest_name="containers")
+READ_TIMEOUT = o.Option(("--read-timeout",), None, o.seconds(above=0, high=86400), "120",
+                        "seconds of silence before a stream is reopened; above 0, at most 86400", "S")
+BACKOFF_MIN = o.Option(("--backoff-min",), None, o.seconds(above=0, high=3600), "2",
+                       "first pause after an API error, doubling; above 0, at most --backoff-max", "S")
+BACKOFF_MAX = o.Option(("--backoff-max",), None, o.seconds(above=0, high=3600), "30",
+                       "longest pause after API errors; above 0, at most 3600", "S")
+STORE = o.Option(("--store",), None, o.path, None,
+                 "also keep lines in a durable log store here (created if missing); a rerun resumes after "
+                 "the last stored line instead of printing the log again", "DIR")
 
 
 def register(subparsers: Any) -> None:
@@ -32,25 +52,16 @@ def register(subparsers: Any) -> None:
         epilog="exit status: 0 when the containers terminated and their logs were read to the end "
                "(or, without --follow, when the log was printed); 0 with a note when the pod was "
                "deleted while followed; 1 with a one-line reason otherwise (pod not found, no or bad "
-               "kubeconfig, API unreachable at the start, access denied).",
+               "kubeconfig, API unreachable at the start, access denied); 2 with one line naming the "
+               "option for a value that cannot be used, before anything is read.",
     )
     parser.add_argument("pod", metavar="POD", help="pod name")
-    parser.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig's, else 'default')")
-    parser.add_argument("-c", "--container", action="append", dest="containers", metavar="CONTAINER",
-                        help="container to print (repeatable; default: all, prefixed when several)")
+    o.add_all(parser, (NAMESPACE, CONTAINERS))
     parser.add_argument("-f", "--follow", action="store_true", help="keep following until the pod ends")
     parser.add_argument("--timestamps", action="store_true", help="keep each line's RFC3339 timestamp")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then the pod's "
                                              "service account, then ~/.kube/config)")
-    parser.add_argument("--read-timeout", type=float, default=120.0, metavar="S",
-                        help="seconds of silence before a stream is reopened (default: 120)")
-    parser.add_argument("--backoff-min", type=float, default=2.0, metavar="S",
-                        help="first pause after an API error (default: 2, doubling)")
-    parser.add_argument("--backoff-max", type=float, default=30.0, metavar="S",
-                        help="longest pause after API errors (default: 30)")
-    parser.add_argument("--store", metavar="DIR",
-                        help="also keep lines in a durable log store here; a rerun resumes after the "
-                             "last stored line instead of printing the log again")
+    o.add_all(parser, (READ_TIMEOUT, BACKOFF_MIN, BACKOFF_MAX, STORE))
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also report streams reopened after --read-timeout seconds of silence")
     parser.add_argument("-q", "--quiet", action="store_true",
@@ -196,8 +207,41 @@ def _import_aiohttp() -> None:
                 os.environ[name] = value
 
 
+def follow_settings(args: argparse.Namespace) -> FollowSettings:
+    """The follower's settings from the command line; raises a one-line SettingError for a bad value."""
+    from podmortem.logs.settings import FollowSettings
+
+    v = o.Values(args)
+    backoff_min, backoff_max = v.value(BACKOFF_MIN), v.value(BACKOFF_MAX)
+    if backoff_min > backoff_max:
+        raise v.conflict("the first pause must not be longer than the longest", BACKOFF_MIN, BACKOFF_MAX)
+    return FollowSettings(read_timeout_s=v.value(READ_TIMEOUT), backoff_min_s=backoff_min,
+                          backoff_max_s=backoff_max, start_attempts=4)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Every option (and the pod's name) can be used, and the --store directory can be written."""
+    v = o.Values(args)
+    try:
+        o.dns_subdomain("pod name")(args.pod)
+    except ValueError as exc:
+        raise o.SettingError(f"POD={args.pod!r}: {exc}") from None
+    v.optional(NAMESPACE)
+    v.optional(CONTAINERS)
+    follow_settings(args)
+    store = v.optional(STORE)
+    if store is not None:
+        o.check_directory(v, STORE, store)
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
+
+    try:
+        check_args(args)
+    except o.SettingError as exc:
+        print(f"podmortem logs: {exc}", file=sys.stderr)
+        return 2
 
     from podmortem.kube import config as kubeconfig
 
@@ -261,11 +305,9 @@ async def _transport(access: ClusterAccess) -> AsyncIterator[Any]:
 async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
     from podmortem.logs import errors, follower, kube, podstate
     from podmortem.logs.events import EndReason
-    from podmortem.logs.settings import FollowSettings
 
-    settings = FollowSettings(read_timeout_s=args.read_timeout, backoff_min_s=args.backoff_min,
-                              backoff_max_s=max(args.backoff_max, args.backoff_min), start_attempts=4)
-    namespace = args.namespace or access.namespace or "default"
+    settings = follow_settings(args)
+    namespace = o.Values(args).optional(NAMESPACE) or access.namespace or "default"
     printer = StdoutSink(sys.stdout.buffer, timestamps=args.timestamps, prefix=False)
 
     def on_reconnect(event: follower.Reconnect) -> None:
@@ -275,7 +317,8 @@ async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
 
     async with _transport(access) as transport, contextlib.AsyncExitStack() as stack:
         api = kube.PodLogApi(transport, settings=settings)
-        containers = args.containers
+        given = o.Values(args).optional(CONTAINERS)
+        containers = list(given) if given else []
         if not containers:
             try:
                 # Retried quietly a few times: if the API cannot be read at all, one line says why.

@@ -1,21 +1,215 @@
 """``podmortem operator``: run the operator (kopf handlers, log store, metrics and health endpoints).
 
 Every flag can also come from the environment variable the Helm chart sets
-(``PODMORTEM_*``); a flag wins over its variable. Heavy imports happen in
-:func:`run`, so ``podmortem --help`` works with pydantic alone.
+(``PODMORTEM_*``, shown in ``--help`` as ``[env ...]``); a flag wins over its
+variable, and an empty variable counts as unset. Every value is checked first
+thing in :func:`run` (see :mod:`podmortem.cli.options`): a bad one is one line
+on stderr naming the flag and the variable, exit 2, before the kubeconfig is
+read. Heavy imports happen in :func:`run` too, so ``podmortem --help`` works
+with pydantic alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
-from pathlib import Path
+from typing import Any
 
+from podmortem.cli import options as o
 from podmortem.control import settings as s
 
-ENV = os.environ.get
+_D = s.OperatorSettings()
+
+
+def _g(number: float) -> str:
+    return f"{number:g}"
+
+
+def _retention(text: str) -> tuple[float | None, int | None]:
+    from podmortem.control.annotations import parse_retention
+
+    try:
+        retention = parse_retention(text)
+    except ValueError as exc:
+        raise ValueError(f"expected AGE[,SIZE] ({exc})") from None
+    return retention.max_age_s, retention.max_bytes
+
+
+def _foreign_kinds(text: str) -> tuple[s.ForeignKind, ...]:
+    if not text.strip():
+        return s.DEFAULT_FOREIGN_KINDS
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"not valid JSON: {exc}") from None
+        if not isinstance(items, list) or not all(
+            isinstance(item, dict) and all(isinstance(v, str) for v in item.values()) for item in items
+        ):
+            raise ValueError("the JSON must be a list of objects with string group, version and resource")
+        return tuple(s.ForeignKind.from_json(item) for item in items)
+    return tuple(s.ForeignKind.parse(part) for part in text.split(",") if part.strip())
+
+
+NAMESPACES = o.Option(
+    ("-n", "--namespace"), "PODMORTEM_NAMESPACES", o.dns_labels(), "",
+    "watch only this namespace (repeatable; the variable is comma-separated)", "NS",
+    shown_default="all namespaces", action="append", dest_name="namespaces",
+)
+STORE_DIR = o.Option(
+    ("--store-dir",), "PODMORTEM_LOG_STORE_DIR", o.path, str(_D.store_dir),
+    "directory of the durable log store; created if missing, must be writable", "DIR",
+)
+PROMETHEUS_URL = o.Option(
+    ("--prometheus-url",), "PODMORTEM_PROMETHEUS_URL", o.http_url(), None,
+    "Prometheus base URL (http:// or https://) for the pod's working set", "URL",
+    shown_default="none, the agent's samples",
+)
+AGENT_PORT = o.Option(
+    ("--agent-port",), "PODMORTEM_AGENT_PORT", o.port(low=1), str(_D.agent.port),
+    "port of the node agents' evidence endpoint, 1..65535", "PORT",
+)
+AGENT_NAMESPACE = o.Option(
+    ("--agent-namespace",), "PODMORTEM_AGENT_NAMESPACE", o.dns_label("namespace name"), _D.agent.namespace,
+    "namespace of the agent pods", "NS",
+)
+AGENT_SELECTOR = o.Option(
+    ("--agent-selector",), "PODMORTEM_AGENT_SELECTOR", o.text("a label selector"), _D.agent.label_selector,
+    "label selector of the agent pods", "SELECTOR",
+)
+AGENT_TOKEN_FILE = o.Option(
+    ("--agent-token-file",), "PODMORTEM_AGENT_TOKEN_FILE", o.optional_path, None,
+    "file with the bearer token the agents expect", "FILE", shown_default="none, no token sent",
+)
+LOG_RETENTION = o.Option(
+    ("--log-retention",), "PODMORTEM_LOG_RETENTION", _retention, "7d",
+    "how long and how much of each job's log the store keeps: an age (30m, 12h, 7d), a size "
+    "(500Mi, 2Gi) or both, e.g. 7d,2Gi; a job's own spec.logRetention or podmortem.io/log-retention "
+    "wins (size default 1Gi)", "AGE[,SIZE]",
+)
+PATCH_PODS = o.Option(
+    ("--no-patch-pods",), "PODMORTEM_PATCH_PODS", o.boolean, "true",
+    "never patch bare pods: their failure report is then only an Event; the flag is "
+    "PODMORTEM_PATCH_PODS=false (the variable: true, the default, or false; also 1/0, yes/no)",
+    shown_default="",
+    action="store_const", const="false",
+)
+AGENT_RECORD_WAIT = o.Option(
+    ("--agent-record-wait",), "PODMORTEM_AGENT_RECORD_WAIT_SECONDS", o.seconds(low=0, high=3600),
+    _g(_D.agent.record_wait_s),
+    "after a report of an OOM kill whose kernel record the agent did not have yet, ask again "
+    "for this long (with backoff) and update the report when it comes; 0 turns that off; 0..3600",
+    "SECONDS",
+)
+AGENT_ENABLED = o.Option(
+    ("--no-agent",), "PODMORTEM_AGENT_ENABLED", o.boolean, "true",
+    "there is no node agent: reports use the pod status and logs only; the flag is "
+    "PODMORTEM_AGENT_ENABLED=false (the variable: true, the default, or false; also 1/0, yes/no)",
+    shown_default="",
+    action="store_const", const="false",
+)
+HTTP_PORT = o.Option(
+    ("--http-port",), "PODMORTEM_HTTP_PORT", o.port(), str(_D.log_http_port),
+    "port of the log HTTP API (GET /logs/...); 0 picks a free one", "PORT",
+)
+HTTP_AUTH = o.Option(
+    ("--http-auth",), "PODMORTEM_HTTP_AUTH", o.choice("kubernetes", "none"), "kubernetes",
+    "who may GET /logs: kubernetes = bearer tokens checked with TokenReview and a "
+    "SubjectAccessReview for get pods/log in the namespace; none = anyone who reaches the port",
+    "{kubernetes,none}",
+)
+LOG_BASE_URL = o.Option(
+    ("--log-base-url",), "PODMORTEM_LOG_BASE_URL", o.http_url(paths=True), None,
+    "base URL users reach the log API at, written into reports and status.log.url", "URL",
+    shown_default="http://SERVICE.NAMESPACE.svc:PORT from PODMORTEM_SERVICE_NAME (the chart's Service), "
+    "PODMORTEM_POD_NAMESPACE and --http-port when the Service name is set, else just the /logs/... path",
+)
+STATUS_REFRESH = o.Option(
+    ("--status-refresh-seconds",), "PODMORTEM_STATUS_REFRESH_SECONDS", o.seconds(low=0, high=86400),
+    _g(_D.last_log_line_interval_s),
+    "how often a running TrainingJob's status.lastLogLineAt and status.log are refreshed "
+    "(0 = only on pod events); 0..86400", "SECONDS",
+)
+LEADER_ELECTION = o.Option(
+    ("--leader-election",), "PODMORTEM_LEADER_ELECTION", o.boolean, "false",
+    "hold a coordination.k8s.io Lease; only its holder runs the handlers (the variable takes "
+    "true/false, 1/0, yes/no)",
+    action=argparse.BooleanOptionalAction,
+)
+LEASE = o.Option(
+    ("--leader-election-lease",), "PODMORTEM_LEADER_ELECTION_LEASE", o.dns_subdomain("Lease name"),
+    "podmortem-operator", "name of the Lease", "NAME",
+)
+LEASE_NAMESPACE = o.Option(
+    ("--leader-election-namespace",), "PODMORTEM_POD_NAMESPACE", o.dns_label("namespace name"), "podmortem",
+    "namespace of the Lease (the operator's own)", "NS",
+)
+IDENTITY = o.Option(
+    ("--leader-election-identity",), "PODMORTEM_POD_NAME", o.text("a name"), None,
+    "this replica's name in the Lease", "NAME", shown_default="the host name",
+)
+LEASE_DURATION = o.Option(
+    ("--leader-election-lease-duration",), "PODMORTEM_LEADER_ELECTION_LEASE_DURATION_SECONDS",
+    o.seconds(above=0, high=3600), "15", "seconds a Lease lives without renewal", "SECONDS",
+)
+RENEW_DEADLINE = o.Option(
+    ("--leader-election-renew-deadline",), "PODMORTEM_LEADER_ELECTION_RENEW_DEADLINE_SECONDS",
+    o.seconds(above=0, high=3600), "10",
+    "seconds the leader tries to renew; must be less than the lease duration", "SECONDS",
+)
+RETRY_PERIOD = o.Option(
+    ("--leader-election-retry-period",), "PODMORTEM_LEADER_ELECTION_RETRY_PERIOD_SECONDS",
+    o.seconds(above=0, high=3600), "2",
+    "seconds between Lease attempts; must be less than the renew deadline", "SECONDS",
+)
+METRICS_PORT = o.Option(
+    ("--metrics-port",), "PODMORTEM_METRICS_PORT", o.port(), str(_D.metrics_port),
+    "port of /metrics; 0 picks a free one", "PORT",
+)
+HEALTH_PORT = o.Option(
+    ("--health-port",), "PODMORTEM_HEALTH_PORT", o.port(), str(_D.health_port),
+    "port of /healthz and /readyz; 0 picks a free one", "PORT",
+)
+EARLY_WARNING_EPOCHS = o.Option(
+    ("--early-warning-epochs",), "PODMORTEM_EARLY_WARNING_EPOCHS",
+    o.whole("a whole number of epochs", low=1, high=1000), str(_D.early_warning_epochs),
+    "warn when the peak is projected to cross the limit within K epochs; 1..1000", "K",
+)
+MEMORY_WARNING_RATIO = o.Option(
+    ("--memory-warning-ratio",), "PODMORTEM_MEMORY_WARNING_RATIO", o.number("a ratio", above=0, high=1),
+    _g(_D.memory_warning_ratio),
+    "fraction of the memory limit at which the pod peak alone raises MemoryPressure; above 0, at most 1",
+    "RATIO",
+)
+STATUS_MAX_BYTES = o.Option(
+    ("--status-max-bytes",), "PODMORTEM_REPORT_STATUS_MAX_BYTES",
+    o.whole("a number of bytes", low=1024, high=1 << 20), str(_D.status_report_max_bytes),
+    "bytes of JSON a report may take in a TrainingJob's status; 1024..1048576", "BYTES",
+)
+ANNOTATION_MAX_BYTES = o.Option(
+    ("--annotation-max-bytes",), "PODMORTEM_REPORT_ANNOTATION_MAX_BYTES",
+    o.whole("a number of bytes", low=256, high=256 * 1024), str(_D.annotation_report_max_bytes),
+    "bytes of JSON in the podmortem.io/failure-report annotation; 256..262144", "BYTES",
+)
+FOREIGN_KINDS = o.Option(
+    ("--foreign-kinds",), "PODMORTEM_FOREIGN_KINDS", o.foreign_kinds(_foreign_kinds), None,
+    'annotated job kinds: the chart\'s JSON [{"group":"batch","version":"v1","resource":"jobs"}] '
+    '("version": "" = preferred; [] = none) or jobs.batch,kubeflow.org/v1/pytorchjobs', "KINDS",
+    shown_default="batch/v1 jobs and kubeflow.org/v1 pytorchjobs",
+)
+#: Variables with no flag of their own.
+LOG_LEVEL = o.Option((), "PODMORTEM_LOG_LEVEL", o.choice(*o.LOG_LEVELS), "info")
+SERVICE_NAME = o.Option((), "PODMORTEM_SERVICE_NAME", o.dns_label("Service name"), None)
+
+#: Every option, in the order ``--help`` lists them (``--kubeconfig`` comes first, on its own).
+OPTIONS: tuple[o.Option[Any], ...] = (
+    NAMESPACES, STORE_DIR, PROMETHEUS_URL, AGENT_PORT, AGENT_NAMESPACE, AGENT_SELECTOR, AGENT_TOKEN_FILE,
+    LOG_RETENTION, PATCH_PODS, AGENT_RECORD_WAIT, AGENT_ENABLED, HTTP_PORT, HTTP_AUTH, LOG_BASE_URL,
+    STATUS_REFRESH, LEADER_ELECTION, LEASE, LEASE_NAMESPACE, IDENTITY, LEASE_DURATION, RENEW_DEADLINE,
+    RETRY_PERIOD, METRICS_PORT, HEALTH_PORT, EARLY_WARNING_EPOCHS, MEMORY_WARNING_RATIO, STATUS_MAX_BYTES,
+    ANNOTATION_MAX_BYTES, FOREIGN_KINDS, LOG_LEVEL, SERVICE_NAME,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,10 +221,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             'annotated podmortem.io/watch: "true", keeps their logs in a durable store, and on exit 137, '
             "OOMKilled or eviction writes a failure report (TrainingJob status, or the "
             "podmortem.io/failure-report annotation plus an Event). Flags default to the PODMORTEM_* "
-            "environment variables the Helm chart sets."
+            "environment variables the Helm chart sets, shown as [env ...]; an empty variable counts as "
+            "unset. PODMORTEM_LOG_LEVEL (debug, info, warning, error, critical) sets the log level. A bad "
+            "value stops the operator at once with one line naming the flag and the variable (exit 2)."
         ),
     )
-    d = s.OperatorSettings()
     p.add_argument(
         "--kubeconfig",
         default=None,
@@ -38,227 +233,97 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="kubeconfig file (default: $KUBECONFIG, then the pod's service account, then ~/.kube/config; "
         "exec and auth-provider plugins are run as kubectl runs them)",
     )
-    p.add_argument(
-        "-n",
-        "--namespace",
-        action="append",
-        dest="namespaces",
-        help="watch only this namespace (repeatable; default: $PODMORTEM_NAMESPACES or all)",
-    )
-    p.add_argument(
-        "--store-dir",
-        type=Path,
-        default=Path(ENV("PODMORTEM_LOG_STORE_DIR", str(d.store_dir))),
-        help="directory of the durable log store (default: %(default)s)",
-    )
-    p.add_argument(
-        "--prometheus-url",
-        default=ENV("PODMORTEM_PROMETHEUS_URL") or None,
-        help="Prometheus base URL for the pod's working set (default: none, agent samples)",
-    )
-    p.add_argument(
-        "--agent-port",
-        type=int,
-        default=int(ENV("PODMORTEM_AGENT_PORT", str(d.agent.port))),
-        help="port of the node agents' evidence endpoint (default: %(default)s)",
-    )
-    p.add_argument("--agent-namespace", default=ENV("PODMORTEM_AGENT_NAMESPACE", d.agent.namespace))
-    p.add_argument(
-        "--agent-selector",
-        default=ENV("PODMORTEM_AGENT_SELECTOR", d.agent.label_selector),
-        help="label selector of the agent pods (default: %(default)s)",
-    )
-    p.add_argument(
-        "--agent-token-file",
-        type=Path,
-        default=ENV("PODMORTEM_AGENT_TOKEN_FILE"),
-        help="file with the bearer token the agents expect",
-    )
-    p.add_argument(
-        "--log-retention",
-        default=ENV("PODMORTEM_LOG_RETENTION", "7d"),
-        metavar="AGE[,SIZE]",
-        help="how long and how much of each job's log the store keeps: an age (30m, 12h, 7d), a size "
-        "(500Mi, 2Gi) or both, e.g. 7d,2Gi; a job's own spec.logRetention or podmortem.io/log-retention "
-        "wins (default: $PODMORTEM_LOG_RETENTION, else %(default)s; size default 1Gi)",
-    )
-    p.add_argument(
-        "--no-patch-pods",
-        action="store_true",
-        default=ENV("PODMORTEM_PATCH_PODS", "true") == "false",
-        help="never patch bare pods: their failure report is then only an Event "
-        "(default: $PODMORTEM_PATCH_PODS=false)",
-    )
-    p.add_argument(
-        "--agent-record-wait",
-        type=float,
-        metavar="SECONDS",
-        default=float(ENV("PODMORTEM_AGENT_RECORD_WAIT_SECONDS", str(d.agent.record_wait_s))),
-        help="after a report of an OOM kill whose kernel record the agent did not have yet, ask again "
-        "for this long (with backoff) and update the report when it comes; 0 turns that off "
-        "(default: %(default)s)",
-    )
-    p.add_argument(
-        "--no-agent",
-        action="store_true",
-        default=ENV("PODMORTEM_AGENT_ENABLED", "true") == "false",
-        help="there is no node agent: reports use the pod status and logs only",
-    )
-    p.add_argument("--http-port", type=int, default=int(ENV("PODMORTEM_HTTP_PORT", str(d.log_http_port))))
-    p.add_argument(
-        "--http-auth",
-        choices=("kubernetes", "none"),
-        default=ENV("PODMORTEM_HTTP_AUTH", "kubernetes"),
-        help="who may GET /logs: kubernetes = bearer tokens checked with TokenReview and a "
-        "SubjectAccessReview for get pods/log in the namespace; none = anyone who reaches the port "
-        "(default: %(default)s)",
-    )
-    p.add_argument(
-        "--log-base-url",
-        default=ENV("PODMORTEM_LOG_BASE_URL") or _service_url(),
-        help="base URL users reach the log API at, written into reports and status.log.url "
-        "(default: $PODMORTEM_LOG_BASE_URL, else http://$PODMORTEM_SERVICE_NAME.$PODMORTEM_POD_NAMESPACE"
-        ".svc:$PODMORTEM_HTTP_PORT when the service name is set, else just the /logs/... path)",
-    )
-    p.add_argument(
-        "--status-refresh-seconds",
-        type=float,
-        default=float(ENV("PODMORTEM_STATUS_REFRESH_SECONDS", str(d.last_log_line_interval_s))),
-        help="how often a running TrainingJob's status.lastLogLineAt and status.log are refreshed "
-        "(0 = only on pod events; default: %(default)s)",
-    )
-    p.add_argument(
-        "--leader-election",
-        action=argparse.BooleanOptionalAction,
-        default=ENV("PODMORTEM_LEADER_ELECTION", "false") == "true",
-        help="hold a coordination.k8s.io Lease; only its holder runs the handlers (default: %(default)s)",
-    )
-    p.add_argument(
-        "--leader-election-lease",
-        default=ENV("PODMORTEM_LEADER_ELECTION_LEASE", "podmortem-operator"),
-        help="name of the Lease (default: %(default)s)",
-    )
-    p.add_argument(
-        "--leader-election-namespace",
-        default=ENV("PODMORTEM_POD_NAMESPACE", "podmortem"),
-        help="namespace of the Lease (default: $PODMORTEM_POD_NAMESPACE, else %(default)s)",
-    )
-    p.add_argument(
-        "--leader-election-identity",
-        default=ENV("PODMORTEM_POD_NAME") or socket.gethostname(),
-        help="this replica's name in the Lease (default: $PODMORTEM_POD_NAME, else the host name)",
-    )
-    for flag, env, default, what in (
-        ("--leader-election-lease-duration", "LEASE_DURATION_SECONDS", 15.0, "a Lease lives without renewal"),
-        ("--leader-election-renew-deadline", "RENEW_DEADLINE_SECONDS", 10.0, "the leader tries to renew"),
-        ("--leader-election-retry-period", "RETRY_PERIOD_SECONDS", 2.0, "between Lease attempts"),
-    ):
-        p.add_argument(
-            flag,
-            type=float,
-            default=float(ENV(f"PODMORTEM_LEADER_ELECTION_{env}", str(default))),
-            help=f"seconds {what} (default: %(default)s)",
-        )
-    p.add_argument(
-        "--metrics-port", type=int, default=int(ENV("PODMORTEM_METRICS_PORT", str(d.metrics_port)))
-    )
-    p.add_argument("--health-port", type=int, default=int(ENV("PODMORTEM_HEALTH_PORT", str(d.health_port))))
-    p.add_argument(
-        "--early-warning-epochs",
-        type=int,
-        default=int(ENV("PODMORTEM_EARLY_WARNING_EPOCHS", str(d.early_warning_epochs))),
-        help="warn when the peak is projected to cross the limit within K epochs (default: %(default)s)",
-    )
-    p.add_argument(
-        "--memory-warning-ratio",
-        type=float,
-        default=float(ENV("PODMORTEM_MEMORY_WARNING_RATIO", str(d.memory_warning_ratio))),
-    )
-    p.add_argument(
-        "--status-max-bytes",
-        type=int,
-        default=int(ENV("PODMORTEM_REPORT_STATUS_MAX_BYTES", str(d.status_report_max_bytes))),
-    )
-    p.add_argument(
-        "--annotation-max-bytes",
-        type=int,
-        default=int(ENV("PODMORTEM_REPORT_ANNOTATION_MAX_BYTES", str(d.annotation_report_max_bytes))),
-    )
-    p.add_argument(
-        "--foreign-kinds",
-        default=ENV("PODMORTEM_FOREIGN_KINDS", ""),
-        help='annotated job kinds: JSON from the chart, or "jobs.batch,pytorchjobs.kubeflow.org"',
-    )
+    o.add_all(p, OPTIONS)
     p.set_defaults(func=run)
 
 
-def _service_url() -> str:
+def _service_url(values: o.Values, http_port: int) -> str:
     """The in-cluster URL of the chart's Service, when the chart says its name; else empty."""
-    service = ENV("PODMORTEM_SERVICE_NAME")
+    service = values.optional(SERVICE_NAME)
     if not service:
         return ""
-    namespace = ENV("PODMORTEM_POD_NAMESPACE", "default")
-    return f"http://{service}.{namespace}.svc:{ENV('PODMORTEM_HTTP_PORT', '8080')}"
-
-
-def _foreign_kinds(text: str) -> tuple[s.ForeignKind, ...]:
-    if not text.strip():
-        return s.DEFAULT_FOREIGN_KINDS
-    if text.lstrip().startswith("["):
-        return tuple(s.ForeignKind.from_json(item) for item in json.loads(text))
-    return tuple(s.ForeignKind.parse(part) for part in text.split(",") if part.strip())
+    namespace = values.env(LEASE_NAMESPACE) or "default"
+    return f"http://{service}.{namespace}.svc:{http_port}"
 
 
 def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
-    """Raises ValueError naming the option when a value can't be used."""
-    from podmortem.control.annotations import parse_retention
+    """The settings from the command line and the environment.
 
-    namespaces = args.namespaces or [n for n in ENV("PODMORTEM_NAMESPACES", "").split(",") if n]
+    Raises :class:`~podmortem.cli.options.SettingError` (a ValueError), one line naming the flag
+    and the variable, for a value that cannot be used.
+    """
+    v = o.Values(args)
+    age, size = v.value(LOG_RETENTION)
+    leader = v.value(LEADER_ELECTION)
+    lease_duration, renew_deadline, retry_period = (
+        v.value(LEASE_DURATION), v.value(RENEW_DEADLINE), v.value(RETRY_PERIOD)
+    )
+    if leader and not retry_period < renew_deadline < lease_duration:
+        raise v.conflict(
+            "leader election needs retry period < renew deadline < lease duration",
+            RETRY_PERIOD, RENEW_DEADLINE, LEASE_DURATION,
+        )
+    http_port = v.value(HTTP_PORT)
+    kinds = v.optional(FOREIGN_KINDS)
+    base_url = v.optional(LOG_BASE_URL)
     try:
-        retention = parse_retention(args.log_retention)
-    except ValueError as exc:
-        raise ValueError(f"--log-retention / PODMORTEM_LOG_RETENTION {args.log_retention!r}: {exc}") from exc
-    defaults = s.OperatorSettings()
-    return s.OperatorSettings(
-        log_retention_s=retention.max_age_s if retention.max_age_s is not None else defaults.log_retention_s,
-        log_retention_bytes=(
-            retention.max_bytes if retention.max_bytes is not None else defaults.log_retention_bytes
-        ),
-        patch_pods=not args.no_patch_pods,
-        agent=s.AgentSettings(
-            enabled=not args.no_agent,
-            namespace=args.agent_namespace,
-            label_selector=args.agent_selector,
-            port=args.agent_port,
-            token_path=args.agent_token_file,
-            record_wait_s=args.agent_record_wait,
-        ),
-        prometheus=s.PrometheusSettings(url=args.prometheus_url),
-        store_dir=args.store_dir,
-        foreign_kinds=_foreign_kinds(args.foreign_kinds),
-        early_warning_epochs=args.early_warning_epochs,
-        memory_warning_ratio=args.memory_warning_ratio,
-        status_report_max_bytes=args.status_max_bytes,
-        annotation_report_max_bytes=args.annotation_max_bytes,
-        log_http_port=args.http_port,
-        log_http_auth=args.http_auth == "kubernetes",
-        log_base_url=args.log_base_url,
-        last_log_line_interval_s=args.status_refresh_seconds,
-        leader_election=(
-            s.LeaderElectionSettings(
-                lease_name=args.leader_election_lease,
-                lease_namespace=args.leader_election_namespace,
-                identity=args.leader_election_identity,
-                lease_duration_s=args.leader_election_lease_duration,
-                renew_deadline_s=args.leader_election_renew_deadline,
-                retry_period_s=args.leader_election_retry_period,
-            )
-            if args.leader_election
-            else None
-        ),
-        metrics_port=args.metrics_port,
-        health_port=args.health_port,
-        namespaces=tuple(namespaces),
+        return s.OperatorSettings(
+            log_retention_s=age if age is not None else _D.log_retention_s,
+            log_retention_bytes=size if size is not None else _D.log_retention_bytes,
+            patch_pods=v.value(PATCH_PODS),
+            agent=s.AgentSettings(
+                enabled=v.value(AGENT_ENABLED),
+                namespace=v.value(AGENT_NAMESPACE),
+                label_selector=v.value(AGENT_SELECTOR),
+                port=v.value(AGENT_PORT),
+                token_path=v.optional(AGENT_TOKEN_FILE),
+                record_wait_s=v.value(AGENT_RECORD_WAIT),
+            ),
+            prometheus=s.PrometheusSettings(url=v.optional(PROMETHEUS_URL)),
+            store_dir=v.value(STORE_DIR),
+            foreign_kinds=s.DEFAULT_FOREIGN_KINDS if kinds is None else kinds,
+            early_warning_epochs=v.value(EARLY_WARNING_EPOCHS),
+            memory_warning_ratio=v.value(MEMORY_WARNING_RATIO),
+            status_report_max_bytes=v.value(STATUS_MAX_BYTES),
+            annotation_report_max_bytes=v.value(ANNOTATION_MAX_BYTES),
+            log_http_port=http_port,
+            log_http_auth=v.value(HTTP_AUTH) == "kubernetes",
+            log_base_url=base_url or _service_url(v, http_port),
+            last_log_line_interval_s=v.value(STATUS_REFRESH),
+            leader_election=(
+                s.LeaderElectionSettings(
+                    lease_name=v.value(LEASE),
+                    lease_namespace=v.value(LEASE_NAMESPACE),
+                    identity=v.optional(IDENTITY) or socket.gethostname(),
+                    lease_duration_s=lease_duration,
+                    renew_deadline_s=renew_deadline,
+                    retry_period_s=retry_period,
+                )
+                if leader
+                else None
+            ),
+            metrics_port=v.value(METRICS_PORT),
+            health_port=v.value(HEALTH_PORT),
+            namespaces=v.value(NAMESPACES),
+        )
+    except o.SettingError:
+        raise
+    except ValueError as exc:  # a range the settings themselves check
+        raise o.SettingError(" ".join(str(exc).split())) from None
+
+
+def check_startup(args: argparse.Namespace, settings: s.OperatorSettings) -> None:
+    """What needs the file system or the network: the store can be written, the ports are free."""
+    v = o.Values(args)
+    o.check_directory(v, STORE_DIR, settings.store_dir)
+    o.check_listen(
+        v,
+        settings.listen_host,
+        [
+            (HTTP_PORT, settings.log_http_port),
+            (METRICS_PORT, settings.metrics_port),
+            (HEALTH_PORT, settings.health_port),
+        ],
     )
 
 
@@ -267,18 +332,21 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import sys
 
+    try:
+        level = o.Values(args).value(LOG_LEVEL)
+        settings = settings_from(args)
+        check_startup(args, settings)
+    except o.SettingError as exc:
+        print(f"podmortem operator: {exc}", file=sys.stderr)
+        return 2
+
     from podmortem.handlers import runtime
     from podmortem.kube import config as kube_config
 
     logging.basicConfig(
-        level=ENV("PODMORTEM_LOG_LEVEL", "info").upper(),
+        level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    try:
-        settings = settings_from(args)
-    except (ValueError, json.JSONDecodeError) as exc:
-        print(f"podmortem operator: {exc}", file=sys.stderr)
-        return 2
 
     try:
         access = kube_config.load(args.kubeconfig)

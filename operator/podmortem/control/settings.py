@@ -103,6 +103,8 @@ class AgentSettings:
             )
         if self.timeout_s <= 0 or self.followup_timeout_s <= 0:
             raise ValueError("agent request timeouts must be positive")
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"the agent port must be 1..65535, got {self.port}")
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,15 @@ class PrometheusSettings:
     inline_wait_s: float = 0.3
     #: Most points asked for; the step is the pod's life divided by this (Prometheus caps at 11,000).
     max_points: int = 500
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0 or self.inline_wait_s < 0:
+            raise ValueError(
+                f"Prometheus timeouts need timeout > 0 and inline wait >= 0, got {self.timeout_s} s "
+                f"and {self.inline_wait_s} s"
+            )
+        if not 1 <= self.max_points <= 11_000:
+            raise ValueError(f"Prometheus max_points must be 1..11000, got {self.max_points}")
 
 
 @dataclass(frozen=True)
@@ -207,3 +218,20 @@ class OperatorSettings:
     leader_election: LeaderElectionSettings | None = None
     #: Namespaces to watch; empty watches the whole cluster.
     namespaces: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.early_warning_epochs < 1:
+            raise ValueError(f"early_warning_epochs must be at least 1, got {self.early_warning_epochs}")
+        if not 0 < self.memory_warning_ratio <= 1:
+            raise ValueError(f"memory_warning_ratio must be in (0, 1], got {self.memory_warning_ratio}")
+        for name in ("stale_log_threshold_s", "log_retention_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.last_log_line_interval_s < 0:
+            raise ValueError(f"last_log_line_interval_s must be >= 0, got {self.last_log_line_interval_s}")
+        for name in ("status_report_max_bytes", "annotation_report_max_bytes", "log_retention_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("log_http_port", "metrics_port", "health_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise ValueError(f"{name} must be 0..65535, got {getattr(self, name)}")

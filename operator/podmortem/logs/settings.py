@@ -52,6 +52,25 @@ class FollowSettings:
     #: always retried.
     start_attempts: int | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("read_timeout_s", "connect_timeout_s", "pod_read_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 < self.backoff_min_s <= self.backoff_max_s:
+            raise ValueError(
+                f"the back-off needs 0 < min <= max, got {self.backoff_min_s} s and {self.backoff_max_s} s"
+            )
+        if not 0 <= self.backoff_jitter <= 1:
+            raise ValueError(f"backoff_jitter must be 0..1, got {self.backoff_jitter}")
+        if self.limit_bytes is not None and self.limit_bytes < 1:
+            raise ValueError(f"limit_bytes must be positive or None, got {self.limit_bytes}")
+        if self.tail_lines is not None and self.tail_lines < 0:
+            raise ValueError(f"tail_lines must be 0 or more, or None, got {self.tail_lines}")
+        if self.final_partial_reads < 1:
+            raise ValueError(f"final_partial_reads must be at least 1, got {self.final_partial_reads}")
+        if self.start_attempts is not None and self.start_attempts < 1:
+            raise ValueError(f"start_attempts must be at least 1, or None, got {self.start_attempts}")
+
     def backoff(self, attempt: int) -> float:
         """The back-off before retry number ``attempt`` (0-based), before jitter."""
         return float(min(self.backoff_max_s, self.backoff_min_s * (2 ** min(attempt, 30))))
