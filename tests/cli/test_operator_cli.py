@@ -54,5 +54,5 @@ def test_a_flag_wins_over_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_bad_retention_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ValueError, match="PODMORTEM_LOG_RETENTION 'forever'"):
+    with pytest.raises(ValueError, match="PODMORTEM_LOG_RETENTION='forever'"):
         _settings(monkeypatch, {"PODMORTEM_LOG_RETENTION": "forever"})

@@ -96,8 +96,9 @@ class KubernetesApi(kmock.KubernetesEmulator):
                     "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
                     "responses": {"200": {"description": "OK"}},
                 }}
-            return aiohttp.web.json_response({"openapi": "3.0.0", "info": {"title": "emulated", "version": "v"},
-                                              "paths": paths, "components": {"schemas": {}}})
+            info = {"title": "emulated", "version": "v"}
+            return aiohttp.web.json_response({"openapi": "3.0.0", "info": info, "paths": paths,
+                                              "components": {"schemas": {}}})
         if path == "/openapi/v2":
             return aiohttp.web.json_response({"swagger": "2.0", "info": {"title": "emulated", "version": "v"},
                                               "paths": {}, "definitions": {}})
@@ -189,7 +190,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
         payload = await super()._serve_list(request)
         if isinstance(payload, dict) and request.resource is not None:
             r = request.resource
-            info = self.resources.get(f"{r.group}/{r.version}/{r.plural}" if r.group else f"{r.version}/{r.plural}")
+            key = f"{r.group}/{r.version}/{r.plural}" if r.group else f"{r.version}/{r.plural}"
+            info = self.resources.get(key)
             kind = getattr(info, "kind", None) or str(r.plural or "").capitalize()
             payload.setdefault("apiVersion", f"{r.group}/{r.version}" if r.group else r.version)
             payload.setdefault("kind", f"{kind}List")
