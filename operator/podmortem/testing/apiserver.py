@@ -96,8 +96,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
                     "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
                     "responses": {"200": {"description": "OK"}},
                 }}
-            info = {"title": "emulated", "version": "v"}
-            return aiohttp.web.json_response({"openapi": "3.0.0", "info": info, "paths": paths,
+            about = {"title": "emulated", "version": "v"}
+            return aiohttp.web.json_response({"openapi": "3.0.0", "info": about, "paths": paths,
                                               "components": {"schemas": {}}})
         if path == "/openapi/v2":
             return aiohttp.web.json_response({"swagger": "2.0", "info": {"title": "emulated", "version": "v"},
