@@ -15,6 +15,7 @@ import pytest
 
 from podmortem.cgroups import sandbox
 from podmortem.demo import kubelet as kubelet_mod
+from podmortem.demo import watchdog
 from podmortem.demo.cluster import DemoApi
 from podmortem.demo.kubelet import DemoKubelet, KubeletSettings, PodRun
 from podmortem.logs import timestamps
@@ -162,6 +163,39 @@ async def test_without_a_cgroup_the_watchdog_enforces_the_limit(node: Node) -> N
     assert run.watchdog is not None and run.watchdog.kill is not None
     assert run.watchdog.kill.pid == run.pid and run.watchdog.kill.total_pss_bytes > 64 * MIB
     assert b"survived" not in [t for _, t in run.produced]
+
+
+PRINT_ENV = f"import os; print(repr(os.environ.get({watchdog.PSS_LIMIT_ENV!r})))"
+
+
+async def test_without_a_cgroup_the_container_is_told_its_limit_is_enforced_on_pss(node: Node) -> None:
+    """So the trainer reports the PSS sum the watchdog enforces, not the host cgroup it sits in."""
+    limited = {
+        "name": "main",
+        "command": ["python", "-c", PRINT_ENV],
+        "resources": {"limits": {"memory": "64Mi"}},
+    }
+    run, _ = await node.run("told", limited)
+    assert [t for _, t in run.produced] == [repr(str(64 * MIB)).encode()]
+    run, _ = await node.run("unlimited", {"name": "main", "command": ["python", "-c", PRINT_ENV]})
+    assert [t for _, t in run.produced] == [b"''"]
+
+
+@pytest.mark.kernel
+async def test_in_a_real_cgroup_the_container_is_not_told_about_pss(
+    tmp_path: Path, cgroup_root: sandbox.CgroupRoot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(watchdog.PSS_LIMIT_ENV, "1")  # even where the kubelet's own environment has it
+    async for node in _node(tmp_path, cgroup_root, KubeletSettings(cut_after_lines=())):
+        run, _ = await node.run(
+            "real",
+            {
+                "name": "main",
+                "command": ["python", "-c", PRINT_ENV],
+                "resources": {"limits": {"memory": "64Mi"}},
+            },
+        )
+        assert [t for _, t in run.produced] == [b"None"]
 
 
 @pytest.mark.kernel

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from podmortem import memory_line
-from podmortem.demo import trainer
+from podmortem.demo import trainer, watchdog
+from podmortem_runtime import own_cgroup
 
 SMALL = [
     "--epochs",
@@ -28,12 +31,14 @@ SMALL = [
 ]
 
 
-def run_trainer(policy: str) -> list[str]:
+def run_trainer(policy: str, env: dict[str, str] | None = None) -> list[str]:
+    environ = {k: v for k, v in os.environ.items() if k != watchdog.PSS_LIMIT_ENV}
     done = subprocess.run(
         [sys.executable, "-m", "podmortem.demo.trainer", "--val-policy", policy, *SMALL],
         capture_output=True,
         timeout=60,
         check=False,
+        env={**environ, **(env or {})},
     )
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout.decode().splitlines()
@@ -70,3 +75,56 @@ def test_options_are_checked() -> None:
         parser.parse_args(["--val-policy", "sometimes"])
     args = parser.parse_args([])
     assert args.val_policy == trainer.FRESH_FORK and args.epochs == trainer.TrainerSettings.epochs
+
+
+def test_without_a_cgroup_the_pod_figures_are_the_trees_pss_against_the_kubelets_limit() -> None:
+    """Recorded mode: the memory line must not present the host's cgroup (``of unlimited``) as the pod's."""
+    lines = run_trainer("auto", env={watchdog.PSS_LIMIT_ENV: str(768 * 2**20)})
+    assert lines[2].startswith(
+        "pod memory: no memory cgroup holds this pod; its figures are the summed charged"
+    )
+    memory = [memory_line.parse(line) for line in lines if line.startswith(memory_line.MARKER)]
+    for m in memory:
+        assert m is not None and m.pod is not None
+        assert m.pod.limit_bytes == 768 * 2**20 and m.pod.peak_is_sampled
+        assert m.pod.epoch_peak_bytes is not None and m.pod.peak_bytes >= m.pod.usage_bytes
+        # The tree's PSS: at least the trainer's own anonymous memory, far below a host cgroup's.
+        assert m.rss_bytes // 2 < m.pod.usage_bytes < 2 * m.rss_bytes
+    assert " of unlimited" not in "\n".join(lines)
+
+
+def test_tree_pss_reads_like_a_cgroup() -> None:
+    assert trainer.TreePss.from_env({}) is None
+    assert trainer.TreePss.from_env({watchdog.PSS_LIMIT_ENV: ""}) is not None
+    account = trainer.TreePss.from_env({watchdog.PSS_LIMIT_ENV: "1024"})
+    assert account is not None and isinstance(account, own_cgroup.OwnCgroup)
+    assert (account.limit(), account.peak(), account.pid) == (1024, None, os.getpid())
+    assert account.usage() > 0
+
+
+class Shrinking(trainer.TreePss):
+    """Over the limit until the "kill" (three looks), then under it."""
+
+    def __init__(self, looks_over: int) -> None:
+        super().__init__(100)
+        self.looks = 0
+        self.over = looks_over
+
+    def usage(self) -> int:
+        self.looks += 1
+        return 200 if self.looks <= self.over else 50
+
+
+def test_an_allocation_past_an_outside_limit_waits_for_the_kill_then_gives_up() -> None:
+    t = trainer.Trainer(trainer.TrainerSettings(charge_wait_s=5.0), trainer.FRESH_FORK)
+    t.account = Shrinking(looks_over=3)
+    began = time.monotonic()
+    t.charge()
+    assert t.account.looks == 4 and time.monotonic() - began < 1.0
+    t.s = trainer.TrainerSettings(charge_wait_s=0.05)
+    t.account = Shrinking(looks_over=10**6)
+    began = time.monotonic()
+    t.charge()  # nobody kills: it goes on after charge_wait_s
+    assert 0.05 <= time.monotonic() - began < 1.0
+    t.account = None
+    t.charge()  # in a real cgroup the kernel does it

@@ -9,7 +9,8 @@ training pod, no more:
 - puts the process in a fresh memory cgroup whose limit is the container's
   ``resources.limits.memory`` (only the child joins it, see
   :class:`podmortem.cgroups.sandbox.MemoryCgroup`); without a writable cgroup, a
-  :class:`~podmortem.demo.watchdog.LimitWatchdog` enforces the limit instead;
+  :class:`~podmortem.demo.watchdog.LimitWatchdog` enforces the limit instead, and
+  the container's environment says so (``PODMORTEM_DEMO_PSS_LIMIT_BYTES``);
 - stamps every stdout/stderr line with the time it was read (RFC3339Nano in
   the served log) into the emulated pod log, which the follower reads through
   the API; it queues stream cuts on that log, so the follower has to reconnect;
@@ -48,7 +49,7 @@ import aiohttp
 from podmortem.cgroups import sandbox
 from podmortem.demo import quantity
 from podmortem.demo.cluster import DemoApi, LiveLog
-from podmortem.demo.watchdog import LimitWatchdog
+from podmortem.demo.watchdog import PSS_LIMIT_ENV, LimitWatchdog
 from podmortem.testing import faults
 
 logger = logging.getLogger(__name__)
@@ -375,6 +376,10 @@ class DemoKubelet:
             self.hooks.started(run)
 
         env = container_env(container, os.environ)
+        env.pop(PSS_LIMIT_ENV, None)
+        if run.cgroup is None:
+            # No cgroup holds the pod: its memory is what the watchdog sums (the trainer reports that).
+            env[PSS_LIMIT_ENV] = "" if run.limit_bytes is None else str(run.limit_bytes)
         popen_kwargs: dict[str, Any] = dict(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

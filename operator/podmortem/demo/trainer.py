@@ -17,6 +17,12 @@ the same job completes under the same limit.
 torch is not needed: the workers are ``multiprocessing`` processes with the
 context the policy names, and the heap is numpy arrays. Run it with
 ``python -m podmortem.demo.trainer --help``.
+
+Where the demo kubelet could not give the pod a memory cgroup it says so in
+``PODMORTEM_DEMO_PSS_LIMIT_BYTES`` (see `podmortem.demo.watchdog`): the memory
+line's ``pod`` figures are then the summed charged PSS of this process tree
+against that limit (`TreePss`), not the host cgroup the process happens to sit
+in, and an evaluation step that passes the limit waits for the kubelet's kill.
 """
 
 from __future__ import annotations
@@ -31,11 +37,13 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from podmortem_runtime import memory, val_loader
+from podmortem.demo import watchdog
+from podmortem_runtime import memory, own_cgroup, val_loader
 
 MIB = 1024**2
 #: The baseline policy: Pointcept's validation loader (workers forked anew at every evaluation).
@@ -63,6 +71,48 @@ class TrainerSettings:
     workers: int = 2
     #: Bytes of one scene as a worker loads it (points and features).
     scene_bytes: int = 256 * 1024
+    #: Without a memory cgroup: seconds an evaluation step past the limit waits for the demo
+    #: kubelet's kill (it looks every 20 ms) before going on.
+    charge_wait_s: float = 10.0
+
+
+# -- the pod's memory where no cgroup holds it ------------------------------------------------------
+
+
+class TreePss(own_cgroup.OwnCgroup):
+    """The pod's memory without a memory cgroup: this process tree's summed charged PSS, the demo
+    kubelet's own measure, against the limit it enforces; read like a cgroup by the memory line.
+
+    The kernel keeps no peak of it, so the line says ``seen peak`` (what the sampler saw).
+    """
+
+    def __init__(self, limit_bytes: int | None, *, pid: int | None = None) -> None:
+        self.pid = os.getpid() if pid is None else pid
+        super().__init__(Path(f"/proc/{self.pid}"), version=1, mount_point=Path("/proc"))
+        self.limit_bytes = limit_bytes
+
+    def __repr__(self) -> str:
+        return f"TreePss(pid={self.pid}, limit_bytes={self.limit_bytes})"
+
+    def usage(self) -> int:
+        return sum(watchdog.tree_charged_pss(self.pid).values())
+
+    def peak(self) -> int | None:
+        return None
+
+    def limit(self) -> int | None:
+        return self.limit_bytes
+
+    def stat(self) -> dict[str, int]:
+        return {}
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> TreePss | None:
+        """The account the demo kubelet asked for in ``PSS_LIMIT_ENV``; None inside a real cgroup."""
+        value = (os.environ if environ is None else environ).get(watchdog.PSS_LIMIT_ENV)
+        if value is None:
+            return None
+        return cls(int(value) if value.strip() else None)
 
 
 # -- the validation loader's workers ----------------------------------------------------------------
@@ -186,6 +236,9 @@ class Trainer:
         self.kept_masks: list[Any] = []
         self.resolved: str = FRESH_FORK
         self.persistent: SceneLoader | None = None
+        #: The pod's memory where no cgroup holds it (see `TreePss`); None in a real memory cgroup.
+        self.account: TreePss | None = TreePss.from_env()
+        self.sampler: memory.PeakSampler | None = None
 
     def say(self, text: str) -> None:
         print(text, flush=True)
@@ -206,7 +259,16 @@ class Trainer:
                 scene_bytes=self.s.scene_bytes,
                 malloc_threshold=val_loader.DEFAULT_MALLOC_MMAP_THRESHOLD,
             )
-        memory.start_sampler(interval_s=0.05)
+        if self.account is not None:
+            cap = self.account.limit_bytes
+            limit = "no" if cap is None else memory.format_bytes(cap)
+            self.say(
+                f"pod memory: no memory cgroup holds this pod; its figures are the summed charged PSS of "
+                f"this process tree, against the {limit} limit the demo kubelet enforces"
+            )
+            self.sampler = memory.PeakSampler(self.account, interval_s=0.05).start()
+        else:
+            self.sampler = memory.start_sampler(interval_s=0.05)
 
     def train(self, epoch: int) -> None:
         s = self.s
@@ -254,6 +316,7 @@ class Trainer:
                 lo, hi = older * scene // s.scenes, older * (scene + 1) // s.scenes
                 for mask in self.kept_masks[lo:hi]:
                     np.logical_not(mask, out=mask)
+                self.charge()
                 self.say(
                     f"eval epoch {epoch} scene {scene + 1}/{s.scenes}: {s.proposals} proposals, "
                     f"score {score:.3f}, masks kept {len(self.kept_masks)}"
@@ -263,20 +326,38 @@ class Trainer:
                 loader.close()
         self.say(f"eval epoch {epoch}: mAP 0.{31 + epoch:02d} AP50 0.{52 + epoch:02d}")
 
+    def charge(self) -> None:
+        """Where the limit is enforced from outside (`TreePss`), wait while past it, up to
+        ``charge_wait_s``: the kernel's charge path makes the allocating task wait for the OOM
+        killer the same way. Inside a real memory cgroup, nothing: the kernel does it."""
+        if self.account is None or self.account.limit_bytes is None:
+            return
+        deadline = time.monotonic() + self.s.charge_wait_s
+        while True:
+            usage = self.account.usage()
+            if self.sampler is not None:
+                self.sampler.observe(usage)
+            if usage <= self.account.limit_bytes or time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
+
     def run(self) -> int:
         self.start()
         try:
             for epoch in range(self.s.epochs):
                 self.train(epoch)
                 self.evaluate(epoch)
-                self.say(memory.memory_line(epoch))
+                self.say(memory.memory_line(epoch, sampler=self.sampler))
         except WorkerDied as exc:
             self.say(f"RuntimeError: {exc}")
             return 1
         finally:
             if self.persistent is not None:
                 self.persistent.close()
-            memory.stop_sampler()
+            if self.account is not None and self.sampler is not None:
+                self.sampler.stop()
+            else:
+                memory.stop_sampler()
         self.say(f"training finished: {self.s.epochs} epochs")
         return 0
 

@@ -9,6 +9,12 @@ Anonymous (plus shmem) PSS is what a pod's cgroup is charged for such a trainer;
 the file pages of Python and its libraries are mostly charged to whoever read
 them first, so counting them would kill earlier than the kernel does. The demo says
 so in its output and labels the kernel record it then shows as recorded.
+
+The kubelet tells the container so through ``PSS_LIMIT_ENV``: the demo's trainer
+then prints the same sum as its pod's memory (not the host cgroup it happens to
+sit in), and stops at an allocation that passes the limit until this watchdog
+has acted, as a task waits in the kernel's charge path for the OOM killer. A
+sampler alone can miss a peak that lasts a few milliseconds on a busy machine.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from pathlib import Path
 from podmortem_runtime import procfs
 
 PROC = Path("/proc")
+#: Set in the container's environment where no memory cgroup holds it: the limit in bytes that this
+#: watchdog enforces on the summed charged PSS of its process tree ("" when there is no limit).
+PSS_LIMIT_ENV = "PODMORTEM_DEMO_PSS_LIMIT_BYTES"
 
 
 def parse_charged_pss(text: str) -> int:
@@ -44,6 +53,13 @@ def read_charged_pss(pid: int, *, proc: Path = PROC) -> int | None:
         return parse_charged_pss((proc / str(pid) / "smaps_rollup").read_text())
     except (OSError, ValueError):
         return None
+
+
+def tree_charged_pss(root_pid: int, *, proc: Path = PROC) -> dict[int, int]:
+    """Charged PSS of ``root_pid`` and each live descendant, bytes (the sum is what the limit is on)."""
+    pids = [root_pid, *procfs.descendant_pids(root_pid, proc=proc)]
+    sizes = {pid: read_charged_pss(pid, proc=proc) for pid in pids}
+    return {pid: size for pid, size in sizes.items() if size is not None}
 
 
 @dataclass
@@ -81,9 +97,7 @@ class LimitWatchdog:
 
     def check_once(self) -> bool:
         """One sum; True once the tree is gone or a process was killed."""
-        pids = [self.root_pid, *procfs.descendant_pids(self.root_pid)]
-        sizes = {pid: read_charged_pss(pid) for pid in pids}
-        live = {pid: size for pid, size in sizes.items() if size is not None}
+        live = tree_charged_pss(self.root_pid)
         if not live:
             return True
         total = sum(live.values())
