@@ -65,3 +65,57 @@ def test_describe_without_events_or_limit() -> None:
     text = describe.describe(obj, max_items=None)
     assert text.endswith("Events:       <none>")
     assert "Y: 0, 1, 2" in text and "29" in text
+
+
+def test_byte_counts_carry_their_binary_unit_reading() -> None:
+    obj = {
+        "kind": "TrainingJob",
+        "metadata": {"name": "a"},
+        "status": {
+            "memory": {"podPeakBytes": 237596836, "peakOfLimit": "227Mi/256Mi (89%)", "workersPssBytes": 0},
+            "failureReport": {
+                "evidence": {"workingSet": {"peakBytes": 147001344}},
+                "kill": {"anon_rss_kb": 172948, "pid": 4471},
+                "cgroup": {"limit_bytes": 268435456},
+            },
+        },
+    }
+    lines = describe.describe(obj).splitlines()
+    # The same units as peakOfLimit, the MemoryPressure message and the summary.
+    assert "    Pod Peak Bytes:  237596836 (227Mi)" in lines
+    assert "    Peak Of Limit:  227Mi/256Mi (89%)" in lines
+    assert "    Workers Pss Bytes:  0" in lines
+    assert "        Peak Bytes:  147001344 (140Mi)" in lines
+    assert "      Anon_rss_kb:  172948 (169Mi)" in lines and "      Pid:  4471" in lines
+    assert "      Limit_bytes:  268435456 (256Mi)" in lines
+
+
+def test_labels_mark_fields_condition_messages_and_events() -> None:
+    obj = {
+        "kind": "TrainingJob",
+        "metadata": {"name": "a"},
+        "status": {
+            "conditions": [
+                {"type": "MemoryPressure", "status": "True", "message": "epoch 2: ..."},
+                {"type": "Failed", "status": "True", "message": "The kernel killed python3 (pid 6054)"},
+            ],
+            "failureReport": {"verdict": "memcg-limit", "kill": {"pid": 6054}, "pod": {"name": "p"}},
+        },
+    }
+    labels = describe.Labels(
+        fields={("status", "failureReport", "verdict"): "[R]", ("status", "failureReport", "kill"): "[R]"},
+        conditions={"Failed": "[R]"},
+        events={"KernelRecordAttached": "[R]"},
+    )
+    events = [
+        {"type": "Warning", "reason": "MemcgLimit", "message": "first"},
+        {"type": "Warning", "reason": "KernelRecordAttached", "message": "attached"},
+    ]
+    lines = describe.describe(obj, events=events, labels=labels).splitlines()
+    assert "    Verdict:  memcg-limit  [R]" in lines
+    assert "    Kill:  [R]" in lines and "    Pod:" in lines
+    assert "      Message:  [R] The kernel killed python3 (pid 6054)" in lines
+    assert "      Message:  epoch 2: ..." in lines
+    assert lines[-2].endswith(" first") and lines[-1].endswith(" [R] attached")
+    # Without labels, nothing is marked.
+    assert "[R]" not in describe.describe(obj, events=events)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from podmortem.demo import summary
+from podmortem.demo import kernel, summary
 from podmortem.demo.runner import LogCheck, RunResult, check_log
 
 
@@ -55,3 +55,32 @@ def test_each_deviation_is_named() -> None:
     assert any("auto: no stream cut" in p for p in found)
     no_verdict = [result("fresh-fork", "Failed", reason="OOMKilled", report={"findings": []})]
     assert summary.problems(no_verdict) == ["fresh-fork: the failure report has no verdict"]
+
+
+def test_the_peak_is_printed_as_status_memory_prints_one_and_says_what_measured_it() -> None:
+    run = result(
+        "fresh-fork", "Failed", reason="OOMKilled", report={"verdict": "memcg-limit", "findings": []}
+    )
+    run.peak_bytes, run.limit_bytes = 256 * 2**20, 256 * 2**20
+    line = summary.table([run], limit_bytes=256 * 2**20).splitlines()[1]
+    assert "pod peak 256Mi/256Mi (100%; cgroup max usage)" in line
+    assert "RECORDED" not in line
+    run.kernel = "recorded"
+    run.kernel_record = kernel.recorded_records()[0]
+    run.peak_bytes = 259 * 2**20
+    line = summary.table([run], limit_bytes=256 * 2**20).splitlines()[1]
+    assert "pod peak 259Mi/256Mi (101%; summed PSS, sampled by the demo kubelet)" in line
+    assert "verdict memcg-limit () [RECORDED, not from this run: fork-cow-6.18.log]" in line
+
+
+def test_the_summary_goes_first_on_its_own() -> None:
+    runs = [result("auto", "Succeeded", reason="Completed")]
+    assert summary.table(runs, limit_bytes=2**28).splitlines()[0] == "summary:"
+
+
+def test_a_succeeded_job_still_under_memory_pressure_is_a_problem() -> None:
+    run = result("auto", "Succeeded", reason="Completed")
+    run.training_job["status"]["conditions"] = [{"type": "MemoryPressure", "status": "True"}]
+    assert summary.problems([run]) == ["auto: the job succeeded but still shows MemoryPressure True"]
+    run.training_job["status"]["conditions"] = [{"type": "MemoryPressure", "status": "False"}]
+    assert summary.problems([run]) == []

@@ -34,8 +34,10 @@ from typing import Any, TextIO, TypeVar
 
 import kmock
 
+from podmortem import memory_line
 from podmortem.agent.settings import AgentSettings as NodeAgentSettings
 from podmortem.control import jobs, kernel_record
+from podmortem.control.memory_status import peak_of_limit, short_size
 from podmortem.control.settings import (
     TRAININGJOB_GROUP,
     TRAININGJOB_KIND,
@@ -66,6 +68,10 @@ MEMORY_MARKER = "-> memory epoch"
 #: Seconds after a recorded-mode kill at which the agent gets the recorded record: the real agent
 #: hands a record over after about a second of kernel-log quiet, so the report comes first here too.
 RECORDED_HANDOVER_S = 1.0
+#: What everything taken from the recorded kernel record is labelled with, in progress and describe.
+RECORDED_LABEL = f"RECORDED, not from this run: {kernel.RECORDED_EXAMPLE}"
+#: What the pod's memory figures are where no memory cgroup holds the pod.
+PSS_MEASURE = "summed charged PSS of the pod's processes (no memory cgroup: the demo kubelet's measure)"
 
 
 class DemoFailed(RuntimeError):
@@ -126,11 +132,19 @@ class RunResult:
     kernel: kernel.KernelMode
     exit_code: int | None
     reason: str
+    #: The pod's peak over the whole run: the cgroup's max usage, or the demo kubelet's PSS sum.
     peak_bytes: int | None
+    #: The pod's memory limit, bytes (None: none).
+    limit_bytes: int | None = None
     memory_lines: list[str] = field(default_factory=list)
     kernel_record: OomKillRecord | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+
+    @property
+    def peak_measure(self) -> str:
+        """What `peak_bytes` measured, in words (the summary and the progress say it)."""
+        return peak_measure(self.kernel)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -139,6 +153,11 @@ class RunResult:
             "log": self.log.to_json(),
             "kernel": self.kernel,
         }
+
+
+def peak_measure(mode: kernel.KernelMode) -> str:
+    """What the pod's peak over a run is: the cgroup's max usage, or the demo kubelet's PSS sum."""
+    return "cgroup max usage" if mode == "real" else "summed PSS, sampled by the demo kubelet"
 
 
 def check_log(
@@ -312,7 +331,7 @@ class _Cluster(LoopThread):
         if MEMORY_MARKER in line:
             self.memory_lines[run.uid].append(line)
             self.progress.say(f"  {line}")
-        elif line.startswith(("validation loader:", "RuntimeError", "training finished")):
+        elif line.startswith(("validation loader:", "pod memory:", "RuntimeError", "training finished")):
             self.progress.say(f"  {line}")
 
     def _exited(self, run: PodRun) -> None:
@@ -496,8 +515,11 @@ class Demo:
                 else ""
             )
         )
-        peak = f"; pod peak {run.peak_bytes / MIB:.0f}Mi" if run.peak_bytes else ""
-        say(f"container exited {run.exit_code} ({run.reason}{how}){peak}")
+        say(
+            f"container exited {run.exit_code} ({run.reason}{how})"
+            + _peak_words(run.peak_bytes, run.limit_bytes, choice.mode, cluster.memory_lines.get(run.uid, []))
+        )
+
         def stored() -> dict[str, Any] | None:
             found = cluster.sync(
                 lambda: cluster.api.stored(
@@ -522,19 +544,30 @@ class Demo:
         seen = time.monotonic()
         tj = _wait(ended, until=deadline, what=f"TrainingJob {name} to end (Succeeded, or Failed, reported)")
         report = (tj.get("status") or {}).get("failureReport")
+        recorded = f" [{RECORDED_LABEL}]" if choice.mode == "recorded" else ""
         if report:
+            pending = _record_state(report) == kernel_record.PENDING
             say(
                 f"failure report in TrainingJob status {time.monotonic() - seen:.1f} s after the kubelet "
                 f"wrote the termination: verdict {report.get('verdict')} ({_findings(report)}); "
                 f"kernel record {_record_state(report)}"
+                + (
+                    " (not at the node agent yet: this first report, and its Event, say the record "
+                    "was not available; the operator asks again)"
+                    if pending
+                    else ""
+                )
             )
-            if _record_state(report) == kernel_record.PENDING:
+            if pending:
                 tj = _wait(settled, until=deadline, what=f"the kernel record in TrainingJob {name}'s report")
                 report = (tj.get("status") or {}).get("failureReport") or {}
+                state = _record_state(report)
                 say(
-                    f"the operator asked the agent again: kernel record {_record_state(report)} "
-                    f"{time.monotonic() - seen:.1f} s after the termination; report updated: verdict "
-                    f"{report.get('verdict')} ({_findings(report)})"
+                    f"the operator asked the agent again: kernel record {state}"
+                    + (recorded if state == kernel_record.ATTACHED else "")
+                    + f" {time.monotonic() - seen:.1f} s after the termination; report updated"
+                    + (" from it" if state == kernel_record.ATTACHED else "")
+                    + f": verdict {report.get('verdict')} ({_findings(report)})"
                 )
         else:
             say(f"TrainingJob {(tj.get('status') or {}).get('phase')}")
@@ -542,6 +575,9 @@ class Demo:
         record = evidence.kernel_records[-1] if evidence is not None else None
         if oom:
             say(_record_line(record, choice.mode))
+            evidence_line = _memory_evidence_line(((tj.get("status") or {}).get("failureReport")) or {})
+            if evidence_line:
+                say(evidence_line)
         delivered = operator.call(
             _stored_lines(
                 operator.running[0].store,
@@ -576,14 +612,77 @@ class Demo:
             exit_code=run.exit_code,
             reason=run.reason,
             peak_bytes=run.peak_bytes,
+            limit_bytes=run.limit_bytes,
             memory_lines=list(cluster.memory_lines.get(run.uid, [])),
             kernel_record=record,
             events=copy.deepcopy(events),
             seconds=time.monotonic() - started,
         )
         say(f"kubectl describe trainingjob {name}", stamp=True)
-        say(describe.describe(tj, events=events), stamp=False)
+        labels = recorded_labels(tj) if choice.mode == "recorded" else describe.Labels()
+        say(describe.describe(tj, events=events, labels=labels), stamp=False)
         return result
+
+
+def recorded_labels(tj: dict[str, Any]) -> describe.Labels:
+    """What `describe` marks in recorded mode: each part of the report taken from the recorded kernel
+    record, the condition and Event that quote it, and the pod memory figures (no cgroup: PSS sums)."""
+    report = (tj.get("status") or {}).get("failureReport") or {}
+    attached = _record_state(report) == kernel_record.ATTACHED
+    mark = f"[{RECORDED_LABEL}]"
+    fields: dict[tuple[str, ...], str] = {("status", "memory"): f"[{PSS_MEASURE}]"}
+    conditions: dict[str, str] = {}
+    events: dict[str, str] = {}
+    if attached:
+        base = ("status", "failureReport")
+        for key in ("verdict", "tasks", "findings", "kill", "cgroup"):
+            fields[(*base, key)] = mark
+        fields[(*base, "evidence", "kernelRecord")] = mark
+        conditions["Failed"] = mark
+        events["KernelRecordAttached"] = mark
+    return describe.Labels(fields=fields, conditions=conditions, events=events)
+
+
+def peak_text(peak: int, limit: int | None, measure: str) -> str:
+    """``256Mi/256Mi (100%; cgroup max usage)``: `peak_of_limit`'s figure, and what measured it."""
+    figure = peak_of_limit(peak, limit) or ""
+    return f"{figure[:-1]}; {measure})" if figure.endswith(")") else f"{figure} ({measure})"
+
+
+def _peak_words(peak: int | None, limit: int | None, mode: kernel.KernelMode, lines: list[str]) -> str:
+    """``; pod peak 256Mi/256Mi (100%; cgroup max usage); last memory line (epoch 2): pod peak 227Mi``."""
+    if not peak:
+        return ""
+    text = f"; pod peak {peak_text(peak, limit, peak_measure(mode) + ' over the run')}"
+    last = _last_memory_line(lines)
+    if last is not None and last.pod is not None:
+        text += f"; last memory line (epoch {last.epoch}): pod peak {short_size(last.pod.peak_bytes)}"
+    return text
+
+
+def _last_memory_line(lines: list[str]) -> memory_line.MemoryLine | None:
+    for line in reversed(lines):
+        try:
+            parsed = memory_line.parse(line)
+        except memory_line.MemoryLineError:
+            continue
+        if parsed is not None:
+            return parsed
+    return None
+
+
+def _memory_evidence_line(report: dict[str, Any]) -> str | None:
+    """The report's other memory figures, named: the working set the agent sampled is a lower bound."""
+    ws = (report.get("evidence") or {}).get("workingSet") or {}
+    peak = ws.get("peakBytes")
+    if not isinstance(peak, int) or not peak:
+        return None
+    samples = len(ws.get("points") or [])
+    return (
+        f"working set in the report: peak {short_size(peak)} over {samples} sample(s) from "
+        f"{ws.get('source', '?')} (usage less inactive file, sampled: it misses a rise between two "
+        "samples, so it can read below the pod peak)"
+    )
 
 
 def _record_state(report: dict[str, Any] | None) -> str | None:
@@ -600,7 +699,7 @@ def _record_line(record: OomKillRecord | None, mode: kernel.KernelMode) -> str:
             "kernel: no OOM record of this pod reached the agent (the report says what it could "
             "find without one)"
         )
-    label = "real, read by the agent from /dev/kmsg" if mode == "real" else "RECORDED, not from this run"
+    label = "real, read by the agent from /dev/kmsg" if mode == "real" else RECORDED_LABEL
     victim = f"pid {record.victim_pid} ({record.victim_comm})"
     memcg = record.oom_memcg or "?"
     counter = record.counters.get("memory")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from podmortem.demo import trainer
-from podmortem.demo.runner import MIB, RunResult
+from podmortem.demo.runner import RECORDED_LABEL, RunResult, peak_text
 
 
 def problems(results: Sequence[RunResult]) -> list[str]:
@@ -32,6 +32,11 @@ def problems(results: Sequence[RunResult]) -> list[str]:
             out.append(
                 f"{r.policy}: expected the job to succeed, got phase {phase}, exit {r.exit_code} ({r.reason})"
             )
+        if phase == "Succeeded" and any(
+            c.get("type") == "MemoryPressure" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        ):
+            out.append(f"{r.policy}: the job succeeded but still shows MemoryPressure True")
         log = r.log
         if log.lost or log.duplicated or not log.in_order:
             out.append(
@@ -49,16 +54,24 @@ def _findings(report: dict[str, object]) -> str:
 
 
 def table(results: Sequence[RunResult], *, limit_bytes: int) -> str:
-    """One line per run: outcome, peak against the limit, verdict and findings, log delivery, kernel."""
-    lines = ["", "summary:"]
+    """One line per run: outcome, the pod's peak against its limit (and what measured it), verdict and
+    findings, log delivery, kernel.
+
+    The peak is printed as ``status.memory.peakOfLimit`` prints one (``256Mi/256Mi (100%)``); in
+    recorded mode the verdict is marked as coming from the recorded kernel record.
+    """
+    lines = ["summary:"]
     for r in results:
         status = r.training_job.get("status") or {}
         report = status.get("failureReport") or {}
-        peak = f"{r.peak_bytes / MIB:.0f}Mi" if r.peak_bytes else "?"
+        limit = r.limit_bytes if r.limit_bytes is not None else limit_bytes
+        peak = peak_text(r.peak_bytes, limit, r.peak_measure) if r.peak_bytes else "?"
         verdict = f"verdict {report.get('verdict')} ({_findings(report)})" if report else "no failure report"
+        if report and r.kernel == "recorded" and r.kernel_record is not None:
+            verdict += f" [{RECORDED_LABEL}]"
         lines.append(
             f"  {r.policy:<11} {status.get('phase', '?'):<9} exit {r.exit_code} {r.reason:<10} "
-            f"peak {peak}/{limit_bytes / MIB:.0f}Mi  {verdict}; "
+            f"pod peak {peak}  {verdict}; "
             f"log {r.log.delivered}/{r.log.produced} lines, "
             f"lost {r.log.lost}, duplicated {r.log.duplicated}, cuts {r.log.cuts}; kernel {r.kernel}; "
             f"{r.seconds:.1f} s"
