@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import tempfile
 from pathlib import Path
 
 #: Policies the second run may use (podmortem_runtime.val_loader's; "fresh-fork" is the baseline).
@@ -34,21 +36,31 @@ writes into the TrainingJob status, printed like `kubectl describe`.
 Run 2: the same job with the runtime patch's validation-loader policy completes under
 the same limit.
 
+Memory figures are in binary units (Mi, Gi) everywhere, each named for what it is: the
+per-epoch lines' pod peak (which status.memory and its Peak/Limit repeat), the epoch's own
+peak the MemoryPressure projection is fitted to (its message quotes both), the pod's peak
+over the whole run (the summary: the cgroup's max usage), and the agent's sampled working
+set in the report. A job that succeeds ends with MemoryPressure False (JobSucceeded).
+
 Without permission to create memory cgroups or read /dev/kmsg (run as root for the real
 kernel), the demo says so and shows a recorded real kernel record instead, labelled
-"recorded" everywhere. Takes about 15 seconds."""
+"RECORDED" everywhere it shows (progress, describe, summary); the demo kubelet then
+enforces the limit on the pod's summed charged PSS, and the pod's memory figures are that
+sum, not the host's cgroup. Takes about 15 seconds."""
 
 EPILOG = """\
 output:
-  progress and the `kubectl describe` views go to stderr; with --json, stdout carries only
-  {"runs": [{"policy": ..., "trainingJob": {...}, "log": {"produced": N, "delivered": N,
-  "lost": 0, "duplicated": 0, "cuts": K}, "kernel": "real"|"recorded"}]}
+  stdout: the summary, one line per run (with -q, that is all that is printed).
+  stderr: progress and the `kubectl describe` views (none with -q), and anything unexpected.
+  --json: stdout carries only {"runs": [{"policy": ..., "trainingJob": {...}, "log":
+  {"produced": N, "delivered": N, "lost": 0, "duplicated": 0, "cuts": K}, "kernel":
+  "real"|"recorded"}]}, and the summary goes to stderr (not with -q, unless unexpected)
 
 exit codes:
   0  everything happened as it should: the baseline was OOM-killed and reported, the
      patched run succeeded, every log line was delivered exactly once
   1  something else happened (the summary says what)
-  2  bad options, or the demo extra is not installed
+  2  bad options (checked before anything starts), or the demo extra is not installed
   3  --kernel real, but this machine cannot create memory cgroups or read /dev/kmsg
 
 examples:
@@ -66,7 +78,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--json", action="store_true", help="print the runs as JSON on stdout (progress stays on stderr)"
+        "--json",
+        action="store_true",
+        help="print the runs as JSON on stdout instead of the summary (which goes to stderr)",
     )
     p.add_argument(
         "--kernel",
@@ -99,16 +113,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--keep-dir",
         type=Path,
         metavar="DIR",
-        help="keep the log store and agent state here (default: a temporary directory)",
+        help="keep the log store and agent state here; created if missing, must be writable "
+        "(default: a temporary directory, removed at the end)",
     )
     p.add_argument(
         "--timeout",
         type=float,
         default=60.0,
         metavar="SECONDS",
-        help="give up on a run after this long (default: %(default)s)",
+        help="give up on a run after this long; more than 0 (default: %(default)s)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr, only the result")
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress or describe on stderr: only the summary on stdout (with --json, only the JSON)",
+    )
     p.add_argument(
         "-v", "--verbose", action="store_true", help="also show the operator's, agent's and kopf's own logs"
     )
@@ -126,11 +146,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         limit = quantity.parse_bytes(args.limit)
     except quantity.BadQuantity as exc:
-        print(f"podmortem demo: --limit: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage(f"--limit: {exc}")
+    if limit <= 0:
+        return _usage(f"--limit must be more than 0, not {args.limit!r}")
     if args.epochs < 1:
-        print("podmortem demo: --epochs must be at least 1", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage("--epochs must be at least 1")
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        return _usage(f"--timeout must be a number of seconds more than 0, not {args.timeout:g}")
+    if args.keep_dir is not None:
+        problem = keep_dir_problem(args.keep_dir)
+        if problem is not None:
+            return _usage(f"--keep-dir {args.keep_dir}: {problem}")
 
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -159,11 +185,37 @@ def run(args: argparse.Namespace) -> int:
         print(f"podmortem demo: {exc}", file=sys.stderr)
         return EXIT_UNEXPECTED
     problems = summary.problems(results)
-    if progress is not None or problems:
-        print(summary.table(results, limit_bytes=limit), file=sys.stderr)
-        for problem in problems:
-            print(f"unexpected: {problem}", file=sys.stderr)
+    table = summary.table(results, limit_bytes=limit)
+    if progress is not None:
+        print(file=progress, flush=True)
     if args.json:
         json.dump({"runs": [r.to_json() for r in results]}, sys.stdout)
         sys.stdout.write("\n")
+        if progress is not None or problems:
+            print(table, file=sys.stderr)
+    else:
+        print(table, file=sys.stdout, flush=True)
+    for problem in problems:
+        print(f"unexpected: {problem}", file=sys.stderr)
     return EXIT_UNEXPECTED if problems else EXIT_OK
+
+
+def _usage(message: str) -> int:
+    print(f"podmortem demo: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def keep_dir_problem(path: Path) -> str | None:
+    """Why ``--keep-dir`` cannot hold the demo's files (created if missing), or None if it can."""
+    if path.exists() and not path.is_dir():
+        return "not a directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create it ({exc.strerror or exc})"
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        return f"cannot write there ({exc.strerror or exc})"
+    return None
