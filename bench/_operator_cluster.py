@@ -36,8 +36,8 @@ import time
 
 import kmock
 
-import podmortem.testing.kubelet as kubelet_mod
-from podmortem.testing import PodLogsApi
+import podmortem_demo.emulated.kubelet as kubelet_mod
+from podmortem_demo.emulated import PodLogsApi
 
 NAMESPACE = "bench"
 _VERBS = {"get", "list", "watch", "create", "patch", "delete"}
@@ -50,7 +50,7 @@ kubelet_mod._POLL_S = 1.0
 
 
 def build_api() -> PodLogsApi:
-    """The API with the resources the operator watches or writes (as in ``podmortem.demo.harness``)."""
+    """The API with the resources the operator watches or writes (as in ``podmortem_demo.harness``)."""
     api = PodLogsApi()
     api.resources["podmortem.io/v1alpha1/trainingjobs"] = kmock.ResourceInfo(
         kind="TrainingJob", namespaced=True, subresources={"status"}, verbs=_VERBS

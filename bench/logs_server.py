@@ -12,7 +12,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from podmortem.testing import kubeconfig_for, running_cluster
+from podmortem_demo.emulated import kubeconfig_for, running_cluster
 
 
 async def serve(*, lines: int, kubeconfig: Path, pods: int, running: bool) -> None:

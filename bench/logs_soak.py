@@ -2,7 +2,7 @@
 
 Pods of the emulated cluster write lines (bursts sharing timestamps, a live
 writer while they are followed) while the emulated kubelet works through a
-random, seeded schedule of every fault kind in :mod:`podmortem.testing.faults`
+random, seeded schedule of every fault kind in :mod:`podmortem_demo.emulated.faults`
 (clean EOFs, cuts inside a line, EOF after T seconds, stalls until the read
 timeout, 500/503/429 with and without Retry-After, resets, container restarts,
 rotations while the follower is away, pod deletion, writes while away) plus
@@ -42,7 +42,7 @@ from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd, LogLi
 from podmortem.logs.lines import LineBatch
 from podmortem.logs.metrics import LogMetrics
 from podmortem.logs.settings import FollowSettings
-from podmortem.testing import Container, Pod, faults, running_cluster
+from podmortem_demo.emulated import Container, Pod, faults, running_cluster
 
 SETTINGS = FollowSettings(read_timeout_s=0.2, connect_timeout_s=10, pod_read_timeout_s=10,
                           backoff_min_s=0.002, backoff_max_s=0.02)

@@ -41,12 +41,13 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from podmortem.logs.settings import FollowSettings
+from podmortem.operator import run as runtime
+
 # Everything the operator runs is imported before the baseline, so the baseline holds the code
 # and the per-pod figure holds only what running and following adds.
-from podmortem.control.settings import AgentSettings, OperatorSettings
-from podmortem.demo.threads import OperatorThread
-from podmortem.handlers import runtime
-from podmortem.logs.settings import FollowSettings
+from podmortem.operator.settings import AgentSettings, OperatorSettings
+from podmortem_demo.threads import OperatorThread
 
 CLUSTER = Path(__file__).resolve().parent / "_operator_cluster.py"
 #: Seconds to wait after startup before measuring: kopf's per-object worker idle timeout (5 s) + margin.

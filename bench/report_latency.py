@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from podmortem.demo.harness import Harness, evidence_for, harness, kill, run_pod
 from podmortem.kernel import oom_parser
+from podmortem_demo.harness import Harness, evidence_for, harness, kill, run_pod
 
 RECORD = Path(__file__).resolve().parents[1] / "tests/fixtures/oom-records/01-k3s-v1-dmesgT-stress-4.15.log"
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch  # noqa: F401  imported before measuring: the first import charges page cache
 
-from podmortem.cgroups import sandbox
+from podmortem_demo import sandbox
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location(

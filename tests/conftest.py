@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.cgroups import sandbox
+from podmortem_demo import sandbox
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -33,8 +33,8 @@ import pytest
 from tests.chart import _pods, _render
 from tests.cli import entrypoints as ep
 
-from podmortem.demo.harness import Harness, harness, kill, run_pod
-from podmortem.testing.tls import make_pki
+from podmortem_demo.emulated.tls import make_pki
+from podmortem_demo.harness import Harness, harness, kill, run_pod
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from podmortem.cgroups import sandbox
+from podmortem_demo import sandbox
 
 pytestmark = pytest.mark.kernel
 
@@ -149,7 +149,7 @@ class Agent:
 
 
 def _syslog_readable() -> bool:
-    from podmortem.agent import klog
+    from podmortem.kernel import syslog as klog
 
     try:
         klog.buffer_size()

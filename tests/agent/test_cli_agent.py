@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.agent.owners import ForeignKind
 from podmortem.cli import agent as cli_agent
 from podmortem.cli.main import build_parser, main
+from podmortem.kube.owners import ForeignKind
 
 REPO = Path(__file__).parents[2]
 DAEMONSET = next((REPO / "charts").glob("*/templates/agent-daemonset.yaml"), None)

@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from podmortem.agent import klog, syslog_cursor
+from podmortem.kernel import syslog as klog
+from podmortem.kernel import syslog_cursor
 
 pytestmark = pytest.mark.kernel
 

@@ -19,8 +19,10 @@ import kmock
 import pytest
 from tests.agent import trees
 
-from podmortem.agent import cgroupfs, owners, pods
-from podmortem.testing.apiserver import KubernetesApi, write_kubeconfig
+from podmortem.agent import pods
+from podmortem.cgroups import hostfs as cgroupfs
+from podmortem.kube import owners
+from podmortem_demo.emulated.apiserver import KubernetesApi, write_kubeconfig
 
 NODE = "node-1"
 WATCH = "podmortem.io/watch"
@@ -280,7 +282,7 @@ async def test_a_failing_api_keeps_the_last_pods_and_says_why(cluster: Cluster) 
 async def test_an_unknown_kind_is_matched_by_a_plural_guess(
     cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="podmortem.agent.owners")
+    caplog.set_level(logging.WARNING, logger="podmortem.kube.owners")
     widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "uid": "w-uid"}}
     await cluster.pod("ml", "w-0", owner=widget)
     source = _source(cluster, foreign_kinds=(owners.ForeignKind("example.com", "widgets", "v1"),))

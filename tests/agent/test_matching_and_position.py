@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from podmortem.agent import matching, position
+from podmortem.agent import matching
+from podmortem.kernel import position
 from podmortem.kernel.oom_parser import parse_text
 
 KMSG = """\

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from tests.agent import trees
 
-from podmortem.agent import cgroupfs, pods
+from podmortem.agent import pods
+from podmortem.cgroups import hostfs as cgroupfs
 
 UID2 = "0b7c1e4e-1111-2222-3333-444455556666"
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from tests.agent import trees
 
-from podmortem.agent import procfs
+from podmortem.cgroups import procfs
 
 REAL_ROLLUP = trees.SMAPS_ROLLUP.format(rss=1772, pss=330, pc=44, pd=116, anon=116, swap=8)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podmortem.agent import syslog_cursor as sc
+from podmortem.kernel import syslog_cursor as sc
 from podmortem.kernel.oom_parser import parse_lines
 
 #: A real SYSLOG_ACTION_READ_ALL excerpt from this machine: the tail of one OOM record (its header

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from podmortem.agent import syslog_cursor
 from podmortem.agent.kernel_log import KernelLog
 from podmortem.agent.kmsg_follower import KmsgFollower
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.settings import AgentSettings
 from podmortem.agent.syslog_follower import SyslogFollower
+from podmortem.kernel import syslog_cursor
 from podmortem.reports.evidence import KmsgStatus
 from podmortem.reports.oom_record import OomKillRecord
 

@@ -19,8 +19,8 @@ import helm_python as helm
 import pytest
 from tests.cli import entrypoints as ep
 
-from podmortem.demo.harness import Harness, harness
-from podmortem.testing.tls import Pki, make_pki
+from podmortem_demo.emulated.tls import Pki, make_pki
+from podmortem_demo.harness import Harness, harness
 
 from . import _pods, _render
 

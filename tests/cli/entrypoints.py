@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 
-from podmortem.demo.harness import AGENT_LABELS, AGENT_NS, AGENT_TOKEN, Harness, evidence_for, kill, run_pod
 from podmortem.kernel import oom_parser
-from podmortem.testing.tls import Pki
+from podmortem_demo.emulated.tls import Pki
+from podmortem_demo.harness import AGENT_LABELS, AGENT_NS, AGENT_TOKEN, Harness, evidence_for, kill, run_pod
 
 #: The ``podmortem`` console script of the environment running the tests (what ``pip install`` made).
 PODMORTEM = str(Path(sys.executable).with_name("podmortem"))

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from tests.cli import entrypoints as ep
 
-from podmortem.demo.harness import NODE, Harness, harness
-from podmortem.testing.tls import Pki, make_pki
+from podmortem_demo.emulated.tls import Pki, make_pki
+from podmortem_demo.harness import NODE, Harness, harness
 
 pytest.importorskip("cryptography")
 

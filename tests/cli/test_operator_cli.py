@@ -9,7 +9,7 @@ import pytest
 
 from podmortem.cli import main as cli_main
 from podmortem.cli import operator as operator_cli
-from podmortem.control.settings import OperatorSettings
+from podmortem.operator.settings import OperatorSettings
 
 CHART_DEPLOYMENT = Path(__file__).resolve().parents[2] / "charts/podmortem/templates/operator-deployment.yaml"
 

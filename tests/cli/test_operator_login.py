@@ -17,8 +17,8 @@ import pytest
 from tests.cli import entrypoints as ep
 from tests.cli.entrypoints import Process
 
-from podmortem.demo.harness import Harness, harness
-from podmortem.testing.tls import Pki, make_pki
+from podmortem_demo.emulated.tls import Pki, make_pki
+from podmortem_demo.harness import Harness, harness
 
 pytest.importorskip("cryptography")
 

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from tests.cli import entrypoints as ep
 
-from podmortem.cgroups import sandbox
-from podmortem.demo.harness import AGENT_TOKEN, NODE, Harness, harness, kill, run_pod
-from podmortem.testing.tls import Pki, make_pki
+from podmortem_demo import sandbox
+from podmortem_demo.emulated.tls import Pki, make_pki
+from podmortem_demo.harness import AGENT_TOKEN, NODE, Harness, harness, kill, run_pod
 
 pytestmark = pytest.mark.kernel
 pytest.importorskip("cryptography")

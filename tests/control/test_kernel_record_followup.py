@@ -18,17 +18,17 @@ from typing import Any, cast
 
 import aiohttp
 
-from podmortem.control import kernel_record
-from podmortem.control.agent_client import AgentClient, AgentUnavailable
-from podmortem.control.annotations import FAILURE_REPORT, WatchOptions
-from podmortem.control.jobs import Target
-from podmortem.control.reports import Reporter, merge_patch
-from podmortem.control.settings import AgentSettings, OperatorSettings
-from podmortem.control.status import StatusWriter
-from podmortem.control.termination import Termination
-from podmortem.demo.harness import evidence_for
+from podmortem.diagnosis.termination import Termination
 from podmortem.kernel import oom_parser
+from podmortem.operator import kernel_record
+from podmortem.operator.agent_client import AgentClient, AgentUnavailable
+from podmortem.operator.annotations import FAILURE_REPORT, WatchOptions
+from podmortem.operator.jobs import Target
+from podmortem.operator.reporting import Reporter, merge_patch
+from podmortem.operator.settings import AgentSettings, OperatorSettings
+from podmortem.operator.status import StatusWriter
 from podmortem.reports.evidence import PodEvidence
+from podmortem_demo.harness import evidence_for
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "oom-records"
 RECORD = oom_parser.parse_text((RECORDS / "01-k3s-v1-dmesgT-stress-4.15.log").read_text())[0]

@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from podmortem.control import leader
-from podmortem.control.leader import Action
-from podmortem.control.log_links import log_url
-from podmortem.control.settings import LeaderElectionSettings
+from podmortem.operator import lease as leader
+from podmortem.operator.lease import Action
+from podmortem.operator.log_links import log_url
+from podmortem.operator.settings import LeaderElectionSettings
 
 WALL = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 

@@ -12,9 +12,10 @@ import re
 from typing import Any, cast
 
 from podmortem import memory_line
-from podmortem.control import early_warning, memory_status
-from podmortem.control import kube as kube_mod
-from podmortem.control.status import MEMORY_PRESSURE, SUCCEEDED_REASON, StatusWriter, settle_on_success
+from podmortem.kube import api as kube_mod
+from podmortem.memory_line import early_warning
+from podmortem.memory_line import status as memory_status
+from podmortem.operator.status import MEMORY_PRESSURE, SUCCEEDED_REASON, StatusWriter, settle_on_success
 
 MIB = 2**20
 LINES = [

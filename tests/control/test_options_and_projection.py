@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.control import annotations, early_warning, jobs, reports, termination, verdicts
+from podmortem.diagnosis import termination, verdicts
 from podmortem.kernel import oom_parser
+from podmortem.memory_line import early_warning
+from podmortem.operator import annotations, jobs
+from podmortem.operator import reporting as reports
 
 DEFAULTS = annotations.WatchOptions()
 GIB = 2**30

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from podmortem.control import prometheus
-from podmortem.control.settings import PrometheusSettings
+from podmortem.operator import prometheus
+from podmortem.operator.settings import PrometheusSettings
 
 START = datetime(2026, 5, 1, 0, 0, tzinfo=UTC)
 END = START + timedelta(hours=16)

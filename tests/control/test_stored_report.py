@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from podmortem.control import stored_report, verdicts
-from podmortem.control.reports import fit, summary
-from podmortem.demo.harness import evidence_for
+from podmortem.diagnosis import verdicts
+from podmortem.operator.reporting import fit, summary
+from podmortem.reports import stored as stored_report
 from podmortem.reports.failure import FailureReport
+from podmortem_demo.harness import evidence_for
 
 from .test_kernel_record_followup import RECORD, UID, termination
 

@@ -16,8 +16,8 @@ from typing import Any, ClassVar, TextIO
 import pytest
 
 from podmortem.cli.main import main
-from podmortem.demo import kernel, runner, summary
-from podmortem.demo.runner import DemoSettings, LogCheck, RunResult
+from podmortem_demo import kernel, runner, summary
+from podmortem_demo.runner import DemoSettings, LogCheck, RunResult
 
 MIB = 2**20
 

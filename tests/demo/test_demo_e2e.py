@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from podmortem.cli.main import main
-from podmortem.demo import kernel, runner
+from podmortem_demo import kernel, runner
 
 CRD = Path(__file__).parents[2] / "charts" / "podmortem" / "crds" / "trainingjob.yaml"
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import pytest
 
 from podmortem import memory_line
-from podmortem.control.memory_status import peak_of_limit, short_size
-from podmortem.demo import kernel, runner, summary
-from podmortem.demo.runner import DemoSettings, RunResult, peak_measure, peak_text
+from podmortem.memory_line.status import peak_of_limit, short_size
+from podmortem_demo import kernel, runner, summary
+from podmortem_demo.runner import DemoSettings, RunResult, peak_measure, peak_text
 
 MIB = 2**20
 LIMIT = 256 * MIB

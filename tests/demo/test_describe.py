@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from podmortem.demo import describe
+from podmortem_demo import describe
 
 
 def test_words_split_camel_case_like_kubectl() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.demo import kernel
+from podmortem_demo import kernel
 
 
 def test_recorded_is_used_when_asked() -> None:

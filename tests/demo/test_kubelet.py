@@ -13,12 +13,11 @@ import aiohttp
 import kmock
 import pytest
 
-from podmortem.cgroups import sandbox
-from podmortem.demo import kubelet as kubelet_mod
-from podmortem.demo import watchdog
-from podmortem.demo.cluster import DemoApi
-from podmortem.demo.kubelet import DemoKubelet, KubeletSettings, PodRun
 from podmortem.logs import timestamps
+from podmortem_demo import kubelet as kubelet_mod
+from podmortem_demo import sandbox, watchdog
+from podmortem_demo.cluster import DemoApi
+from podmortem_demo.kubelet import DemoKubelet, KubeletSettings, PodRun
 
 MIB = 2**20
 #: Grows by 4 MiB steps to 400 MiB, touching every page; far past the tests' 64 Mi limits.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from podmortem.demo import kernel, summary
-from podmortem.demo.runner import LogCheck, RunResult, check_log
+from podmortem_demo import kernel, summary
+from podmortem_demo.runner import LogCheck, RunResult, check_log
 
 
 def result(

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from podmortem import memory_line
-from podmortem.demo import trainer, watchdog
+from podmortem_demo import trainer, watchdog
 from podmortem_runtime import own_cgroup
 
 SMALL = [
@@ -34,7 +34,7 @@ SMALL = [
 def run_trainer(policy: str, env: dict[str, str] | None = None) -> list[str]:
     environ = {k: v for k, v in os.environ.items() if k != watchdog.PSS_LIMIT_ENV}
     done = subprocess.run(
-        [sys.executable, "-m", "podmortem.demo.trainer", "--val-policy", policy, *SMALL],
+        [sys.executable, "-m", "podmortem_demo.trainer", "--val-policy", policy, *SMALL],
         capture_output=True,
         timeout=60,
         check=False,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from podmortem.demo import watchdog
+from podmortem_demo import watchdog
 
 ROLLUP = """563bbb600000-7ffc7d855000 ---p 00000000 00:00 0                          [rollup]
 Rss:                1740 kB

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from podmortem.control import kube as kube_mod
-from podmortem.control.settings import LeaderElectionSettings
-from podmortem.demo.harness import Harness, harness
-from podmortem.handlers.leadership import Elector
+from podmortem.kube import api as kube_mod
+from podmortem.operator.leadership import Elector
+from podmortem.operator.settings import LeaderElectionSettings
+from podmortem_demo.harness import Harness, harness
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/podmortem/leases/podmortem-operator"
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from podmortem.control.settings import PrometheusSettings
-from podmortem.demo import harness as harness_mod
-from podmortem.demo.harness import Harness, harness, kill, run_pod
 from podmortem.kernel import oom_parser
 from podmortem.logs.retention import JOB_OVERRIDE
+from podmortem.operator.settings import PrometheusSettings
 from podmortem.reports.evidence import PodEvidence
-from podmortem.testing.kubelet import LineText
+from podmortem_demo import harness as harness_mod
+from podmortem_demo.emulated.kubelet import LineText
+from podmortem_demo.harness import Harness, harness, kill, run_pod
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "oom-records"
 LOG_BASE = "http://podmortem.podmortem.svc:8080"

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from podmortem.demo.harness import Harness, harness
+from podmortem_demo.harness import Harness, harness
 
 from .test_operator_e2e import attached_report, kill_with_the_record_held
 

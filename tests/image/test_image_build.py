@@ -232,8 +232,8 @@ def test_the_operator_from_the_image_logs_in_and_reports(image: str, tmp_path: P
     pytest.importorskip("cryptography")
     from tests.cli import entrypoints as ep
 
-    from podmortem.demo.harness import harness
-    from podmortem.testing.tls import make_pki
+    from podmortem_demo.emulated.tls import make_pki
+    from podmortem_demo.harness import harness
 
     pki = make_pki()
     with harness(tmp_path / "cluster", pki=pki, tokens={"admin", "operator"}, admin_token="admin") as h:

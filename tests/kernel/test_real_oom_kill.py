@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import pytest
 
-from podmortem.cgroups import sandbox
 from podmortem.diagnosis import diagnose
 from podmortem.kernel import kmsg, oom_parser
 from podmortem.reports import OomKillRecord
+from podmortem_demo import sandbox
 
 LIMIT = 128 * 1024 * 1024
 HEAP_MIB = 80

@@ -22,7 +22,7 @@ from podmortem.logs import kube
 from podmortem.logs.settings import FollowSettings
 
 pytest.importorskip("cryptography")
-from podmortem.testing.tls import Pki, make_pki
+from podmortem_demo.emulated.tls import Pki, make_pki
 
 
 def config(path: Path, *, cluster: Mapping[str, object], user: Mapping[str, object],

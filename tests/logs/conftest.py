@@ -14,7 +14,7 @@ from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd, LogLine
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.settings import FollowSettings
-from podmortem.testing import PodLogsApi, running_cluster
+from podmortem_demo.emulated import PodLogsApi, running_cluster
 
 #: Small timeouts so faults resolve fast in real time (these tests use real sockets).
 FAST = FollowSettings(read_timeout_s=0.3, connect_timeout_s=5, pod_read_timeout_s=5,

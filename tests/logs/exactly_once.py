@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd, LogLine
-from podmortem.testing import Container
+from podmortem_demo.emulated import Container
 
 
 @dataclass

@@ -22,7 +22,7 @@ import pytest
 
 from podmortem.logs.events import EndReason
 from podmortem.logs.store import LogStore
-from podmortem.testing import Pod, PodLogsApi, awkward_text, faults, kubeconfig_for
+from podmortem_demo.emulated import Pod, PodLogsApi, awkward_text, faults, kubeconfig_for
 
 from .exactly_once import check
 from .stored import stored_events

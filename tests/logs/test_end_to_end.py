@@ -22,7 +22,7 @@ from podmortem.logs.follower import follow_pod
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.metrics import LogMetrics
 from podmortem.logs.store import LogStore, StoreSettings
-from podmortem.testing import Container, PodLogsApi, awkward_text, faults
+from podmortem_demo.emulated import Container, PodLogsApi, awkward_text, faults
 
 from .conftest import FAST
 from .exactly_once import check

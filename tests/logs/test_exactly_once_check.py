@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd, LogLine
-from podmortem.testing import Container, PodLogsApi, running_cluster
+from podmortem_demo.emulated import Container, PodLogsApi, running_cluster
 
 from .exactly_once import check
 

@@ -31,7 +31,7 @@ from podmortem.logs.follower import follow_pod
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.metrics import LogMetrics
 from podmortem.logs.settings import FollowSettings
-from podmortem.testing import awkward_text, faults, plain_text, repetitive_text, running_cluster
+from podmortem_demo.emulated import awkward_text, faults, plain_text, repetitive_text, running_cluster
 
 from .conftest import RecordingSink
 from .exactly_once import check

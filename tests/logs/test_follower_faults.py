@@ -11,7 +11,7 @@ from podmortem.logs.events import EndReason, GapReason
 from podmortem.logs.follower import follow_pod
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.metrics import LogMetrics
-from podmortem.testing import PodLogsApi, awkward_text, faults
+from podmortem_demo.emulated import PodLogsApi, awkward_text, faults
 
 from .conftest import FAST, RecordingSink
 

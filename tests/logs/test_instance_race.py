@@ -17,7 +17,7 @@ from podmortem.logs.events import EndReason
 from podmortem.logs.follower import follow_pod
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.metrics import LogMetrics
-from podmortem.testing import PodLogsApi
+from podmortem_demo.emulated import PodLogsApi
 
 from .conftest import FAST, RecordingSink
 

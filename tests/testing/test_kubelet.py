@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from podmortem.logs import timestamps
-from podmortem.testing import Pod, PodLogsApi, faults, running_cluster
+from podmortem_demo.emulated import Pod, PodLogsApi, faults, running_cluster
 
 NS = 1_000_000_000
 

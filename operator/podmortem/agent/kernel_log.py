@@ -17,11 +17,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from podmortem.agent import klog
 from podmortem.agent.kmsg_follower import KmsgFollower
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.settings import AgentSettings
 from podmortem.agent.syslog_follower import Reader, SyslogFollower
+from podmortem.kernel import syslog as klog
 from podmortem.reports.evidence import KmsgStatus
 from podmortem.reports.oom_record import OomKillRecord
 

@@ -25,9 +25,8 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from podmortem.agent import position
 from podmortem.agent.metrics import AgentMetrics
-from podmortem.kernel import kmsg
+from podmortem.kernel import kmsg, position
 from podmortem.kernel.oom_parser import OomParser
 from podmortem.reports.evidence import KmsgStatus
 from podmortem.reports.oom_record import OomKillRecord

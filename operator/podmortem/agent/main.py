@@ -21,11 +21,12 @@ import signal
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from podmortem.agent import cgroupfs, pods, server
+from podmortem.agent import pods, server
 from podmortem.agent.kernel_log import KernelLog
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.node import NodeAgent
 from podmortem.agent.settings import AgentSettings
+from podmortem.cgroups import hostfs as cgroupfs
 from podmortem.reports.evidence import KmsgStatus
 
 logger = logging.getLogger(__name__)

@@ -15,12 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from podmortem.agent import cgroupfs, matching, record_store, sampler
+from podmortem.agent import matching, record_store, sampler
 from podmortem.agent.assemble import Entry, build_evidence
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.pods import PodSource, WatchedPod
 from podmortem.agent.ring import PodRings
 from podmortem.agent.settings import AgentSettings
+from podmortem.cgroups import hostfs as cgroupfs
 from podmortem.reports.evidence import KmsgStatus, PodEvidence
 from podmortem.reports.memory import MemorySample
 from podmortem.reports.oom_record import OomKillRecord

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from podmortem.agent import cgroupfs, kubeapi, owners
+from podmortem.cgroups import hostfs as cgroupfs
 from podmortem.cgroups import paths
+from podmortem.kube import agent_api as kubeapi
+from podmortem.kube import owners
 
 TRAINING_JOB_GROUP = "podmortem.io/"
 TRAINING_JOB_KIND = "TrainingJob"

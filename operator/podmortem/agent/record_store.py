@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from podmortem.agent import position
+from podmortem.kernel import position
 from podmortem.reports.oom_record import OomKillRecord
 
 logger = logging.getLogger(__name__)

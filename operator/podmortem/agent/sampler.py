@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from podmortem.agent import cgroupfs, procfs
 from podmortem.agent.pods import WatchedPod
-from podmortem.cgroups import memory_stat
+from podmortem.cgroups import hostfs as cgroupfs
+from podmortem.cgroups import memory_stat, procfs
 from podmortem.reports.evidence import SampleGap
 from podmortem.reports.memory import MemorySample, ProcessMemory
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from podmortem.agent.owners import DEFAULT_FOREIGN_KINDS, ForeignKind
+from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, ForeignKind
 
 KernelLogSource = Literal["auto", "kmsg", "syslog", "off"]
 KERNEL_LOG_SOURCES: tuple[KernelLogSource, ...] = ("auto", "kmsg", "syslog", "off")

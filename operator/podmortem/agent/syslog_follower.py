@@ -23,8 +23,9 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from podmortem.agent import klog, position, syslog_cursor
 from podmortem.agent.metrics import AgentMetrics
+from podmortem.kernel import position, syslog_cursor
+from podmortem.kernel import syslog as klog
 from podmortem.kernel.oom_parser import OomParser
 from podmortem.reports.evidence import KmsgStatus
 from podmortem.reports.oom_record import OomKillRecord

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from podmortem.cli import options as o
 
 if TYPE_CHECKING:
-    from podmortem.agent.owners import ForeignKind
     from podmortem.agent.settings import AgentSettings
+    from podmortem.kube.owners import ForeignKind
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -32,7 +32,7 @@ logger = logging.getLogger("podmortem.agent")
 
 
 def _foreign_kinds(text: str) -> tuple[ForeignKind, ...]:
-    from podmortem.agent.owners import parse_foreign_kinds
+    from podmortem.kube.owners import parse_foreign_kinds
 
     return parse_foreign_kinds(text)
 

@@ -17,7 +17,7 @@ import socket
 from typing import Any
 
 from podmortem.cli import options as o
-from podmortem.control import settings as s
+from podmortem.operator import settings as s
 
 _D = s.OperatorSettings()
 
@@ -27,7 +27,7 @@ def _g(number: float) -> str:
 
 
 def _retention(text: str) -> tuple[float | None, int | None]:
-    from podmortem.control.annotations import parse_retention
+    from podmortem.operator.annotations import parse_retention
 
     try:
         retention = parse_retention(text)
@@ -340,8 +340,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"podmortem operator: {exc}", file=sys.stderr)
         return 2
 
-    from podmortem.handlers import runtime
     from podmortem.kube import config as kube_config
+    from podmortem.operator import run as runtime
 
     logging.basicConfig(
         level=level.upper(),

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from podmortem.cgroups import sandbox
+from podmortem_demo import sandbox
 
 WORKLOAD = Path(__file__).with_name("workload.py")
 ROOT = Path(__file__).resolve().parents[3]

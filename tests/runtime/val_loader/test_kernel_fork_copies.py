@@ -17,7 +17,7 @@ import pytest
 import torch  # noqa: F401  imported before any measurement: its first import charges page cache
 
 from podmortem import memory_line
-from podmortem.cgroups import sandbox
+from podmortem_demo import sandbox
 
 from . import harness
 

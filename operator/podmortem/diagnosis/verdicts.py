@@ -1,0 +1,106 @@
+"""Turn one termination plus its evidence into a FailureReport, with the forensics rules.
+
+The kernel record (from the node agent) is the best witness: with it the
+forensics core tells a memcg limit from a node-wide OOM and names what held the
+memory. Without it the pod status still says a lot: ``OOMKilled`` is the
+kubelet's word for a memcg kill, ``Evicted`` is an eviction, and exit 137 with
+any other reason is a SIGKILL from outside. The log's last line, against the
+kill time, says whether the log tail can be trusted. Pure.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from podmortem import diagnosis
+from podmortem.diagnosis import cause
+from podmortem.diagnosis.termination import Termination
+from podmortem.reports.evidence import PodEvidence
+from podmortem.reports.failure import FailureReport
+from podmortem.reports.findings import Finding, Severity
+from podmortem.reports.oom_record import OomKillRecord
+
+#: Verdict codes of the cause findings, as the forensics core names them.
+CAUSES = ("memcg-limit", "global-oom", "eviction", "sigkill-not-oom")
+
+
+def pick_record(records: list[OomKillRecord], container_id: str | None) -> OomKillRecord | None:
+    """The kernel record of this container instance: one naming its ID in a cgroup path, else the latest."""
+    if not records:
+        return None
+    if container_id:
+        short = container_id.split("://", 1)[-1]
+        for record in reversed(records):
+            paths = [record.task_in_memcg, record.limit_of_memcg, record.oom_group_memcg]
+            if record.oom_kill is not None:
+                paths += [record.oom_kill.task_memcg, record.oom_kill.oom_memcg]
+            if any(p and short in p for p in paths):
+                return record
+    return records[-1]
+
+
+def oomkilled_without_record(t: Termination, why_no_record: str) -> Finding:
+    return Finding(
+        code="memcg-limit",
+        severity=Severity.CRITICAL,
+        message=(
+            f"The kubelet reports container {t.container!r} as OOMKilled: it passed its memory "
+            f"limit and the kernel killed it. The kernel's own record was not available "
+            f"({why_no_record}), so what held the memory is not known."
+        ),
+        evidence={"reason": t.reason, "exit_code": t.exit_code, "container": t.container},
+        action="Deploy the podmortem node agent on this node for the kernel record and memory samples.",
+    )
+
+
+def diagnose_termination(
+    *,
+    termination: Termination,
+    evidence: PodEvidence | None,
+    last_line_ns: int | None,
+    stale_after_s: float,
+) -> FailureReport:
+    t = termination
+    records = evidence.kernel_records if evidence is not None else []
+    record = pick_record(records, t.container_id)
+    report = diagnosis.diagnose(record) if record is not None else FailureReport()
+    findings = list(report.findings)
+    codes = {f.code for f in findings}
+
+    if not codes & set(CAUSES):
+        evicted = cause.eviction(reason=t.pod_reason, message=t.pod_message)
+        if evicted is not None:
+            findings.insert(0, evicted)
+        elif t.reason == "OOMKilled":
+            why = (
+                "the node agent gave no evidence"
+                if evidence is None
+                else "the agent has no OOM record of this pod"
+            )
+            findings.insert(0, oomkilled_without_record(t, why))
+        else:
+            sigkill = cause.sigkill_not_oom(
+                exit_code=t.exit_code, reason=t.reason, oom_record_found=record is not None
+            )
+            if sigkill is not None:
+                if t.pod_reason or t.deleting:
+                    sigkill.evidence["pod_reason"] = t.pod_reason or "deletion"
+                    sigkill.message += f" The pod status says: {t.pod_reason or 'the pod was being deleted'}."
+                    if t.pod_message:
+                        sigkill.message += f" ({t.pod_message})"
+                findings.insert(0, sigkill)
+
+    stale = diagnosis.stale_log(
+        last_log_at=_at(last_line_ns), killed_at=t.finished_at, threshold=timedelta(seconds=stale_after_s)
+    )
+    if stale is not None:
+        findings.append(stale)
+
+    verdict = report.verdict
+    if verdict is None:
+        verdict = next((f.code for f in findings if f.code in CAUSES), None)
+    return report.model_copy(update={"findings": findings, "verdict": verdict})
+
+
+def _at(ns: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ns / 1e9, UTC) if ns is not None else None

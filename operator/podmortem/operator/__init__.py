@@ -1,0 +1,1 @@
+"""The operator: kopf handlers (thin), the service they call, reporting, leadership, following."""

@@ -1,0 +1,212 @@
+"""One log-following task per followed pod, and a look at every line as it passes into the store.
+
+The follower (``podmortem.logs.follower``) does the hard part: no line lost or
+repeated. This module decides which pods are followed, starts and stops their
+tasks, and wraps the store's sink so that the operator sees the last line's
+time and every per-epoch memory line on the way, without a second read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from podmortem.logs import errors as log_errors
+from podmortem.logs import follower
+from podmortem.logs.cursor import LogCursor
+from podmortem.logs.events import GapMarker, LogEnd, LogLine, LogSink
+from podmortem.logs.kube import PodLogApi
+from podmortem.logs.settings import FollowSettings
+from podmortem.operator import metrics
+
+logger = logging.getLogger(__name__)
+
+#: What every per-epoch memory line starts with (``podmortem_runtime.memory.MARKER``).
+MEMORY_MARKER = b"-> memory epoch"
+
+
+@dataclass
+class PodLogFacts:
+    """What the operator learned from one pod's log stream so far."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+    #: Nanoseconds since the epoch of the newest line delivered, per container.
+    last_line_ns: dict[str, int] = field(default_factory=dict)
+    lines: int = 0
+    bytes: int = 0
+    #: Streams reopened for any reason but the log's normal end (cuts, timeouts, API errors, restarts).
+    reconnects: int = 0
+    gaps: list[GapMarker] = field(default_factory=list)
+    ends: dict[str, LogEnd] = field(default_factory=dict)
+    #: Set when the follower gave up (an unknown container, a refused request).
+    error: str | None = None
+
+    def last_line_at_ns(self, container: str | None = None) -> int | None:
+        if container is not None and container in self.last_line_ns:
+            return self.last_line_ns[container]
+        return max(self.last_line_ns.values(), default=None)
+
+
+#: Called with (facts, container, ts_ns, text) for each memory line; must not block.
+MemoryLineHook = Callable[[PodLogFacts, str, int, bytes], Awaitable[None]]
+#: Makes the durable sink of one pod: (namespace, pod, pod_uid) -> LogSink.
+SinkFactory = Callable[[str, str, str], Awaitable[LogSink]]
+
+
+class WatchingSink:
+    """A LogSink that passes everything on to the store and keeps :class:`PodLogFacts` on the way."""
+
+    def __init__(self, *, inner: LogSink, facts: PodLogFacts, on_memory_line: MemoryLineHook | None) -> None:
+        self.inner = inner
+        self.facts = facts
+        self.on_memory_line = on_memory_line
+
+    async def load_cursor(self, container: str) -> LogCursor | None:
+        return await self.inner.load_cursor(container)
+
+    async def write(self, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None:
+        await self.inner.write(container, lines, cursor)
+        facts = self.facts
+        facts.lines += len(lines)
+        raw: bytes | None = getattr(lines, "raw", None)
+        last_ts: int | None = getattr(lines, "last_ts_ns", None)
+        if raw is not None:
+            facts.bytes += len(raw)
+        if last_ts is None and lines:
+            last_ts = lines[-1].ts_ns
+        if last_ts is not None:
+            facts.last_line_ns[container] = last_ts
+        if self.on_memory_line is None:
+            return
+        # The cheap check first: one C-level scan of the block, per-line work only on a hit.
+        if raw is not None and MEMORY_MARKER not in raw:
+            return
+        for line in lines:
+            if MEMORY_MARKER in line.text:
+                try:
+                    await self.on_memory_line(facts, container, line.ts_ns, line.text)
+                except Exception:  # a status update must never break the log stream
+                    logger.exception("handling a memory line of %s/%s failed", facts.namespace, facts.pod)
+
+    async def gap(self, marker: GapMarker) -> None:
+        await self.inner.gap(marker)
+        self.facts.gaps.append(marker)
+
+    async def end(self, end: LogEnd) -> None:
+        await self.inner.end(end)
+        self.facts.ends[end.container] = end
+
+
+def _count_reconnect(facts: PodLogFacts) -> None:
+    facts.reconnects += 1
+
+
+class Following:
+    """Starts one follower task per pod, at most once, and stops them all on a graceful stop."""
+
+    def __init__(
+        self,
+        *,
+        api: PodLogApi,
+        make_sink: SinkFactory,
+        settings: FollowSettings,
+        on_memory_line: MemoryLineHook | None = None,
+    ) -> None:
+        self.api = api
+        self.make_sink = make_sink
+        self.settings = settings
+        self.on_memory_line = on_memory_line
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._facts: dict[str, PodLogFacts] = {}
+        #: Tasks not yet done, kept by a done-callback so that ``len()`` costs nothing per pod.
+        self._live = 0
+        self._stopping = False
+
+    def facts(self, pod_uid: str) -> PodLogFacts | None:
+        return self._facts.get(pod_uid)
+
+    def is_following(self, pod_uid: str) -> bool:
+        task = self._tasks.get(pod_uid)
+        return task is not None and not task.done()
+
+    def __len__(self) -> int:
+        return self._live
+
+    def ensure(self, *, namespace: str, pod: str, pod_uid: str, containers: Sequence[str] | None) -> bool:
+        """Follow this pod unless already followed (or already finished); True when started now."""
+        if self._stopping or pod_uid in self._tasks:
+            return False
+        facts = PodLogFacts(namespace=namespace, pod=pod, pod_uid=pod_uid)
+        self._facts[pod_uid] = facts
+        # An empty context: a follower started from a kopf handler would otherwise copy kopf's
+        # context variables, whose cause object holds the pod's whole body for the follow's life.
+        task = asyncio.create_task(
+            self._run(facts, containers),
+            name=f"podmortem-follow:{namespace}/{pod}",
+            context=contextvars.Context(),
+        )
+        self._tasks[pod_uid] = task
+        self._live += 1
+        task.add_done_callback(self._task_done)
+        metrics.FOLLOWED_PODS.set(self._live)
+        return True
+
+    def _task_done(self, _task: asyncio.Task[None]) -> None:
+        self._live -= 1
+        metrics.FOLLOWED_PODS.set(self._live)
+
+    async def _run(self, facts: PodLogFacts, containers: Sequence[str] | None) -> None:
+        try:
+            inner = await self.make_sink(facts.namespace, facts.pod, facts.pod_uid)
+            sink = WatchingSink(inner=inner, facts=facts, on_memory_line=self.on_memory_line)
+            await follower.follow_pod(
+                api=self.api,
+                namespace=facts.namespace,
+                pod=facts.pod,
+                sink=sink,
+                containers=list(containers) if containers else None,
+                settings=self.settings,
+                on_reconnect=lambda _r: _count_reconnect(facts),
+            )
+        except log_errors.PodGone:
+            facts.error = "the pod was gone before its log could be read"
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            facts.error = f"{type(exc).__name__}: {exc}"
+            logger.warning("following %s/%s stopped: %s", facts.namespace, facts.pod, facts.error)
+
+    def forget(self, pod_uid: str) -> None:
+        """Drop what is known of a finished pod (its log stays in the store)."""
+        task = self._tasks.get(pod_uid)
+        if task is not None and task.done():
+            self._tasks.pop(pod_uid, None)
+            self._facts.pop(pod_uid, None)
+
+    async def wait(self, pod_uid: str, *, timeout_s: float) -> None:
+        """Give a terminated pod's follower a moment to drain its tail."""
+        task = self._tasks.get(pod_uid)
+        if task is None or task.done():
+            return
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(task)
+        except TimeoutError:
+            pass
+
+    async def stop(self) -> None:
+        """Cancel every follower. The store persisted each cursor with its lines, so nothing is lost."""
+        self._stopping = True
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        started = time.monotonic()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        metrics.FOLLOWED_PODS.set(0)
+        logger.info("stopped %d log followers in %.2f s", len(tasks), time.monotonic() - started)

@@ -1,0 +1,99 @@
+"""The kopf handlers: each one hands its event to :class:`podmortem.operator.service.Podmortem`.
+
+kopf logs in through :func:`build`'s login handler, which takes its credentials
+from :class:`podmortem.kube.connection.Connection` (the one kubeconfig and
+service-account loader the agent and the CLI use too) and only once the API
+server has accepted them.
+
+They are registered into a fresh ``kopf.OperatorRegistry`` (no global state), so
+an operator can be built more than once in one process (tests, the benchmark).
+Only event handlers are used: they persist nothing on the objects (no kopf
+annotations or ``status.kopf``), and every service call is idempotent, so a
+replayed or repeated event does no harm.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import kopf
+
+from podmortem.kube import clients
+from podmortem.kube.connection import Connection
+from podmortem.operator import jobs
+from podmortem.operator.service import Podmortem
+from podmortem.operator.settings import (
+    TRAININGJOB_GROUP,
+    TRAININGJOB_PLURAL,
+    TRAININGJOB_VERSION,
+    OperatorSettings,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def build(
+    *,
+    service: Podmortem,
+    settings: OperatorSettings,
+    connection: Connection,
+) -> kopf.OperatorRegistry:
+    """All handlers of the operator, logging in through ``connection``."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry, errors=kopf.ErrorsMode.PERMANENT)
+    async def login(**_: Any) -> kopf.AiohttpSession:
+        # Called at start and again whenever kopf's credentials were refused (401): each time the
+        # token file is re-read and a plugin run again, and the server must accept them first.
+        access = await connection.login()
+        expiration = None
+        if connection.access.plugin:
+            expiration = datetime.now(UTC) + timedelta(seconds=clients.PLUGIN_CREDENTIALS_S)
+        return kopf.AiohttpSession(
+            server=access.server,
+            default_namespace=access.namespace,
+            aiohttp_session=clients.aiohttp_session(access),
+            expiration=expiration,
+        )
+
+    @kopf.on.event(TRAININGJOB_GROUP, TRAININGJOB_VERSION, TRAININGJOB_PLURAL, registry=registry)
+    async def trainingjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if type == "DELETED":
+            service.forget_owner(str(body.get("metadata", {}).get("uid", "")))
+            return
+        await service.on_trainingjob(body)
+
+    for kind in settings.foreign_kinds:
+        selector: tuple[str, ...] = (
+            (kind.group, kind.version, kind.plural) if kind.version else (kind.group, kind.plural)
+        )
+        plural = kind.plural
+
+        @kopf.on.event(*selector, registry=registry, id=f"foreign-{kind.plural}.{kind.group}")
+        async def foreign_event(type: str | None, body: kopf.Body, _plural: str = plural, **_: Any) -> None:
+            if type == "DELETED":
+                service.forget_owner(str(body.get("metadata", {}).get("uid", "")))
+                return
+            await service.on_foreign(body, plural=_plural)
+
+    @kopf.on.event("", "v1", "pods", registry=registry, when=_maybe_followed)
+    async def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        await service.on_pod(body, deleted=type == "DELETED")
+
+    @kopf.on.cleanup(registry=registry)
+    async def graceful_stop(**_: Any) -> None:
+        await service.stop()
+
+    return registry
+
+
+def _maybe_followed(body: kopf.Body, **_: Any) -> bool:
+    """Cheap pre-filter: a pod is a candidate when it has owners or the watch annotation."""
+    meta = body.get("metadata", {})
+    return (
+        bool(meta.get("ownerReferences"))
+        or "podmortem.io/watch" in (meta.get("annotations") or {})
+        or jobs.TRAININGJOB_UID_LABEL in (meta.get("labels") or {})
+    )

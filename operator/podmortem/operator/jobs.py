@@ -1,0 +1,189 @@
+"""What a followed pod belongs to, and the pod a TrainingJob runs. Pure: dicts in, dicts out.
+
+A report goes to the thing a person looks at: the TrainingJob's status, or,
+for a job kind podmortem does not own (batch Job, PyTorchJob) and for a bare
+annotated pod, an annotation plus an Event on that object.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from podmortem.kube import api as kube
+from podmortem.operator.annotations import WatchOptions
+from podmortem.operator.settings import (
+    TRAININGJOB_GROUP,
+    TRAININGJOB_KIND,
+    TRAININGJOB_PLURAL,
+    TRAININGJOB_VERSION,
+)
+
+TRAININGJOB_LABEL = "podmortem.io/trainingjob"
+TRAININGJOB_UID_LABEL = "podmortem.io/trainingjob-uid"
+POD_SUFFIX = "-train"
+MAX_NAME = 253
+
+
+@dataclass(frozen=True)
+class Target:
+    """The object a pod's report and warnings are written to."""
+
+    role: Literal["trainingjob", "foreign", "pod"]
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    #: Plural resource name, for the API path.
+    plural: str
+    options: WatchOptions
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    def path(self, subresource: str | None = None) -> str:
+        return kube.resource_path(
+            self.group, self.version, self.plural, self.namespace, self.name, subresource
+        )
+
+    def involved(self) -> dict[str, Any]:
+        """The object reference an Event needs."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": {"namespace": self.namespace, "name": self.name, "uid": self.uid},
+        }
+
+    @classmethod
+    def of(
+        cls,
+        body: Mapping[str, Any],
+        *,
+        role: Literal["trainingjob", "foreign", "pod"],
+        plural: str,
+        options: WatchOptions,
+    ) -> Target:
+        meta = body.get("metadata", {}) or {}
+        return cls(
+            role=role,
+            api_version=str(body.get("apiVersion", "v1")),
+            kind=str(body.get("kind", "Pod")),
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            plural=plural,
+            options=options,
+        )
+
+
+def trainingjob_path(namespace: str, name: str, subresource: str | None = None) -> str:
+    return kube.resource_path(
+        TRAININGJOB_GROUP, TRAININGJOB_VERSION, TRAININGJOB_PLURAL, namespace, name, subresource
+    )
+
+
+def pod_name(trainingjob_name: str) -> str:
+    """The pod's name: stable, so a repeated create is a 409, never a second pod."""
+    return trainingjob_name[: MAX_NAME - len(POD_SUFFIX)] + POD_SUFFIX
+
+
+def template_problems(spec: Mapping[str, Any]) -> list[str]:
+    """What makes a TrainingJob's pod template unusable, in words; empty when it looks runnable.
+
+    The CRD schema checks most of this already; this repeats the checks that
+    would otherwise surface only as an opaque pod-creation error.
+    """
+    template = spec.get("template")
+    if not isinstance(template, Mapping):
+        return ["spec.template is missing: it must hold a pod template with spec.containers"]
+    pod_spec = template.get("spec")
+    if not isinstance(pod_spec, Mapping):
+        return ["spec.template.spec is missing: it must be a PodSpec with containers"]
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        return ["spec.template.spec.containers must list at least one container"]
+    problems: list[str] = []
+    names: set[str] = set()
+    for i, c in enumerate(containers):
+        if not isinstance(c, Mapping):
+            problems.append(f"spec.template.spec.containers[{i}] is not an object")
+            continue
+        name = c.get("name")
+        if not name:
+            problems.append(f"spec.template.spec.containers[{i}] has no name")
+        elif name in names:
+            problems.append(f"spec.template.spec.containers[{i}]: duplicate name {name!r}")
+        else:
+            names.add(str(name))
+        if not c.get("image"):
+            problems.append(f"spec.template.spec.containers[{i}] ({name or '?'}) has no image")
+    policy = pod_spec.get("restartPolicy")
+    if policy not in (None, "Never", "OnFailure"):
+        problems.append(f"spec.template.spec.restartPolicy {policy!r}: must be Never or OnFailure")
+    return problems
+
+
+def build_pod(trainingjob: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod a TrainingJob runs, owned by it (deleting the job deletes the pod)."""
+    meta = trainingjob.get("metadata", {}) or {}
+    spec = trainingjob.get("spec", {}) or {}
+    template = copy.deepcopy(dict(spec.get("template") or {}))
+    tmeta = dict(template.get("metadata") or {})
+    labels = dict(tmeta.get("labels") or {})
+    name = str(meta.get("name", ""))
+    if len(name) <= 63:
+        labels[TRAININGJOB_LABEL] = name
+    labels[TRAININGJOB_UID_LABEL] = str(meta.get("uid", ""))
+    pod_spec = dict(template.get("spec") or {})
+    pod_spec.setdefault("restartPolicy", "Never")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(name),
+            "namespace": meta.get("namespace"),
+            "labels": labels,
+            "annotations": dict(tmeta.get("annotations") or {}),
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{TRAININGJOB_GROUP}/{TRAININGJOB_VERSION}",
+                    "kind": TRAININGJOB_KIND,
+                    "name": name,
+                    "uid": meta.get("uid"),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": pod_spec,
+    }
+
+
+#: How far up a pod's owner chain a watch annotation is looked for, through objects of configured
+#: kinds (pod → Job → JobSet → TrainJob); the node agent follows the same rule.
+MAX_OWNER_DEPTH = 3
+
+
+def owner_uids(pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(uid, kind, name) of the pod's owners."""
+    refs = (pod.get("metadata", {}) or {}).get("ownerReferences") or []
+    return [(str(r.get("uid", "")), str(r.get("kind", "")), str(r.get("name", ""))) for r in refs]
+
+
+def trainingjob_owner(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(name, uid) of the owning TrainingJob, if a TrainingJob owns this pod."""
+    refs = (pod.get("metadata", {}) or {}).get("ownerReferences") or []
+    for r in refs:
+        if r.get("kind") == TRAININGJOB_KIND and str(r.get("apiVersion", "")).startswith(
+            TRAININGJOB_GROUP + "/"
+        ):
+            return str(r.get("name", "")), str(r.get("uid", ""))
+    return None

@@ -1,0 +1,617 @@
+"""On exit 137, OOMKilled or eviction: collect evidence, diagnose, and write the report within 2 s.
+
+The steps run against a clock that starts when the operator sees the
+termination. The agent on the pod's node is asked with a short timeout; the
+log facts are in memory already; Prometheus (the working set over the pod's
+whole life) gets a fraction of a second inline. What comes later is patched
+in afterwards: Prometheus' series, and the kernel's OOM record, which the
+agent often holds only a second or more after the kubelet reported the kill
+(see :mod:`podmortem.operator.kernel_record`). Every source that fails is
+named in the report instead of failing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+
+from podmortem.diagnosis import verdicts
+from podmortem.diagnosis.termination import Termination
+from podmortem.kube import api as kube_mod
+from podmortem.operator import kernel_record, log_links, metrics, prometheus
+from podmortem.operator.agent_client import AgentClient, AgentUnavailable
+from podmortem.operator.annotations import FAILURE_REPORT
+from podmortem.operator.following import PodLogFacts
+from podmortem.operator.jobs import Target
+from podmortem.operator.settings import OperatorSettings
+from podmortem.operator.status import StatusWriter
+from podmortem.reports import stored as stored_report
+from podmortem.reports.evidence import PodEvidence
+from podmortem.reports.failure import FailureReport
+
+logger = logging.getLogger(__name__)
+
+#: Points of the working-set series kept in a report (evenly thinned, the peak always kept).
+SERIES_POINTS = 48
+
+
+@dataclass
+class Outcome:
+    """What one report run produced, for metrics, tests and the benchmark; later patches update it."""
+
+    termination: Termination
+    target: Target
+    report: FailureReport
+    document: dict[str, Any]
+    #: Seconds from seeing the termination to the report written.
+    latency_s: float
+    #: Where it went: "status", "annotation", "event".
+    written: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    #: The log's last line (for re-diagnosing when the kernel record comes late).
+    last_line_ns: int | None = None
+    #: Why the agent gave no evidence in the report's budget, if it did not.
+    agent_error: str | None = None
+    #: The report as last written to a status, so that a later patch can remove what it no longer has.
+    in_status: dict[str, Any] = field(default_factory=dict)
+    #: The first report and its patches (Prometheus series, kernel record) are written one at a time.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def kernel_record_state(self) -> str:
+        """``attached``, ``pending``, ``not-found`` or ``not-sought`` (`podmortem.operator.kernel_record`)."""
+        return str(self.document["evidence"]["kernelRecord"]["state"])
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else None
+
+
+def _ns_iso(ns: int | None) -> str | None:
+    return _iso(datetime.fromtimestamp(ns / 1e9, UTC)) if ns is not None else None
+
+
+def thin(points: list[tuple[datetime, int]], *, keep: int = SERIES_POINTS) -> list[list[Any]]:
+    """At most ``keep`` points, evenly spaced, always with the peak and the last point."""
+    if not points:
+        return []
+    if len(points) > keep:
+        step = len(points) / keep
+        picked = {int(i * step) for i in range(keep)}
+        picked.add(len(points) - 1)
+        picked.add(max(range(len(points)), key=lambda i: points[i][1]))
+        points = [points[i] for i in sorted(picked)]
+    return [[_iso(at), value] for at, value in points]
+
+
+def working_set_document(ws: prometheus.WorkingSet) -> dict[str, Any]:
+    doc: dict[str, Any] = {"source": ws.source}
+    peak = ws.peak
+    if peak is not None:
+        doc["peakBytes"] = peak[1]
+        doc["peakAt"] = _iso(peak[0])
+    if ws.note:
+        doc["note"] = ws.note
+    doc["points"] = thin(ws.points)
+    return doc
+
+
+def agent_fields(evidence: PodEvidence | None) -> dict[str, Any]:
+    """The report's summary of what the agent gave."""
+    return {
+        "agent": "ok" if evidence is not None else "unavailable",
+        "kernelRecords": len(evidence.kernel_records) if evidence is not None else 0,
+        "samples": len(evidence.samples) if evidence is not None else 0,
+    }
+
+
+def _no_record_note(evidence: PodEvidence | None, *, waited_s: float) -> str:
+    when = f"within {waited_s:g} s of the report" if waited_s > 0 else "when the report was written"
+    note = f"no kernel OOM record of this pod had reached the node agent {when}"
+    if evidence is None:
+        return note + "; the agent did not answer"
+    if evidence.kmsg is not None and not evidence.kmsg.readable:
+        return note + f"; the agent cannot read the kernel log ({evidence.kmsg.error or 'no reason given'})"
+    if evidence.kmsg_lost:
+        return note + f"; {evidence.kmsg_lost} record(s) on the node were lost to ring-buffer overwrites"
+    return note
+
+
+class Reporter:
+    """Writes one failure report per terminated container instance."""
+
+    def __init__(
+        self,
+        *,
+        kube: kube_mod.Kube,
+        agent: AgentClient,
+        session: aiohttp.ClientSession,
+        settings: OperatorSettings,
+        status: StatusWriter,
+        log_url: str = "",
+    ) -> None:
+        """``log_url`` is the base URL of the operator's log API (see ``OperatorSettings.log_base_url``)."""
+        self.kube = kube
+        self.agent = agent
+        self.session = session
+        self.settings = settings
+        self.status = status
+        self.log_url = log_url
+        self._background: set[asyncio.Task[None]] = set()
+        self.outcomes: list[Outcome] = []
+
+    async def report(
+        self,
+        *,
+        termination: Termination,
+        target: Target,
+        facts: PodLogFacts | None,
+        seen_at: float,
+    ) -> Outcome:
+        """Collect, diagnose and write. ``seen_at`` is ``time.monotonic()`` when the termination was seen."""
+        t = termination
+        start, end = prometheus.life_span(t.started_at, t.finished_at, now=datetime.now(UTC))
+        prom_task: asyncio.Task[prometheus.WorkingSet] | None = None
+        if self.settings.prometheus.url:
+            prom_task = asyncio.create_task(
+                prometheus.query_working_set(
+                    session=self.session,
+                    settings=self.settings.prometheus,
+                    namespace=t.namespace,
+                    pod=t.pod,
+                    start=start,
+                    end=end,
+                )
+            )
+        evidence = await self.agent.evidence(node=t.node, pod_uid=t.pod_uid)
+        errors: list[str] = []
+        agent_error: str | None = None
+        if isinstance(evidence, AgentUnavailable):
+            metrics.EVIDENCE_FAILURES.labels(source="agent").inc()
+            agent_error = evidence.reason
+            errors.append(agent_error)
+            agent_evidence: PodEvidence | None = None
+        else:
+            agent_evidence = evidence
+
+        working_set, prom_pending = await self._working_set(prom_task, agent_evidence, errors)
+        last_line_ns = facts.last_line_at_ns(t.container) if facts is not None else None
+        report = verdicts.diagnose_termination(
+            termination=t,
+            evidence=agent_evidence,
+            last_line_ns=last_line_ns,
+            stale_after_s=self.settings.stale_log_threshold_s,
+        )
+        record = kernel_record.initial_state(t, agent_evidence, settings=self.settings.agent)
+        document = self._document(t, agent_evidence, record, errors, working_set, facts, prom_pending)
+        outcome = Outcome(
+            termination=t,
+            target=target,
+            report=report,
+            document=document,
+            latency_s=0.0,
+            last_line_ns=last_line_ns,
+            agent_error=agent_error,
+        )
+        await self._write(outcome)
+        outcome.latency_s = time.monotonic() - seen_at
+        metrics.REPORT_LATENCY.observe(outcome.latency_s)
+        metrics.OOM_KILLS.labels(namespace=t.namespace, verdict=report.verdict or "unknown").inc()
+        self.outcomes.append(outcome)
+        if prom_pending and prom_task is not None:
+            self._spawn(self._patch_working_set_later(outcome, prom_task))
+        if record == kernel_record.PENDING:
+            self._spawn(self._attach_record_later(outcome))
+        elif record != kernel_record.NOT_SOUGHT:
+            metrics.KERNEL_RECORDS.labels(outcome=record).inc()
+        return outcome
+
+    async def _working_set(
+        self,
+        prom_task: asyncio.Task[prometheus.WorkingSet] | None,
+        evidence: PodEvidence | None,
+        errors: list[str],
+    ) -> tuple[prometheus.WorkingSet, bool]:
+        samples = evidence.samples if evidence is not None else []
+        if prom_task is None:
+            return prometheus.from_samples(
+                samples, note="no Prometheus configured; from the agent's samples"
+            ), False
+        done, _ = await asyncio.wait({prom_task}, timeout=self.settings.prometheus.inline_wait_s)
+        if not done:
+            return prometheus.from_samples(
+                samples, note="Prometheus is slow; its series follows shortly"
+            ), True
+        try:
+            ws = prom_task.result()
+        except prometheus.PrometheusError as exc:
+            metrics.EVIDENCE_FAILURES.labels(source="prometheus").inc()
+            errors.append(str(exc))
+            return prometheus.from_samples(samples, note=f"{exc}; from the agent's samples"), False
+        if not ws.points and samples:
+            return prometheus.from_samples(samples, note=ws.note + "; from the agent's samples"), False
+        return ws, False
+
+    def _document(
+        self,
+        t: Termination,
+        evidence: PodEvidence | None,
+        record: kernel_record.State,
+        errors: list[str],
+        working_set: prometheus.WorkingSet,
+        facts: PodLogFacts | None,
+        prom_pending: bool,
+    ) -> dict[str, Any]:
+        log: dict[str, Any] = {"location": f"{t.namespace}/{t.pod}/{t.container}"}
+        log["url"] = log_links.log_url(
+            self.log_url, namespace=t.namespace, pod=t.pod, container=t.container
+        )
+        if facts is not None:
+            log["lastLineAt"] = _ns_iso(facts.last_line_at_ns(t.container))
+            log["lines"] = facts.lines
+            log["gaps"] = [
+                {"reason": str(g.reason), "after": _ns_iso(g.after_ts_ns), "before": _ns_iso(g.before_ts_ns)}
+                for g in facts.gaps
+                if g.container == t.container
+            ]
+            if facts.error:
+                log["error"] = facts.error
+        else:
+            log["note"] = "the log of this pod was not followed"
+        kernel: dict[str, Any] = {"state": record}
+        if record == kernel_record.PENDING:
+            kernel["note"] = (
+                "the node agent had no kernel record of this kill yet; it is asked again for "
+                f"{self.settings.agent.record_wait_s:g} s and this report is updated when it comes"
+            )
+        elif record == kernel_record.NOT_FOUND:
+            kernel["note"] = _no_record_note(evidence, waited_s=0)
+        context = {
+            "pod": {
+                "namespace": t.namespace,
+                "name": t.pod,
+                "uid": t.pod_uid,
+                "node": t.node,
+                "container": t.container,
+                "containerID": t.container_id,
+                "exitCode": t.exit_code,
+                "reason": t.reason,
+                "podReason": t.pod_reason,
+                "podMessage": t.pod_message,
+                "startedAt": _iso(t.started_at),
+                "finishedAt": _iso(t.finished_at),
+            },
+            "reportedAt": kube_mod.now_rfc3339(),
+            "evidence": agent_fields(evidence)
+            | {
+                "kernelRecord": kernel,
+                "workingSet": working_set_document(working_set) | ({"pending": True} if prom_pending else {}),
+                "log": log,
+                "errors": errors,
+            },
+        }
+        return context
+
+    def status_document(self, outcome: Outcome) -> dict[str, Any]:
+        """The report with its context, trimmed to the status budget."""
+        return fit(outcome.report, outcome.document, max_bytes=self.settings.status_report_max_bytes)
+
+    def annotation_document(self, outcome: Outcome) -> dict[str, Any]:
+        return summary(outcome.report, outcome.document, max_bytes=self.settings.annotation_report_max_bytes)
+
+    def _where(self, target: Target) -> str:
+        return "status.failureReport" if target.role == "trainingjob" else FAILURE_REPORT
+
+    def _headline(self, outcome: Outcome) -> tuple[str, str]:
+        """The verdict and the one-line cause (a condition's and an Event's message)."""
+        verdict = outcome.report.verdict or "unknown"
+        cause = next((f for f in outcome.report.findings if f.code == verdict), None)
+        t = outcome.termination
+        return verdict, (
+            cause.message if cause is not None else f"exit {t.exit_code}, reason {t.reason or t.pod_reason}"
+        )
+
+    async def _put(self, outcome: Outcome, *, condition: bool) -> str | None:
+        """Write the report where its target keeps it: ``status``, ``annotation``, or None (nowhere).
+
+        ``condition`` also sets the TrainingJob's ``Failed`` condition from the verdict.
+        """
+        target = outcome.target
+        async with outcome.lock:
+            if target.role == "trainingjob":
+                verdict, headline = self._headline(outcome)
+                document = self.status_document(outcome)
+                await self.status.patch(
+                    namespace=target.namespace,
+                    name=target.name,
+                    fields={"failureReport": merge_patch(outcome.in_status, document)},
+                    conditions=[("Failed", True, _reason(verdict), headline)] if condition else (),
+                )
+                outcome.in_status = document
+                return "status"
+            if target.role == "foreign" or self.settings.patch_pods:
+                report = json.dumps(self.annotation_document(outcome), separators=(",", ":"))
+                await self.kube.merge_patch(
+                    target.path(), {"metadata": {"annotations": {FAILURE_REPORT: report}}}
+                )
+                return "annotation"
+            return None
+
+    async def _post_event(self, outcome: Outcome, *, reason: str, message: str) -> None:
+        try:
+            await self.kube.post_event(
+                involved=outcome.target.involved(), type_="Warning", reason=reason, message=message
+            )
+            outcome.written.append("event")
+            metrics.REPORTS.labels(target="event", outcome="ok").inc()
+        except _WRITE_ERRORS as exc:
+            outcome.errors.append(f"event: {exc}")
+            metrics.REPORTS.labels(target="event", outcome="error").inc()
+
+    async def _write(self, outcome: Outcome) -> None:
+        place = "status" if outcome.target.role == "trainingjob" else "annotation"
+        try:
+            written = await self._put(outcome, condition=True)
+            if written is not None:
+                outcome.written.append(written)
+                metrics.REPORTS.labels(target=written, outcome="ok").inc()
+        except _WRITE_ERRORS as exc:
+            outcome.errors.append(f"{place}: {exc}")
+            metrics.REPORTS.labels(target=place, outcome="error").inc()
+        t = outcome.termination
+        verdict, headline = self._headline(outcome)
+        message = (
+            f"{t.pod}/{t.container} {verdict}: {headline} "
+            f"(podmortem failure report in {self._where(outcome.target)})"
+        )
+        await self._post_event(outcome, reason=_reason(verdict), message=message)
+
+    async def _patch(self, outcome: Outcome, *, what: str, condition: bool = False) -> bool:
+        """Write an updated report after the first; failures are logged (the first report stands)."""
+        try:
+            await self._put(outcome, condition=condition)
+        except _WRITE_ERRORS as exc:
+            logger.warning("patching %s into the report of %s failed: %s", what, outcome.target.name, exc)
+            return False
+        return True
+
+    async def _patch_working_set_later(
+        self, outcome: Outcome, prom_task: asyncio.Task[prometheus.WorkingSet]
+    ) -> None:
+        try:
+            ws = await prom_task
+        except prometheus.PrometheusError as exc:
+            metrics.EVIDENCE_FAILURES.labels(source="prometheus").inc()
+            outcome.document["evidence"]["workingSet"]["pending"] = False
+            outcome.document["evidence"]["errors"].append(str(exc))
+        else:
+            if not ws.points:
+                return
+            outcome.document["evidence"]["workingSet"] = working_set_document(ws)
+        await self._patch(outcome, what="the Prometheus working set")
+
+    def resume_pending_record(
+        self, *, termination: Termination, target: Target, stored: Mapping[str, Any]
+    ) -> None:
+        """Finish the kernel-record follow-up of a report an earlier operator run left ``pending``.
+
+        The agent is asked for what is left of ``record_wait_s`` since the report (at least once),
+        and the report is patched as if this run had written it (see `stored_report`).
+        """
+        status = target.role == "trainingjob"
+        document = stored_report.context(stored, status=status)
+        reported = stored_report.parse_time(document.get("reportedAt"))
+        elapsed = max(0.0, (datetime.now(UTC) - reported).total_seconds()) if reported is not None else 0.0
+        last_line_ns = stored_report.last_line_ns(document)
+        report = stored_report.failure_report(stored) if status else None
+        if report is None:
+            report = verdicts.diagnose_termination(
+                termination=termination,
+                evidence=None,
+                last_line_ns=last_line_ns,
+                stale_after_s=self.settings.stale_log_threshold_s,
+            )
+        outcome = Outcome(
+            termination=termination,
+            target=target,
+            report=report,
+            document=document,
+            latency_s=0.0,
+            last_line_ns=last_line_ns,
+            in_status=dict(stored) if status else {},
+        )
+        self.outcomes.append(outcome)
+        if not kernel_record.worth_seeking(termination, settings=self.settings.agent):
+            document["evidence"]["kernelRecord"] = {
+                "state": kernel_record.NOT_FOUND,
+                "note": "the operator that resumed this report after a restart has no node agent to ask",
+            }
+            self._spawn(self._patch(outcome, what="the kernel record state"))
+            return
+        logger.info(
+            "report of %s/%s (%s) still waits for its kernel record after an operator restart; asking "
+            "the agent again (%.1f s since the report)",
+            termination.namespace, termination.pod, termination.container, elapsed,
+        )
+        wait = max(0.0, self.settings.agent.record_wait_s - elapsed)
+        self._spawn(self._attach_record_later(outcome, wait_s=wait, waited_before_s=elapsed))
+
+    async def _attach_record_later(
+        self, outcome: Outcome, *, wait_s: float | None = None, waited_before_s: float = 0.0
+    ) -> None:
+        """Ask the agent again for the kernel record; patch the report (and post an Event) when it comes."""
+        t = outcome.termination
+        assert t.node is not None  # kernel_record.worth_seeking
+        began = time.monotonic()
+        evidence, asked = await kernel_record.ask_until_record(
+            agent=self.agent, node=t.node, pod_uid=t.pod_uid, settings=self.settings.agent, wait_s=wait_s
+        )
+        waited = waited_before_s + time.monotonic() - began
+        found = evidence is not None and bool(evidence.kernel_records)
+        ev = outcome.document["evidence"]
+        if evidence is not None:
+            ev.update(agent_fields(evidence))
+            if outcome.agent_error is not None and outcome.agent_error in ev["errors"]:
+                ev["errors"].remove(outcome.agent_error)  # the agent answered after all
+            outcome.report = verdicts.diagnose_termination(
+                termination=t,
+                evidence=evidence,
+                last_line_ns=outcome.last_line_ns,
+                stale_after_s=self.settings.stale_log_threshold_s,
+            )
+        if found:
+            ev["kernelRecord"] = {"state": kernel_record.ATTACHED, "arrivedAfterS": round(waited, 1)}
+        else:
+            ev["kernelRecord"] = {
+                "state": kernel_record.NOT_FOUND,
+                "note": _no_record_note(evidence, waited_s=self.settings.agent.record_wait_s),
+            }
+        ev["kernelRecord"]["requests"] = asked
+        outcome.document["updatedAt"] = kube_mod.now_rfc3339()
+        metrics.KERNEL_RECORDS.labels(outcome=ev["kernelRecord"]["state"]).inc()
+        logger.info(
+            "kernel record of %s/%s (%s): %s after %.1f s, %d request(s)",
+            t.namespace, t.pod, t.container, ev["kernelRecord"]["state"], waited, asked,
+        )
+        if not await self._patch(outcome, what="the kernel record", condition=found) or not found:
+            return
+        verdict, _ = self._headline(outcome)
+        codes = ", ".join(f.code for f in outcome.report.findings)
+        await self._post_event(
+            outcome,
+            reason="KernelRecordAttached",
+            message=(
+                f"{t.pod}/{t.container}: the kernel's OOM record reached the node agent {waited:.1f} s after "
+                f"the report; verdict {verdict}, findings {codes} "
+                f"(podmortem failure report in {self._where(outcome.target)} updated)"
+            ),
+        )
+
+    def _spawn(self, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def stop(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        for task in list(self._background):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+_WRITE_ERRORS = (kube_mod.KubeError, aiohttp.ClientError, TimeoutError)
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: keys gone from ``new`` become null.
+
+    A status patch merges objects key by key, so without the nulls a key of the
+    first report (a "pending" note, a trimmed field) would outlive its update.
+    """
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(before, Mapping) and isinstance(value, Mapping):
+            patch[key] = merge_patch(before, value)
+        else:
+            patch[key] = value
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    return patch
+
+
+def _reason(verdict: str) -> str:
+    """A condition/Event reason (CamelCase) from a verdict code: ``memcg-limit`` -> ``MemcgLimit``."""
+    return "".join(part.capitalize() for part in verdict.replace("_", "-").split("-") if part) or "Unknown"
+
+
+def fit(report: FailureReport, context: Mapping[str, Any], *, max_bytes: int) -> dict[str, Any]:
+    """The report plus context in at most ``max_bytes`` of JSON, trimming the bulk first.
+
+    The working-set series goes first (halved until it fits), then the report's own
+    ``trimmed()`` steps. The verdict and findings' messages always stay.
+    """
+    ctx: dict[str, Any] = json.loads(json.dumps(context))
+    series = ctx.get("evidence", {}).get("workingSet", {})
+
+    def size(doc: dict[str, Any]) -> int:
+        return len(json.dumps(doc, separators=(",", ":")).encode())
+
+    doc = report.model_dump(mode="json") | ctx
+    while size(doc) > max_bytes and len(series.get("points") or []) > 2:
+        series["points"] = series["points"][::2]
+        doc = report.model_dump(mode="json") | ctx
+    if size(doc) > max_bytes:
+        budget = max_bytes - size(ctx)
+        trimmed = report.trimmed(max(budget, 0))
+        doc = trimmed.model_dump(mode="json") | ctx
+        if size(doc) > max_bytes and series.get("points"):
+            series["points"] = []
+            series["dropped"] = "series dropped to fit the report size limit"
+            doc = trimmed.model_dump(mode="json") | ctx
+    return doc
+
+
+def summary(report: FailureReport, context: Mapping[str, Any], *, max_bytes: int) -> dict[str, Any]:
+    """The annotation's JSON summary (verdict, pod, kill, findings), within ``max_bytes``."""
+    pod = dict(context.get("pod", {}))
+    evidence = context.get("evidence", {})
+    ws = evidence.get("workingSet", {})
+    doc: dict[str, Any] = {
+        "verdict": report.verdict,
+        "reportedAt": context.get("reportedAt"),
+        "pod": {
+            k: pod.get(k)
+            for k in (
+                "namespace",
+                "name",
+                "uid",
+                "node",
+                "container",
+                "containerID",
+                "exitCode",
+                "reason",
+                "podReason",
+                "finishedAt",
+            )
+        },
+        "findings": [
+            {"code": f.code, "severity": str(f.severity), "message": f.message} for f in report.findings
+        ],
+        "kernelRecord": (evidence.get("kernelRecord") or {}).get("state"),
+        "workingSetPeakBytes": ws.get("peakBytes"),
+        "lastLogLineAt": evidence.get("log", {}).get("lastLineAt"),
+        "logUrl": evidence.get("log", {}).get("url"),
+        "errors": list(evidence.get("errors", [])),
+    }
+    if report.kill is not None:
+        doc["kill"] = {"pid": report.kill.pid, "comm": report.kill.comm, "anonRssKb": report.kill.anon_rss_kb}
+
+    def size() -> int:
+        return len(json.dumps(doc, separators=(",", ":")).encode())
+
+    # Trim in order of least value until it fits: error detail, extra findings, long messages.
+    steps = (
+        lambda: doc.update(errors=[e[:200] for e in doc["errors"][:2]]),
+        lambda: doc.update(findings=doc["findings"][:3]),
+        lambda: [f.update(message=f["message"][:300]) for f in doc["findings"]],
+        lambda: doc.update(errors=[]),
+        lambda: doc.update(findings=doc["findings"][:1]),
+        lambda: [f.update(message=f["message"][:100]) for f in doc["findings"]],
+    )
+    for step in steps:
+        if size() <= max_bytes:
+            break
+        step()
+        doc["truncated"] = True
+    return doc

@@ -1,0 +1,351 @@
+"""Assemble and run the operator: services, the log store, kopf, and the metrics and health endpoints.
+
+``run_operator`` is what ``podmortem operator`` runs, and what the end-to-end
+tests run in a thread of their own. Startup order matters for a graceful stop
+in reverse: the store opens first and closes last, after every follower has
+been cancelled (each follower's cursor is persisted with its data, so a
+cancelled follower loses nothing and a restarted operator resumes exactly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import kopf
+from aiohttp import web
+from kubernetes_asyncio.client import ApiClient
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from podmortem.kube import api as kube_mod
+from podmortem.kube import clients
+from podmortem.kube.config import ClusterAccess
+from podmortem.kube.connection import Connection, ConnectionSettings, Listable, list_path
+from podmortem.logs import auth as log_auth
+from podmortem.logs import http as log_http
+from podmortem.logs import kube as logs_kube
+from podmortem.logs.kube import PodLogApi
+from podmortem.logs.retention import RetentionSettings
+from podmortem.logs.settings import FollowSettings
+from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.operator import handlers as registry_mod
+from podmortem.operator.agent_client import AgentClient
+from podmortem.operator.annotations import Retention
+from podmortem.operator.following import Following
+from podmortem.operator.leadership import Elector
+from podmortem.operator.reporting import Reporter
+from podmortem.operator.service import Podmortem
+from podmortem.operator.settings import (
+    TRAININGJOB_GROUP,
+    TRAININGJOB_PLURAL,
+    TRAININGJOB_VERSION,
+    OperatorSettings,
+)
+from podmortem.operator.status import StatusWriter
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Running:
+    """Handles of a running operator, for tests and the benchmark."""
+
+    service: Podmortem
+    store: LogStore
+    metrics_url: str = ""
+    health_url: str = ""
+    #: Where the log HTTP API listens (``GET {log_url}/logs/{namespace}/{pod}``).
+    log_url: str = ""
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The Lease candidate, when leader election is on.
+    elector: Elector | None = None
+    #: The link to the API server (login and its standing checks).
+    connection: Connection | None = None
+
+
+class LeadershipLost(RuntimeError):
+    """The Lease could not be renewed: this replica stopped its handlers and must exit (to restart)."""
+
+
+def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
+    ks = kopf.OperatorSettings()
+    ks.peering.standalone = True  # replicas are coordinated by the Lease, not kopf peering
+    ks.posting.level = logging.WARNING
+    ks.watching.reconnect_backoff = 1.0
+    return ks
+
+
+@contextlib.asynccontextmanager
+async def probe_servers(
+    settings: OperatorSettings, *, is_ready: Any, is_alive: Any, log_app: web.Application | None = None
+) -> AsyncIterator[tuple[str, str, str]]:
+    """``/metrics`` on the metrics port; ``/healthz`` and ``/readyz`` on the health port; the log
+    API (``log_app``) on the log HTTP port. Their base URLs, in that order."""
+
+    async def metrics_view(_: web.Request) -> web.Response:
+        body = generate_latest(REGISTRY)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        ok, why = is_alive()
+        return web.Response(status=200 if ok else 503, text=why + "\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        ok, why = is_ready()
+        return web.Response(status=200 if ok else 503, text=why + "\n")
+
+    metrics_app = web.Application()
+    metrics_app.router.add_get("/metrics", metrics_view)
+    health_app = web.Application()
+    health_app.router.add_get("/healthz", healthz)
+    health_app.router.add_get("/readyz", readyz)
+    runners = []
+    urls = []
+    apps = [(metrics_app, settings.metrics_port), (health_app, settings.health_port)]
+    if log_app is not None:
+        apps.append((log_app, settings.log_http_port))
+    try:
+        for app, port in apps:
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            runners.append(runner)
+            site = web.TCPSite(runner, settings.listen_host, port)
+            await site.start()
+            real_port = port
+            for address in runner.addresses:
+                real_port = int(address[1])
+            host = "127.0.0.1" if settings.listen_host in ("0.0.0.0", "") else settings.listen_host
+            urls.append(f"http://{host}:{real_port}")
+        yield urls[0], urls[1], (urls[2] if log_app is not None else "")
+    finally:
+        for runner in reversed(runners):
+            await runner.cleanup()
+
+
+def job_retention(asked: Retention, *, settings: OperatorSettings) -> RetentionSettings:
+    """A job's own retention: what it asked for, the operator's default for what it left out."""
+    return RetentionSettings(
+        max_age_s=asked.max_age_s if asked.max_age_s is not None else settings.log_retention_s,
+        max_job_bytes=asked.max_bytes if asked.max_bytes is not None else settings.log_retention_bytes,
+    )
+
+
+def watched_listables(settings: OperatorSettings) -> list[Listable]:
+    """What the operator's watches list, where they list it: the readiness check lists the same."""
+    kinds = [(TRAININGJOB_GROUP, TRAININGJOB_VERSION, TRAININGJOB_PLURAL), ("", "v1", "pods")]
+    kinds += [(k.group, k.version, k.plural) for k in settings.foreign_kinds if k.version]
+    out = []
+    for group, version, plural in kinds:
+        what = f"{plural}.{group}" if group else plural
+        for namespace in settings.namespaces or (None,):
+            where = f" in namespace {namespace}" if namespace else " cluster-wide"
+            out.append(Listable(what=what + where, path=list_path(group, version, plural, namespace)))
+    return out
+
+
+async def run_operator(
+    *,
+    settings: OperatorSettings,
+    access: ClusterAccess,
+    stop_flag: asyncio.Event | threading.Event | None = None,
+    running: list[Running] | None = None,
+    follow_settings: FollowSettings | None = None,
+    connection_settings: ConnectionSettings | None = None,
+) -> None:
+    """Run until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread). ``running`` receives handles.
+
+    ``access`` is where the API server is and how to log in (:func:`podmortem.kube.config.load`).
+    """
+    connection = Connection(access, listables=watched_listables(settings),
+                            settings=connection_settings, component="operator")
+    api_config = await clients.api_configuration(access)
+    follow_settings = follow_settings or FollowSettings()
+    store_settings = StoreSettings(
+        retention=RetentionSettings(
+            max_age_s=settings.log_retention_s, max_job_bytes=settings.log_retention_bytes
+        )
+    )
+    async with (
+        ApiClient(configuration=api_config) as api_client,
+        # Log follows hold their connection for hours: they get a client of their own, without
+        # the default cap of 100 connections, so status writes never queue behind them.
+        logs_kube.dedicated_api_client(api_config) as log_client,
+        aiohttp.ClientSession() as session,
+        LogStore(settings.store_dir, settings=store_settings, registry=REGISTRY) as store,
+    ):
+        kube = kube_mod.Kube(api=api_client, timeout_s=10.0)
+        status = StatusWriter(kube=kube)
+        agent = AgentClient(kube=kube, settings=settings.agent, session=session)
+        reporter = Reporter(
+            kube=kube,
+            agent=agent,
+            session=session,
+            settings=settings,
+            status=status,
+            log_url=settings.log_base_url,
+        )
+
+        async def make_sink(namespace: str, pod: str, pod_uid: str) -> Any:
+            job = service.job_of(pod_uid)
+            asked = service.retention_of(pod_uid)
+            if asked is not None:
+                # A bare pod's log is filed under its own name as the job.
+                store.set_job_retention(
+                    namespace=namespace, job=job or pod, settings=job_retention(asked, settings=settings)
+                )
+            return store.sink(namespace=namespace, pod=pod, job=job)
+
+        following = Following(
+            api=PodLogApi(log_client, settings=follow_settings), make_sink=make_sink, settings=follow_settings
+        )
+        service = Podmortem(
+            kube=kube, settings=settings, following=following, reporter=reporter, status=status
+        )
+        following.on_memory_line = service.on_memory_line
+        ready_flag = asyncio.Event()
+        handles = Running(service=service, store=store, connection=connection)
+        elector = None
+        if settings.leader_election is not None:
+            elector = Elector(kube=kube, settings=settings.leader_election)
+            handles.elector = elector
+
+        def is_ready() -> tuple[bool, str]:
+            # Ready means working: logged in, every watched resource listable, kopf's watches started
+            # (a standby: logged in and serving logs, ready to take over).
+            if not store.is_open:
+                return False, "log store closed"
+            if not connection.ok:
+                return False, f"not ready: {connection.describe()}"
+            if elector is not None and not elector.is_leader:
+                return True, f"ready: {elector.describe()}"
+            if not ready_flag.is_set():
+                return False, "not ready: kopf is starting its watches"
+            return True, "ready" if elector is None else f"ready: {elector.describe()}"
+
+        def is_alive() -> tuple[bool, str]:
+            return (True, "alive") if store.is_open else (False, "log store closed")
+
+        reviewer = log_auth.Reviewer(
+            api=api_client if settings.log_http_auth else None,
+            settings=log_auth.AuthSettings(
+                authenticate=settings.log_http_auth, authorize=settings.log_http_auth
+            ),
+        )
+        log_app = log_http.make_app(log_store=store, reviewer=reviewer)
+        registry = registry_mod.build(service=service, settings=settings, connection=connection)
+        async with probe_servers(settings, is_ready=is_ready, is_alive=is_alive, log_app=log_app) as urls:
+            handles.metrics_url, handles.health_url, handles.log_url = urls
+            logger.info("serving stored pod logs on %s/logs/{namespace}/{pod} (auth: %s)",
+                        urls[2], "kubernetes" if settings.log_http_auth else "none")
+            if running is not None:
+                running.append(handles)
+            checking = asyncio.create_task(connection.run(), name="podmortem-api-connection")
+            try:
+                await _lead_and_run(
+                    settings=settings,
+                    registry=registry,
+                    service=service,
+                    elector=elector,
+                    stop_flag=stop_flag,
+                    ready_flag=ready_flag,
+                )
+            finally:
+                checking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await checking
+
+
+async def _wait_flag(flag: asyncio.Event | threading.Event) -> None:
+    if isinstance(flag, asyncio.Event):
+        await flag.wait()
+        return
+    # A thread's Event cannot be awaited; a worker thread blocked in wait() would outlive a cancel.
+    while not flag.is_set():  # noqa: ASYNC110
+        await asyncio.sleep(0.1)
+
+
+def _install_signals(stop: asyncio.Event) -> None:
+    """SIGTERM/SIGINT stop a standby too (kopf installs its own once it runs)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+
+
+async def _lead_and_run(
+    *,
+    settings: OperatorSettings,
+    registry: kopf.OperatorRegistry,
+    service: Podmortem,
+    elector: Elector | None,
+    stop_flag: asyncio.Event | threading.Event | None,
+    ready_flag: asyncio.Event,
+) -> None:
+    """Run kopf, as the Lease holder when leader election is on.
+
+    Order on a graceful stop: kopf stops, the service cancels the followers (each
+    cursor is already persisted with its lines), and only then the Lease is
+    released, so the next leader resumes from cursors that are complete.
+    """
+    namespaces = list(settings.namespaces)
+    stop = asyncio.Event()  # the caller's stop, or a signal before kopf runs
+    lost = asyncio.Event()
+    kopf_stop = asyncio.Event()
+    background: list[asyncio.Task[None]] = []
+    if stop_flag is not None:
+        background.append(asyncio.create_task(_wait_flag(stop_flag), name="podmortem-stop-flag"))
+        background[-1].add_done_callback(lambda _t: stop.set())
+    try:
+        if elector is not None:
+            _install_signals(stop)
+            logger.info("standby: waiting for the lease %s/%s",
+                        elector.settings.lease_namespace, elector.settings.lease_name)
+            if not await elector.acquire(stop=stop):
+                return
+            background.append(asyncio.create_task(elector.keep(lost=lost), name="podmortem-lease"))
+
+        if settings.last_log_line_interval_s > 0:
+            background.append(asyncio.create_task(
+                service.refresh_forever(interval_s=settings.last_log_line_interval_s),
+                name="podmortem-log-status",
+            ))
+
+        async def relay() -> None:
+            waits = [asyncio.create_task(stop.wait()), asyncio.create_task(lost.wait())]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+            kopf_stop.set()
+
+        background.append(asyncio.create_task(relay(), name="podmortem-stop-relay"))
+        try:
+            await kopf.operator(
+                registry=registry,
+                settings=kopf_settings(settings),
+                clusterwide=not namespaces,
+                namespaces=namespaces,
+                standalone=True,
+                stop_flag=kopf_stop,
+                ready_flag=ready_flag,
+            )
+        finally:
+            await service.stop()  # idempotent; kopf's cleanup handler did it on a normal stop
+            if elector is not None and not lost.is_set():
+                await elector.release()
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+    if lost.is_set():
+        raise LeadershipLost("lost the leader Lease; exiting so the Deployment restarts this replica")

@@ -1,0 +1,555 @@
+"""The operator's behaviour as plain async services; kopf handlers only translate events into these calls.
+
+* A TrainingJob gets its pod (owned through an ownerReference) and a status
+  that follows the pod: phase, times, the last memory line, the log's place.
+* A foreign job or a pod annotated ``podmortem.io/watch: "true"`` is followed
+  too; its options come from annotations and a bad one is a Warning Event.
+* Every followed pod's logs go to the store; memory lines on the way update
+  the status and feed the early warning.
+* A termination with exit 137, OOMKilled or eviction gets one report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from podmortem import memory_line
+from podmortem.diagnosis import termination
+from podmortem.kube import api as kube_mod
+from podmortem.memory_line import early_warning
+from podmortem.memory_line import status as memory_status
+from podmortem.operator import annotations as opts
+from podmortem.operator import jobs, log_links, metrics
+from podmortem.operator.following import Following, PodLogFacts
+from podmortem.operator.jobs import Target
+from podmortem.operator.reporting import Reporter
+from podmortem.operator.settings import TRAININGJOB_PLURAL, OperatorSettings
+from podmortem.operator.status import StatusWriter
+from podmortem.reports import stored as stored_report
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a terminated pod's follower gets to drain its tail before the report reads the log facts;
+#: the report cannot wait longer than this within its 2 s budget.
+TAIL_DRAIN_S = 0.3
+
+
+@dataclass
+class _Known:
+    """What the operator keeps per followed target between events."""
+
+    target: Target
+    peaks: list[early_warning.EpochPeak] = field(default_factory=list)
+    pressure: bool = False
+    #: Option problems already announced (so an Event is posted once, not at every event).
+    announced: set[str] = field(default_factory=set)
+    #: The last status fields written, to skip writes that change nothing.
+    written: dict[str, Any] = field(default_factory=dict)
+
+
+class Podmortem:
+    """All operator state and behaviour below the kopf handlers."""
+
+    def __init__(
+        self,
+        *,
+        kube: kube_mod.Kube,
+        settings: OperatorSettings,
+        following: Following | None,
+        reporter: Reporter,
+        status: StatusWriter,
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.following = following
+        self.reporter = reporter
+        self.status = status
+        self.defaults = opts.WatchOptions(
+            follow_logs=settings.follow_logs,
+            memory_warning_ratio=settings.memory_warning_ratio,
+            early_warning_epochs=settings.early_warning_epochs,
+        )
+        #: Owner uid -> target, for TrainingJobs and watched foreign jobs.
+        self._owners: dict[str, _Known] = {}
+        #: Foreign-kind object uid -> its owners' uids, watched or not: a pod's Job may belong to an
+        #: annotated JobSet or CronJob of a configured kind (see `resolve`).
+        self._parents: dict[str, tuple[str, ...]] = {}
+        #: Pod uid -> target (for the memory-line hook, which only knows the pod).
+        self._pods: dict[str, _Known] = {}
+        self._reported: set[str] = set()
+        self._reporting: dict[str, asyncio.Task[None]] = {}
+
+    # --- TrainingJobs --------------------------------------------------------------------------
+
+    async def on_trainingjob(self, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata", {}) or {}
+        ns, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
+        if meta.get("deletionTimestamp"):
+            return
+        spec = body.get("spec", {}) or {}
+        status = body.get("status", {}) or {}
+        self.status.seed(namespace=ns, name=name, status=status)
+        options, problems = opts.from_spec(spec, defaults=self.defaults)
+        target = Target.of(body, role="trainingjob", plural=TRAININGJOB_PLURAL, options=options)
+        known = self._owners.get(uid)
+        if known is None:
+            known = self._owners[uid] = _Known(target=target)
+        else:
+            known.target = target
+        await self._announce(known, problems, involved=target.involved(), trainingjob=True)
+
+        template_problems = jobs.template_problems(spec)
+        if template_problems:
+            key = "template:" + ";".join(template_problems)
+            if key not in known.announced:
+                known.announced.add(key)
+                message = "the pod template cannot run: " + "; ".join(template_problems)
+                await self.status.patch(
+                    namespace=ns,
+                    name=name,
+                    fields={"phase": "Failed"},
+                    conditions=[("TemplateValid", False, "InvalidTemplate", message)],
+                )
+                await self._event(target.involved(), "Warning", "InvalidTemplate", message)
+            return
+
+        if status.get("podName"):
+            return
+        await self._create_pod(body, known)
+
+    async def _create_pod(self, body: Mapping[str, Any], known: _Known) -> None:
+        target = known.target
+        pod = jobs.build_pod(body)
+        path = kube_mod.resource_path("", "v1", "pods", target.namespace)
+        try:
+            created = await self.kube.create(path, pod)
+        except kube_mod.KubeError as exc:
+            if exc.status == 409:
+                existing = await self.kube.get(
+                    kube_mod.resource_path("", "v1", "pods", target.namespace, pod["metadata"]["name"])
+                )
+                owner = jobs.trainingjob_owner(existing or {})
+                if owner is not None and owner[1] == target.uid:
+                    created = existing or {}
+                else:
+                    message = (
+                        f"pod {pod['metadata']['name']} already exists and is not owned by this "
+                        f"TrainingJob; delete it or rename the TrainingJob"
+                    )
+                    await self._fail_creation(known, "PodNameTaken", message)
+                    return
+            elif exc.status in (400, 403, 422):
+                await self._fail_creation(
+                    known, "PodRejected", f"the API server rejected the pod: {exc.body[:800]}"
+                )
+                return
+            else:
+                raise  # transient: kopf retries the handler
+        pod_meta = created.get("metadata", {}) or {}
+        await self.status.patch(
+            namespace=target.namespace,
+            name=target.name,
+            fields={
+                "phase": "Pending",
+                "podName": pod_meta.get("name", pod["metadata"]["name"]),
+                "podUID": pod_meta.get("uid", ""),
+            },
+            conditions=[("TemplateValid", True, "PodCreated", f"created pod {pod['metadata']['name']}")],
+        )
+
+    async def _fail_creation(self, known: _Known, reason: str, message: str) -> None:
+        target = known.target
+        await self.status.patch(
+            namespace=target.namespace,
+            name=target.name,
+            fields={"phase": "Failed"},
+            conditions=[("TemplateValid", False, reason, message)],
+        )
+        await self._event(target.involved(), "Warning", reason, message)
+
+    def forget_owner(self, uid: str) -> None:
+        self._parents.pop(uid, None)
+        known = self._owners.pop(uid, None)
+        if known is not None and known.target.role == "trainingjob":
+            self.status.forget(namespace=known.target.namespace, name=known.target.name)
+
+    # --- foreign jobs -----------------------------------------------------------------------------
+
+    async def on_foreign(self, body: Mapping[str, Any], *, plural: str) -> None:
+        meta = body.get("metadata", {}) or {}
+        uid = str(meta.get("uid", ""))
+        parents = tuple(owner for owner, _kind, _name in jobs.owner_uids(body))
+        if parents:
+            self._parents[uid] = parents
+        else:
+            self._parents.pop(uid, None)
+        if not opts.is_watched(meta.get("annotations")) or meta.get("deletionTimestamp"):
+            self._owners.pop(uid, None)
+            return
+        options, problems = opts.from_annotations(meta.get("annotations"), defaults=self.defaults)
+        target = Target.of(body, role="foreign", plural=plural, options=options)
+        known = self._owners.get(uid)
+        if known is None:
+            known = self._owners[uid] = _Known(target=target)
+        else:
+            known.target = target
+        await self._announce(known, problems, involved=target.involved(), trainingjob=False)
+
+    # --- pods ---------------------------------------------------------------------------------------
+
+    def job_of(self, pod_uid: str) -> str | None:
+        """The job a pod's log is filed under in the store (retention is per job); None for bare pods."""
+        known = self._pods.get(pod_uid)
+        return known.target.name if known is not None and known.target.role != "pod" else None
+
+    def retention_of(self, pod_uid: str) -> opts.Retention | None:
+        """The log retention the pod's job asked for (spec.logRetention or the annotation), if any."""
+        known = self._pods.get(pod_uid)
+        return known.target.options.log_retention if known is not None else None
+
+    async def resolve(self, pod: Mapping[str, Any]) -> _Known | None:
+        """Which followed target this pod belongs to, if any."""
+        meta = pod.get("metadata", {}) or {}
+        pod_uid = str(meta.get("uid", ""))
+        if pod_uid in self._pods:
+            return self._pods[pod_uid]
+        watched = self._watched_ancestor([uid for uid, _kind, _name in jobs.owner_uids(pod)])
+        if watched is not None:
+            return watched
+        owner = jobs.trainingjob_owner(pod)
+        if owner is not None:
+            tj = await self.kube.get(jobs.trainingjob_path(str(meta.get("namespace", "")), owner[0]))
+            if tj is not None and tj.get("metadata", {}).get("uid") == owner[1]:
+                await self.on_trainingjob(tj)
+                return self._owners.get(owner[1])
+            return None
+        if opts.is_watched(meta.get("annotations")):
+            options, problems = opts.from_annotations(meta.get("annotations"), defaults=self.defaults)
+            known = _Known(target=Target.of(pod, role="pod", plural="pods", options=options))
+            await self._announce(known, problems, involved=known.target.involved(), trainingjob=False)
+            return known
+        return None
+
+    def _watched_ancestor(self, owners: list[str]) -> _Known | None:
+        """The nearest followed owner up the pod's owner chain (through objects of configured kinds)."""
+        seen: set[str] = set()
+        level = owners
+        for _ in range(jobs.MAX_OWNER_DEPTH):
+            for uid in level:
+                if uid in self._owners:
+                    return self._owners[uid]
+            seen.update(level)
+            level = [p for uid in level for p in self._parents.get(uid, ()) if p not in seen]
+            if not level:
+                break
+        return None
+
+    async def on_pod(self, pod: Mapping[str, Any], *, deleted: bool = False) -> None:
+        seen_at = time.monotonic()
+        known = await self.resolve(pod)
+        if known is None:
+            return
+        meta = pod.get("metadata", {}) or {}
+        pod_uid = str(meta.get("uid", ""))
+        if deleted:
+            self._pods.pop(pod_uid, None)
+            if self.following is not None:
+                self.following.forget(pod_uid)
+        else:
+            self._pods[pod_uid] = known
+        target = known.target
+        if (
+            not deleted
+            and self.following is not None
+            and target.options.follow_logs
+            and _has_started_containers(pod)
+        ):
+            self.following.ensure(
+                namespace=str(meta.get("namespace", "")),
+                pod=str(meta.get("name", "")),
+                pod_uid=pod_uid,
+                containers=target.options.containers,
+            )
+
+        for found in termination.find(pod):
+            if found.key in self._reported or found.key in self._reporting:
+                continue
+            stored = await self._stored_report(known, found)
+            if stored is not None:
+                self._reported.add(found.key)
+                if stored_report.pending_record(stored):
+                    self.reporter.resume_pending_record(termination=found, target=known.target, stored=stored)
+                continue
+            task = asyncio.create_task(self._report(found, known, seen_at))
+            self._reporting[found.key] = task
+            await asyncio.shield(task)  # the handler waits: the report is part of handling this event
+
+        if target.role == "trainingjob":
+            await self._trainingjob_pod_status(known, pod)
+
+    async def _report(self, found: termination.Termination, known: _Known, seen_at: float) -> None:
+        try:
+            if self.following is not None:
+                await self.following.wait(found.pod_uid, timeout_s=TAIL_DRAIN_S)
+            facts = self.following.facts(found.pod_uid) if self.following is not None else None
+            outcome = await self.reporter.report(
+                termination=found, target=known.target, facts=facts, seen_at=seen_at
+            )
+            self._reported.add(found.key)
+            logger.info(
+                "report for %s/%s (%s): verdict %s, written to %s in %.3f s",
+                found.namespace,
+                found.pod,
+                found.container,
+                outcome.report.verdict,
+                outcome.written,
+                outcome.latency_s,
+            )
+        finally:
+            self._reporting.pop(found.key, None)
+
+    async def _stored_report(self, known: _Known, found: termination.Termination) -> dict[str, Any] | None:
+        """The report of this very container instance already on the target (operator restarts), or None."""
+        target = known.target
+        try:
+            obj = await self.kube.get(target.path())
+            if target.role == "trainingjob":
+                report = ((obj or {}).get("status") or {}).get("failureReport") or {}
+            else:
+                raw = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(opts.FAILURE_REPORT)
+                report = json.loads(raw) if raw else {}
+            pod = report.get("pod") or {}
+        except (kube_mod.KubeError, ValueError, AttributeError):
+            return None
+        same = (
+            bool(pod)
+            and pod.get("uid") == found.pod_uid
+            and pod.get("containerID") == found.container_id
+            and pod.get("container") == found.container
+        )
+        return dict(report) if same else None
+
+    async def _trainingjob_pod_status(self, known: _Known, pod: Mapping[str, Any]) -> None:
+        target = known.target
+        fields = pod_status_fields(pod)
+        facts = self.following.facts(str(pod.get("metadata", {}).get("uid", ""))) if self.following else None
+        if facts is not None:
+            fields.update(log_status_fields(facts, log_url=self.reporter.log_url))
+        changed = {k: v for k, v in fields.items() if known.written.get(k) != v}
+        if not changed:
+            return
+        await self.status.patch(namespace=target.namespace, name=target.name, fields=changed)
+        known.written.update(changed)
+
+    # --- periodic log status -------------------------------------------------------------------------------
+
+    async def refresh_log_status(self) -> int:
+        """Write each followed TrainingJob's ``lastLogLineAt`` and ``log`` counters where they changed.
+
+        Pod events and memory lines update these too, but a pod that runs for hours prints
+        between them; without this the status would look stale exactly when it is not.
+        Returns how many jobs were patched.
+        """
+        if self.following is None:
+            return 0
+        patched = 0
+        for pod_uid, known in list(self._pods.items()):
+            target = known.target
+            facts = self.following.facts(pod_uid)
+            if target.role != "trainingjob" or facts is None:
+                continue
+            fields = log_status_fields(facts, log_url=self.reporter.log_url)
+            changed = {k: v for k, v in fields.items() if known.written.get(k) != v}
+            if not changed:
+                continue
+            try:
+                await self.status.patch(namespace=target.namespace, name=target.name, fields=changed)
+            except (kube_mod.KubeError, OSError, TimeoutError) as exc:
+                logger.warning(
+                    "refreshing the log status of %s/%s failed: %s", target.namespace, target.name, exc
+                )
+                continue
+            known.written.update(changed)
+            patched += 1
+        return patched
+
+    async def refresh_forever(self, *, interval_s: float) -> None:
+        """:meth:`refresh_log_status` every ``interval_s`` until cancelled."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.refresh_log_status()
+            except Exception:  # one bad pass must not end the refreshes
+                logger.exception("refreshing log status failed")
+
+    # --- memory lines and the early warning -----------------------------------------------------------
+
+    async def on_memory_line(self, facts: PodLogFacts, container: str, ts_ns: int, text: bytes) -> None:
+        known = self._pods.get(facts.pod_uid)
+        if known is None:
+            return
+        try:
+            line = memory_line.parse(text.decode("utf-8", "replace"))
+        except memory_line.MemoryLineError as exc:
+            logger.warning("%s/%s: %s", facts.namespace, facts.pod, exc)
+            return
+        if line is None:
+            return
+        target = known.target
+        if target.role == "trainingjob":
+            fields = {"memory": memory_status.status_memory(line, observed_ns=ts_ns)}
+            fields.update(log_status_fields(facts, log_url=self.reporter.log_url))
+            await self.status.patch(namespace=target.namespace, name=target.name, fields=fields)
+            known.written.update(fields)
+        peak = memory_status.epoch_peak(line)
+        if peak is None or line.pod is None:
+            return
+        known.peaks.append(peak)
+        del known.peaks[: -early_warning.WINDOW * 2]
+        pressure = early_warning.assess(
+            known.peaks,
+            limit_bytes=line.pod.limit_bytes,
+            within_epochs=target.options.early_warning_epochs,
+            warning_ratio=target.options.memory_warning_ratio,
+        )
+        if pressure is not None and not known.pressure:
+            known.pressure = True
+            metrics.MEMORY_PRESSURE.labels(namespace=target.namespace).inc()
+            message = f"{facts.pod}: {pressure.message()}"
+            reason = "PeakNearLimit" if pressure.over_ratio else "ProjectedToCrossLimit"
+            await self._pressure_condition(target, True, reason, message)
+            await self._event(target.involved(), "Warning", "MemoryPressure", message)
+        elif pressure is None and known.pressure:
+            known.pressure = False
+            message = f"epoch {line.epoch}: the peak is no longer projected to cross the limit"
+            await self._pressure_condition(target, False, "NoProjectedCrossing", message)
+
+    async def _pressure_condition(self, target: Target, on: bool, reason: str, message: str) -> None:
+        """The ``MemoryPressure`` condition, on TrainingJobs (other targets get Events only)."""
+        if target.role == "trainingjob":
+            await self.status.patch(
+                namespace=target.namespace,
+                name=target.name,
+                conditions=[("MemoryPressure", on, reason, message)],
+            )
+
+    # --- helpers -------------------------------------------------------------------------------------------
+
+    async def _announce(
+        self,
+        known: _Known,
+        problems: list[opts.OptionProblem],
+        *,
+        involved: Mapping[str, Any],
+        trainingjob: bool,
+    ) -> None:
+        """A Warning Event (and, for TrainingJobs, a condition) per new bad option; a cleared condition."""
+        fresh = [p for p in problems if p.message() not in known.announced]
+        for p in fresh:
+            known.announced.add(p.message())
+            await self._event(involved, "Warning", "InvalidOption", p.message())
+        if trainingjob:
+            target = known.target
+            has = any(
+                c.get("type") == "OptionsValid"
+                for c in self.status.conditions(namespace=target.namespace, name=target.name)
+            )
+            if fresh or (problems and not has):
+                message = "; ".join(p.message() for p in problems)
+                await self.status.patch(
+                    namespace=target.namespace,
+                    name=target.name,
+                    conditions=[("OptionsValid", False, "InvalidOption", message)],
+                )
+            elif (
+                not problems
+                and has
+                and any(
+                    c.get("type") == "OptionsValid" and c.get("status") == "False"
+                    for c in self.status.conditions(namespace=target.namespace, name=target.name)
+                )
+            ):
+                await self.status.patch(
+                    namespace=target.namespace,
+                    name=target.name,
+                    conditions=[("OptionsValid", True, "OptionsAccepted", "all options valid")],
+                )
+
+    async def _event(self, involved: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        try:
+            await self.kube.post_event(involved=involved, type_=type_, reason=reason, message=message)
+        except (kube_mod.KubeError, OSError, TimeoutError) as exc:
+            logger.warning("posting event %s failed: %s", reason, exc)
+
+    async def stop(self) -> None:
+        for task in list(self._reporting.values()):
+            task.cancel()
+        await asyncio.gather(*self._reporting.values(), return_exceptions=True)
+        await self.reporter.stop()
+        if self.following is not None:
+            await self.following.stop()
+
+
+def _has_started_containers(pod: Mapping[str, Any]) -> bool:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "running" in state or "terminated" in state or cs.get("containerID"):
+            return True
+    return False
+
+
+def pod_status_fields(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The TrainingJob status fields that mirror its pod."""
+    meta = pod.get("metadata", {}) or {}
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase not in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
+        phase = "Unknown"
+    fields: dict[str, Any] = {"phase": phase, "podName": meta.get("name"), "podUID": meta.get("uid")}
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:
+        fields["nodeName"] = node
+    started = status.get("startTime")
+    finished = None
+    exit_code = None
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "running" in state and state["running"].get("startedAt"):
+            started = started or state["running"]["startedAt"]
+        term = state.get("terminated")
+        if term:
+            finished = max(filter(None, [finished, term.get("finishedAt")]), default=None)
+            if exit_code is None or term.get("exitCode", 0) != 0:
+                exit_code = term.get("exitCode")
+    if started:
+        fields["startedAt"] = started
+    if phase in ("Succeeded", "Failed"):
+        if finished:
+            fields["finishedAt"] = finished
+        if exit_code is not None:
+            fields["exitCode"] = exit_code
+    return fields
+
+
+def log_status_fields(facts: PodLogFacts, *, log_url: str) -> dict[str, Any]:
+    last = facts.last_line_at_ns()
+    fields: dict[str, Any] = {
+        "log": {
+            "location": f"{facts.namespace}/{facts.pod}",
+            "lines": facts.lines,
+            "bytes": facts.bytes,
+            "reconnects": facts.reconnects,
+            "gaps": len(facts.gaps),
+        }
+    }
+    fields["log"]["url"] = log_links.log_url(log_url, namespace=facts.namespace, pod=facts.pod)
+    if last is not None:
+        fields["lastLogLineAt"] = datetime.fromtimestamp(last / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return fields

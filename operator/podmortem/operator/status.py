@@ -1,0 +1,150 @@
+"""Writing a TrainingJob's status: one writer per job, conditions merged, never a lost update.
+
+A JSON merge patch replaces arrays whole, so two writers that each set "their"
+condition would erase each other's. All status writes of one job therefore go
+through one lock, and the writer keeps the job's current conditions (seeded
+from the object kopf last saw) to patch the complete list every time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from podmortem.kube import api as kube_mod
+from podmortem.operator.jobs import trainingjob_path
+
+#: The early warning's condition (see `podmortem.memory_line.early_warning`).
+MEMORY_PRESSURE = "MemoryPressure"
+#: Its reason once the job succeeded: the warning did not come true (or not before the job ended).
+SUCCEEDED_REASON = "JobSucceeded"
+
+
+def set_condition(
+    conditions: list[dict[str, Any]], *, type_: str, status: bool, reason: str, message: str, now: str
+) -> list[dict[str, Any]]:
+    """The list with ``type_`` set; ``lastTransitionTime`` changes only when the status flips."""
+    wanted = "True" if status else "False"
+    out: list[dict[str, Any]] = []
+    found = False
+    for cond in conditions:
+        if cond.get("type") != type_:
+            out.append(cond)
+            continue
+        found = True
+        changed = cond.get("status") != wanted
+        out.append(
+            {
+                "type": type_,
+                "status": wanted,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": now if changed else cond.get("lastTransitionTime", now),
+            }
+        )
+    if not found:
+        out.append(
+            {"type": type_, "status": wanted, "reason": reason, "message": message, "lastTransitionTime": now}
+        )
+    return out
+
+
+def settle_on_success(
+    conditions: list[dict[str, Any]], *, phase: str | None, now: str
+) -> list[dict[str, Any]]:
+    """The list with a True ``MemoryPressure`` set False once the job has ``Succeeded``; else as is.
+
+    A warning that the memory will cross the limit is about the future of a running job; once the
+    job succeeded it is no longer true, and a ``Succeeded`` job showing ``MemoryPressure True`` tells
+    two stories. The message keeps what was warned (the Warning Event keeps it too).
+    """
+    if phase != "Succeeded":
+        return conditions
+    for cond in conditions:
+        if cond.get("type") == MEMORY_PRESSURE and cond.get("status") == "True":
+            warned = cond.get("message") or ""
+            message = "the job succeeded without reaching its memory limit" + (
+                f"; the warning was: {warned}" if warned else ""
+            )
+            return set_condition(
+                conditions,
+                type_=MEMORY_PRESSURE,
+                status=False,
+                reason=SUCCEEDED_REASON,
+                message=message,
+                now=now,
+            )
+    return conditions
+
+
+class StatusWriter:
+    """Serializes the status patches of TrainingJobs and keeps their conditions current."""
+
+    def __init__(self, *, kube: kube_mod.Kube) -> None:
+        self.kube = kube
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._conditions: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        #: The phase last written (or seen): a ``Succeeded`` job's MemoryPressure is settled.
+        self._phases: dict[tuple[str, str], str] = {}
+
+    def seed(self, *, namespace: str, name: str, status: Mapping[str, Any] | None) -> None:
+        """Take the conditions from the object as last seen, unless this writer knows newer ones."""
+        key = (namespace, name)
+        if key not in self._conditions:
+            self._conditions[key] = [dict(c) for c in (status or {}).get("conditions") or []]
+        phase = (status or {}).get("phase")
+        if key not in self._phases and isinstance(phase, str):
+            self._phases[key] = phase
+
+    def forget(self, *, namespace: str, name: str) -> None:
+        self._conditions.pop((namespace, name), None)
+        self._locks.pop((namespace, name), None)
+        self._phases.pop((namespace, name), None)
+
+    def conditions(self, *, namespace: str, name: str) -> list[dict[str, Any]]:
+        return list(self._conditions.get((namespace, name), []))
+
+    async def patch(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        fields: Mapping[str, Any] | None = None,
+        conditions: Sequence[tuple[str, bool, str, str]] = (),
+    ) -> dict[str, Any] | None:
+        """Merge ``fields`` into the status and set each (type, status, reason, message) condition.
+
+        Once the phase is ``Succeeded`` (written now or before), a True ``MemoryPressure`` is set
+        False in the same patch (see `settle_on_success`), whichever writer raised it and when.
+
+        Returns the patched object, or None when the TrainingJob is gone.
+        """
+        key = (namespace, name)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            body: dict[str, Any] = dict(fields or {})
+            phase = body.get("phase")
+            if isinstance(phase, str):
+                self._phases[key] = phase
+            before = self._conditions.get(key, [])
+            current = before
+            now = kube_mod.now_rfc3339()
+            for type_, status, reason, message in conditions:
+                current = set_condition(
+                    current, type_=type_, status=status, reason=reason, message=message, now=now
+                )
+            current = settle_on_success(current, phase=self._phases.get(key), now=now)
+            if conditions or current is not before:
+                self._conditions[key] = current
+                body["conditions"] = current
+            if not body:
+                return None
+            try:
+                return await self.kube.merge_patch(
+                    trainingjob_path(namespace, name, "status"), {"status": body}
+                )
+            except kube_mod.KubeError as exc:
+                if exc.status == 404:
+                    return None
+                raise

@@ -1,0 +1,221 @@
+"""``podmortem demo``: the whole chain on this machine, twice: the job that dies, then the one that doesn't.
+
+Registration imports nothing heavy; the demo itself needs the ``demo`` extra
+(``pip install 'podmortem[demo]'``: the operator, the runtime patch and kmock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+#: Policies the second run may use (podmortem_runtime.val_loader's; "fresh-fork" is the baseline).
+PATCHED_POLICIES = ("none", "persistent", "forkserver", "spawn", "auto")
+
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1
+EXIT_USAGE = 2
+EXIT_NO_KERNEL = 3
+
+DESCRIPTION = """\
+Run podmortem's whole chain on this machine, with nothing else installed: an emulated
+Kubernetes API, the operator, the node agent, and a small kubelet that runs a real
+trainer-like Python process as the pod's container in a real memory cgroup.
+
+Run 1: the trainer's evaluation keeps a mask per proposal (memory grows each epoch) and
+its validation loader forks fresh workers at every evaluation, leaving copy-on-write
+copies of the grown heap. The kernel OOM-kills the pod at its limit. You see the log
+followed through a stream cut with no line lost, the per-epoch memory lines, the kernel's
+OOM record as the agent read it from /dev/kmsg, and the failure report the operator
+writes into the TrainingJob status, printed like `kubectl describe`.
+
+Run 2: the same job with the runtime patch's validation-loader policy completes under
+the same limit.
+
+Memory figures are in binary units (Mi, Gi) everywhere, each named for what it is: the
+per-epoch lines' pod peak (which status.memory and its Peak/Limit repeat), the epoch's own
+peak the MemoryPressure projection is fitted to (its message quotes both), the pod's peak
+over the whole run (the summary: the cgroup's max usage), and the agent's sampled working
+set in the report. A job that succeeds ends with MemoryPressure False (JobSucceeded).
+
+Without permission to create memory cgroups or read /dev/kmsg (run as root for the real
+kernel), the demo says so and shows a recorded real kernel record instead, labelled
+"RECORDED" everywhere it shows (progress, describe, summary); the demo kubelet then
+enforces the limit on the pod's summed charged PSS, and the pod's memory figures are that
+sum, not the host's cgroup. Takes about 15 seconds."""
+
+EPILOG = """\
+output:
+  stdout: the summary, one line per run (with -q, that is all that is printed).
+  stderr: progress and the `kubectl describe` views (none with -q), and anything unexpected.
+  --json: stdout carries only {"runs": [{"policy": ..., "trainingJob": {...}, "log":
+  {"produced": N, "delivered": N, "lost": 0, "duplicated": 0, "cuts": K}, "kernel":
+  "real"|"recorded"}]}, and the summary goes to stderr (not with -q, unless unexpected)
+
+exit codes:
+  0  everything happened as it should: the baseline was OOM-killed and reported, the
+     patched run succeeded, every log line was delivered exactly once
+  1  something else happened (the summary says what)
+  2  bad options (checked before anything starts), or the demo extra is not installed
+  3  --kernel real, but this machine cannot create memory cgroups or read /dev/kmsg
+
+examples:
+  sudo podmortem demo
+  podmortem demo --kernel recorded --json | jq '.runs[0].trainingJob.status.failureReport.verdict'
+  podmortem demo --limit 384Mi --epochs 6 --val-policy none --keep-dir /tmp/podmortem-demo"""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "demo",
+        help="run the whole chain on this machine: a pod OOM-killed and reported, then fixed",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the runs as JSON on stdout instead of the summary (which goes to stderr)",
+    )
+    p.add_argument(
+        "--kernel",
+        choices=("auto", "real", "recorded"),
+        default="auto",
+        help="real OOM kills and /dev/kmsg, a recorded kernel record, or auto: real where "
+        "permitted (default: %(default)s)",
+    )
+    p.add_argument(
+        "--limit",
+        default="256Mi",
+        metavar="QUANTITY",
+        help="the training pod's memory limit, e.g. 256Mi, 1Gi (default: %(default)s); the "
+        "trainer's sizes are tuned for 256Mi",
+    )
+    p.add_argument(
+        "--val-policy",
+        choices=PATCHED_POLICIES,
+        default="auto",
+        help="the runtime patch's validation-loader policy for the second run (default: %(default)s)",
+    )
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=4,
+        metavar="N",
+        help="trainer epochs; each adds about 40 MiB of kept masks (default: %(default)s)",
+    )
+    p.add_argument(
+        "--keep-dir",
+        type=Path,
+        metavar="DIR",
+        help="keep the log store and agent state here; created if missing, must be writable "
+        "(default: a temporary directory, removed at the end)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up on a run after this long; more than 0 (default: %(default)s)",
+    )
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress or describe on stderr: only the summary on stdout (with --json, only the JSON)",
+    )
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="also show the operator's, agent's and kopf's own logs"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    try:
+        from podmortem_demo import kernel, quantity, runner, summary, trainer
+    except ImportError as exc:
+        print(f"podmortem demo: needs the demo extra (pip install 'podmortem[demo]'): {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        limit = quantity.parse_bytes(args.limit)
+    except quantity.BadQuantity as exc:
+        return _usage(f"--limit: {exc}")
+    if limit <= 0:
+        return _usage(f"--limit must be more than 0, not {args.limit!r}")
+    if args.epochs < 1:
+        return _usage("--epochs must be at least 1")
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        return _usage(f"--timeout must be a number of seconds more than 0, not {args.timeout:g}")
+    if args.keep_dir is not None:
+        problem = keep_dir_problem(args.keep_dir)
+        if problem is not None:
+            return _usage(f"--keep-dir {args.keep_dir}: {problem}")
+
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if not args.verbose:
+        # kopf warns that it ignores OS signals in a thread: true, and the demo handles Ctrl-C itself.
+        logging.getLogger("kopf").setLevel(logging.ERROR)
+
+    settings = runner.DemoSettings(
+        limit_bytes=limit,
+        policies=(trainer.FRESH_FORK, args.val_policy),
+        kernel=args.kernel,
+        epochs=args.epochs,
+        keep_dir=args.keep_dir,
+        run_timeout_s=args.timeout,
+    )
+    progress = None if args.quiet else sys.stderr
+    try:
+        _choice, results = runner.Demo(settings, progress=progress).run()
+    except kernel.KernelUnavailable as exc:
+        print(f"podmortem demo: --kernel real is not possible here: {exc}", file=sys.stderr)
+        return EXIT_NO_KERNEL
+    except runner.DemoFailed as exc:
+        print(f"podmortem demo: {exc}", file=sys.stderr)
+        return EXIT_UNEXPECTED
+    problems = summary.problems(results)
+    table = summary.table(results, limit_bytes=limit)
+    if progress is not None:
+        print(file=progress, flush=True)
+    if args.json:
+        json.dump({"runs": [r.to_json() for r in results]}, sys.stdout)
+        sys.stdout.write("\n")
+        if progress is not None or problems:
+            print(table, file=sys.stderr)
+    else:
+        print(table, file=sys.stdout, flush=True)
+    for problem in problems:
+        print(f"unexpected: {problem}", file=sys.stderr)
+    return EXIT_UNEXPECTED if problems else EXIT_OK
+
+
+def _usage(message: str) -> int:
+    print(f"podmortem demo: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def keep_dir_problem(path: Path) -> str | None:
+    """Why ``--keep-dir`` cannot hold the demo's files (created if missing), or None if it can."""
+    if path.exists() and not path.is_dir():
+        return "not a directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create it ({exc.strerror or exc})"
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        return f"cannot write there ({exc.strerror or exc})"
+    return None

@@ -1,0 +1,119 @@
+"""The demo's Kubernetes API: ``podmortem_demo.emulated``'s emulation, with pod status kept where it is written.
+
+:class:`podmortem_demo.emulated.PodLogsApi` answers ``GET pods/{name}`` from its own
+emulated pods, so tests can make a pod "run" without anyone writing its status.
+The demo has a kubelet that writes the status of the pods the operator created,
+so here a pod read returns the stored object, the same one watches and lists
+show; only ``pods/{name}/log`` is served by the emulation. :class:`LiveLog`
+appends the lines a real process prints, with the time they were read, to the
+emulated container log.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import aiohttp.web
+import attrs
+import kmock
+
+from podmortem.operator.settings import (
+    TRAININGJOB_GROUP,
+    TRAININGJOB_KIND,
+    TRAININGJOB_PLURAL,
+    TRAININGJOB_VERSION,
+)
+from podmortem_demo.emulated import PodLogsApi
+from podmortem_demo.emulated.apiserver import KubernetesApi
+from podmortem_demo.emulated.kubelet import Container
+
+_VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
+
+
+def _subresource(request: kmock.Request) -> str | None:
+    found = getattr(request, "subresource", None)
+    if found is not None:
+        return str(found)
+    parts = request.url.path.rstrip("/").split("/")
+    # /api/v1/namespaces/{ns}/pods/{name}[/{subresource}]
+    return parts[7] if len(parts) > 7 else None
+
+
+@attrs.define(kw_only=True)
+class DemoApi(PodLogsApi):
+    """The emulated API with the resources the operator uses, and pod reads from the stored objects."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.resources[f"{TRAININGJOB_GROUP}/{TRAININGJOB_VERSION}/{TRAININGJOB_PLURAL}"] = (
+            kmock.ResourceInfo(
+                kind=TRAININGJOB_KIND,
+                singular="trainingjob",
+                shortnames={"tj"},
+                namespaced=True,
+                subresources={"status"},
+                verbs=_VERBS,
+            )
+        )
+        self.resources["v1/pods"] = kmock.ResourceInfo(
+            kind="Pod",
+            singular="pod",
+            shortnames={"po"},
+            namespaced=True,
+            subresources={"status", "log"},
+            verbs=_VERBS,
+        )
+        # kopf waits for namespaces to be discoverable even when it watches the whole cluster.
+        self.resources["v1/namespaces"] = kmock.ResourceInfo(
+            kind="Namespace", namespaced=False, verbs={"get", "list", "watch"}
+        )
+        self.resources["v1/events"] = kmock.ResourceInfo(
+            kind="Event", namespaced=True, verbs={"create", "list", "get"}
+        )
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        res = request.resource
+        if (
+            request.method == "GET"
+            and res is not None
+            and res.plural == "pods"
+            and request.name is not None
+            and _subresource(request) is None
+        ):
+            return await KubernetesApi._handle(self, request)
+        return await super()._handle(request)
+
+    def stored(self, resource: str, namespace: str | None, name: str | None = None) -> list[dict[str, Any]]:
+        """Live objects of ``group/version/plural`` (``v1/pods``), as stored (call on the API's loop)."""
+        out = []
+        for (res, ns, obj_name), obj in self.objects.items():
+            if obj.deleted or f"{res.group}/{res.version}/{res.plural}".lstrip("/") != resource:
+                continue
+            if (namespace is None or ns == namespace) and (name is None or obj_name == name):
+                out.append(obj.raw)
+        return out
+
+
+class LiveLog:
+    """Appends a real process's output lines to an emulated container log, with real timestamps.
+
+    The container runtime stamps each line when it reads it from the pipe; these
+    stamps never go backwards, even if two pipes race, so the log stays ordered
+    as the real one is.
+    """
+
+    def __init__(self, container: Container) -> None:
+        self.container = container
+        self.lines: list[tuple[int, bytes]] = []
+        self._last_ns = 0
+
+    def append(self, text: bytes) -> None:
+        """One line without its newline; call on the API's loop."""
+        now = max(time.time_ns(), self._last_ns)
+        self._last_ns = now
+        self.lines.append((now, text))
+        self.container.current.log.append([(now, text)])
+
+    def close(self, exit_code: int) -> None:
+        self.container.terminate(exit_code)

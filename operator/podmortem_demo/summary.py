@@ -1,0 +1,79 @@
+"""The demo's closing table, and what did not go as the story says it should.
+
+The demo is also a check: the baseline must be OOM-killed and reported with a
+verdict, the patched run must succeed, and every log line must arrive exactly
+once, in order, through at least one stream cut. Anything else is named, and
+``podmortem demo`` exits 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from podmortem_demo import trainer
+from podmortem_demo.runner import RECORDED_LABEL, RunResult, peak_text
+
+
+def problems(results: Sequence[RunResult]) -> list[str]:
+    """Each way the runs differ from the expected story, in words; empty when all went right."""
+    out: list[str] = []
+    for r in results:
+        status = r.training_job.get("status") or {}
+        phase = status.get("phase")
+        report = status.get("failureReport") or {}
+        if r.policy == trainer.FRESH_FORK:
+            if phase != "Failed" or r.reason != "OOMKilled":
+                out.append(
+                    f"{r.policy}: expected an OOM kill, got phase {phase}, exit {r.exit_code} ({r.reason})"
+                )
+            elif not report.get("verdict"):
+                out.append(f"{r.policy}: the failure report has no verdict")
+        elif phase != "Succeeded":
+            out.append(
+                f"{r.policy}: expected the job to succeed, got phase {phase}, exit {r.exit_code} ({r.reason})"
+            )
+        if phase == "Succeeded" and any(
+            c.get("type") == "MemoryPressure" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        ):
+            out.append(f"{r.policy}: the job succeeded but still shows MemoryPressure True")
+        log = r.log
+        if log.lost or log.duplicated or not log.in_order:
+            out.append(
+                f"{r.policy}: log lost {log.lost}, duplicated {log.duplicated} line(s)"
+                + ("" if log.in_order else ", out of order")
+            )
+        if log.cuts < 1:
+            out.append(f"{r.policy}: no stream cut was served, so reconnecting was not shown")
+    return out
+
+
+def _findings(report: dict[str, object]) -> str:
+    codes = [str(f.get("code")) for f in report.get("findings") or [] if isinstance(f, dict)]  # type: ignore[attr-defined]
+    return ", ".join(codes)
+
+
+def table(results: Sequence[RunResult], *, limit_bytes: int) -> str:
+    """One line per run: outcome, the pod's peak against its limit (and what measured it), verdict and
+    findings, log delivery, kernel.
+
+    The peak is printed as ``status.memory.peakOfLimit`` prints one (``256Mi/256Mi (100%)``); in
+    recorded mode the verdict is marked as coming from the recorded kernel record.
+    """
+    lines = ["summary:"]
+    for r in results:
+        status = r.training_job.get("status") or {}
+        report = status.get("failureReport") or {}
+        limit = r.limit_bytes if r.limit_bytes is not None else limit_bytes
+        peak = peak_text(r.peak_bytes, limit, r.peak_measure) if r.peak_bytes else "?"
+        verdict = f"verdict {report.get('verdict')} ({_findings(report)})" if report else "no failure report"
+        if report and r.kernel == "recorded" and r.kernel_record is not None:
+            verdict += f" [{RECORDED_LABEL}]"
+        lines.append(
+            f"  {r.policy:<11} {status.get('phase', '?'):<9} exit {r.exit_code} {r.reason:<10} "
+            f"pod peak {peak}  {verdict}; "
+            f"log {r.log.delivered}/{r.log.produced} lines, "
+            f"lost {r.log.lost}, duplicated {r.log.duplicated}, cuts {r.log.cuts}; kernel {r.kernel}; "
+            f"{r.seconds:.1f} s"
+        )
+    return "\n".join(lines)
