@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from podmortem.kernel import position
+from podmortem import files
 from podmortem.reports.oom_record import OomKillRecord
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class PodRecords:
 
 def save(path: Path, pods: Iterable[PodRecords]) -> None:
     """Replace the file atomically (temporary file, fsync, rename)."""
-    position.write_json_atomic(
+    files.write_json_atomic(
         path,
         {
             "version": VERSION,
@@ -59,7 +59,7 @@ def save(path: Path, pods: Iterable[PodRecords]) -> None:
 
 def load(path: Path) -> list[PodRecords]:
     """What the file holds; nothing when it is missing, of another version or unreadable (logged)."""
-    data = position.read_json(path)
+    data = files.read_json(path)
     if data is None:
         return []
     if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("pods"), list):

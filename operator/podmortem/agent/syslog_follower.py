@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from podmortem import files
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.kernel import position, syslog_cursor
 from podmortem.kernel import syslog as klog
@@ -90,7 +91,7 @@ class SyslogFollower:
     def start(self, *, deliver: bool = True) -> None:
         """Read the buffer once and decide where to begin; raises OSError when syslog(2) is refused."""
         text = self._snapshot()
-        saved = syslog_cursor.SyslogCursor.from_json(position.read_json(self.state_file))
+        saved = syslog_cursor.SyslogCursor.from_json(files.read_json(self.state_file))
         self.parser = OomParser()
         if saved is None:
             # First start on this node: the history is not ours to report; begin at its end.
@@ -121,7 +122,7 @@ class SyslogFollower:
         if cursor is None or cursor == self._saved:
             return
         try:
-            position.write_json_atomic(self.state_file, cursor.to_json())
+            files.write_json_atomic(self.state_file, cursor.to_json())
             self._saved = cursor
         except OSError as exc:
             logger.warning("kernel log: cannot save the syslog cursor to %s: %s", self.state_file, exc)

@@ -6,11 +6,10 @@ Each rule returns a `Finding` with a stable code, or None when it does not apply
 from podmortem.diagnosis.categories import dominant_category
 from podmortem.diagnosis.cause import eviction, global_oom, memcg_limit, sigkill_not_oom
 from podmortem.diagnosis.forks import fork_copies, fork_view, shared_pages_double_counted
+from podmortem.diagnosis.from_record import diagnose
 from podmortem.diagnosis.logs import stale_log
-from podmortem.diagnosis.report import CAUSE_CODES, diagnose
 
 __all__ = [
-    "CAUSE_CODES",
     "diagnose",
     "dominant_category",
     "eviction",

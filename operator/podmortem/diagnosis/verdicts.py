@@ -15,13 +15,11 @@ from datetime import UTC, datetime, timedelta
 from podmortem import diagnosis
 from podmortem.diagnosis import cause
 from podmortem.diagnosis.termination import Termination
+from podmortem.reports import codes as verdict_codes
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.failure import FailureReport
 from podmortem.reports.findings import Finding, Severity
 from podmortem.reports.oom_record import OomKillRecord
-
-#: Verdict codes of the cause findings, as the forensics core names them.
-CAUSES = ("memcg-limit", "global-oom", "eviction", "sigkill-not-oom")
 
 
 def pick_record(records: list[OomKillRecord], container_id: str | None) -> OomKillRecord | None:
@@ -67,7 +65,7 @@ def diagnose_termination(
     findings = list(report.findings)
     codes = {f.code for f in findings}
 
-    if not codes & set(CAUSES):
+    if not codes & set(verdict_codes.VERDICTS):
         evicted = cause.eviction(reason=t.pod_reason, message=t.pod_message)
         if evicted is not None:
             findings.insert(0, evicted)
@@ -98,7 +96,7 @@ def diagnose_termination(
 
     verdict = report.verdict
     if verdict is None:
-        verdict = next((f.code for f in findings if f.code in CAUSES), None)
+        verdict = verdict_codes.verdict_of([f.code for f in findings])
     return report.model_copy(update={"findings": findings, "verdict": verdict})
 
 

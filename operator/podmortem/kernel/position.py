@@ -15,12 +15,10 @@ the previous position, never a torn file.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from podmortem import files
 
 
 @dataclass(frozen=True)
@@ -40,40 +38,15 @@ def read_boot_id(proc_root: Path) -> str:
 
 def load(path: Path) -> KmsgPosition | None:
     """The saved position, or None when there is none or it is unreadable (a fresh start)."""
-    data = read_json(path)
+    data = files.read_json(path)
     try:
         return KmsgPosition(boot_id=str(data["boot_id"]), seq=int(data["seq"]))  # type: ignore[index]
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def write_json_atomic(path: Path, data: object) -> None:
-    """Replace ``path`` with ``data`` as JSON: temporary file, fsync, rename; never a torn file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def read_json(path: Path) -> object | None:
-    """The file's JSON, or None when it is missing or unreadable (a fresh start, never an error)."""
-    try:
-        data: object = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data
-
-
 def save(path: Path, position: KmsgPosition) -> None:
-    write_json_atomic(path, {"boot_id": position.boot_id, "seq": position.seq})
+    files.write_json_atomic(path, {"boot_id": position.boot_id, "seq": position.seq})
 
 
 def start_after(saved: KmsgPosition | None, *, boot_id: str) -> int | None:

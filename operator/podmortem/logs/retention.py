@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from podmortem import files
 from podmortem.logs import segments
 
 logger = logging.getLogger(__name__)
@@ -149,16 +150,7 @@ def save_tombstone(instance_dir: Path, last_segment: Path) -> None:
         "index": head.index_after,
         "ended": head.kind is segments.BatchKind.END,
     }
-    write_json_atomic(instance_dir / TOMBSTONE, data)
-
-
-def write_json_atomic(path: Path, data: object) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    files.write_json_atomic(instance_dir / TOMBSTONE, data)
 
 
 def _delete(seg: _Segment) -> int:
@@ -180,7 +172,7 @@ def job_bytes(job_dir: Path) -> int:
 
 def save_job_override(job_dir: Path, settings: RetentionSettings) -> None:
     job_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(job_dir / JOB_OVERRIDE, {"max_age_s": settings.max_age_s,
+    files.write_json_atomic(job_dir / JOB_OVERRIDE, {"max_age_s": settings.max_age_s,
                                                 "max_job_bytes": settings.max_job_bytes})
 
 
@@ -251,8 +243,8 @@ def _remove_expired_pods(
             continue
         newest = 0.0
         has_segments = False
-        for dirpath, _, files in os.walk(pod):
-            for name in files:
+        for dirpath, _, names in os.walk(pod):
+            for name in names:
                 if name.endswith(SEGMENT_SUFFIX):
                     has_segments = True
                 with contextlib.suppress(FileNotFoundError):

@@ -60,6 +60,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from podmortem import files
 from podmortem.logs import retention, segments
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, GapMarker, LogEnd, LogLine
@@ -135,7 +136,7 @@ def _segment_name(seq: int) -> str:
 
 def _create_instance_dir(path: Path, meta: dict[str, Any]) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    retention.write_json_atomic(path / retention.INSTANCE_META, meta)
+    files.write_json_atomic(path / retention.INSTANCE_META, meta)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -572,7 +573,7 @@ class LogStore:
             insts = self._instances(pod, container)
             if insts and insts[-1].container_id is None and insts[-1].index == 0:
                 latest = insts[-1]  # adopt an instance that so far holds only markers
-                await asyncio.to_thread(retention.write_json_atomic, latest.path / retention.INSTANCE_META,
+                await asyncio.to_thread(files.write_json_atomic, latest.path / retention.INSTANCE_META,
                                         {"container_id": container_id, "created": time.time()})
                 latest.container_id = container_id
                 return latest

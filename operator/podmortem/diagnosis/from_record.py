@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from podmortem.diagnosis import categories, cause, forks, victim
 from podmortem.diagnosis.facts import RecordFacts, record_facts
+from podmortem.reports import codes
 from podmortem.reports.failure import CgroupSummary, FailureReport, KillSummary, PodRef, TaskSummary
 from podmortem.reports.findings import Finding
 from podmortem.reports.oom_record import OomKillRecord
-
-#: Finding codes that name the cause; the first one found becomes the report's verdict.
-CAUSE_CODES = ("memcg-limit", "global-oom", "eviction", "sigkill-not-oom")
 
 
 def diagnose(record: OomKillRecord, *, pod: PodRef | None = None) -> FailureReport:
@@ -34,7 +32,7 @@ def diagnose(record: OomKillRecord, *, pod: PodRef | None = None) -> FailureRepo
         victim.oom_group(record),
     ]
     findings = [f for f in found if f is not None]
-    verdict = next((f.code for f in findings if f.code in CAUSE_CODES), None)
+    verdict = codes.verdict_of([f.code for f in findings])
     return FailureReport(
         verdict=verdict,
         kill=_kill(record, pod),

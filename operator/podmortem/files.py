@@ -1,0 +1,39 @@
+"""Small state files written whole: a JSON file is replaced atomically, never left torn or half-written.
+
+The agent's kernel-log position and records, the log store's instance metadata,
+tombstones and per-job retention all go through here, so a crash at any moment
+leaves either the old file or the new one, and no temporary file behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """Replace ``path`` with ``data`` as JSON: a temporary file beside it, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path: Path) -> object | None:
+    """The file's JSON, or None when it is missing or unreadable (a fresh start, never an error)."""
+    try:
+        data: object = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data

@@ -1,0 +1,35 @@
+"""Every verdict and finding code podmortem writes: the one list, which tools and alerts match on.
+
+A verdict is the code of the finding that names the cause; every other finding
+adds to it. Adding a verdict is one rule in :mod:`podmortem.diagnosis` plus one
+code here; ``tests/reports/test_codes.py`` fails when a rule writes a code not
+listed, or the CRD's description of ``failureReport.verdict`` disagrees.
+"""
+
+from __future__ import annotations
+
+#: Cause codes, in the order a report picks its verdict (the first cause finding wins).
+VERDICTS: tuple[str, ...] = ("memcg-limit", "global-oom", "eviction", "sigkill-not-oom")
+
+#: Finding codes that add to the verdict.
+FINDINGS: tuple[str, ...] = (
+    "anon-dominant",
+    "shmem-dominant",
+    "kernel-dominant",
+    "file-dominant",
+    "fork-copies",
+    "shared-pages-double-counted",
+    "page-tables-large",
+    "swapped-out",
+    "victim-not-largest",
+    "oom-group-kill",
+    "runtime-process-killed",
+    "stale-log",
+)
+
+ALL: frozenset[str] = frozenset(VERDICTS + FINDINGS)
+
+
+def verdict_of(codes: list[str]) -> str | None:
+    """The report's verdict: the first cause code among a report's finding codes, in their order."""
+    return next((code for code in codes if code in VERDICTS), None)
