@@ -14,17 +14,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from podmortem.errors import PodmortemError
+
 CgroupVersion = Literal[1, 2]
 
 #: cgroup v1 writes "no limit" as the largest page-aligned 64-bit value.
 V1_UNLIMITED_THRESHOLD = 2**62
 
 
-class HierarchyMissing(Exception):
+class HierarchyMissing(PodmortemError):
     """No memory cgroup hierarchy under the configured root; ``str(exc)`` says what was looked for."""
 
 
-class CgroupMissing(Exception):
+class CgroupMissing(PodmortemError):
     """The pod's cgroup directory does not exist (not started yet, or already removed)."""
 
 

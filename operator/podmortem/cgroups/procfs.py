@@ -13,6 +13,8 @@ import errno
 from dataclasses import dataclass
 from pathlib import Path
 
+from podmortem.errors import PodmortemError
+
 KIB = 1024
 
 
@@ -44,11 +46,11 @@ def parse_smaps_rollup(text: str) -> dict[str, int]:
     return values
 
 
-class ProcessGone(Exception):
+class ProcessGone(PodmortemError):
     """The process exited (or was never visible) while it was being read."""
 
 
-class ProcessUnreadable(Exception):
+class ProcessUnreadable(PodmortemError):
     """The process exists but its smaps_rollup cannot be read (no CAP_SYS_PTRACE, or a kernel thread)."""
 
 

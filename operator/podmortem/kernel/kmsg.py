@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from podmortem.errors import PodmortemError
+
 DEFAULT_PATH = Path("/dev/kmsg")
 #: Larger than any single record the kernel writes (its limit is about 8 KiB with dictionary).
 READ_SIZE = 16384
 
 
-class KmsgUnavailable(OSError):
+class KmsgUnavailable(PodmortemError, OSError):
     """/dev/kmsg cannot be opened (not root, no CAP_SYSLOG, dmesg_restrict, or not Linux)."""
 
 

@@ -17,12 +17,14 @@ import errno
 import os
 from typing import Any
 
+from podmortem.errors import PodmortemError
+
 #: From include/linux/syslog.h.
 SYSLOG_ACTION_READ_ALL = 3
 SYSLOG_ACTION_SIZE_BUFFER = 10
 
 
-class SyslogUnavailable(OSError):
+class SyslogUnavailable(PodmortemError, OSError):
     """syslog(2) cannot be used here: no klogctl (not Linux), or no CAP_SYSLOG (``str()`` says which)."""
 
 

@@ -13,12 +13,14 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
+from podmortem.errors import PodmortemError
+
 #: Seconds for one API call. Listing a node's pods is small; a slow API server must not hold up the
 #: sampling round for long, since the previous pod set is reused when a listing fails.
 REQUEST_TIMEOUT_S = 10.0
 
 
-class ApiError(Exception):
+class ApiError(PodmortemError):
     """The API server answered with an error status; ``status`` is the HTTP code (0: no answer)."""
 
     def __init__(self, status: int, message: str) -> None:

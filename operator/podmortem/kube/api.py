@@ -18,11 +18,13 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
+from podmortem.errors import PodmortemError
+
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "podmortem-operator"
 
 
-class KubeError(Exception):
+class KubeError(PodmortemError):
     """The API answered with an error status."""
 
     def __init__(self, status: int, reason: str, body: str = "") -> None:

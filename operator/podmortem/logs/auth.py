@@ -20,6 +20,8 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client as k8s
 
+from podmortem.errors import PodmortemError
+
 logger = logging.getLogger(__name__)
 
 
@@ -51,7 +53,7 @@ class AuthSettings:
             raise ValueError("cache_ttl_s must be >= 0")
 
 
-class AccessError(Exception):
+class AccessError(PodmortemError):
     """A request is not let through; ``status`` is the HTTP status to answer with."""
 
     status = 500

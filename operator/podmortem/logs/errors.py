@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from podmortem.errors import PodmortemError
 
-class LogApiError(Exception):
+
+class LogApiError(PodmortemError):
     """Base of the follower's API errors; carries the HTTP status (0 for network failures)."""
 
     def __init__(self, message: str, *, status: int = 0) -> None:

@@ -64,6 +64,7 @@ from typing import Any
 
 import aiohttp
 
+from podmortem.errors import PodmortemError
 from podmortem.logs import errors, lines, podstate, timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd, LogSink
@@ -83,7 +84,7 @@ _MISSED_READS = 3
 _LIMIT_GROWTH_MAX = 16
 
 
-class InstanceChanged(Exception):
+class InstanceChanged(PodmortemError):
     """A stream served a newer container instance than the cursor's: drop it, handle the restart."""
 
 

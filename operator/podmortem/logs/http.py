@@ -35,6 +35,7 @@ from typing import Any
 
 from aiohttp import web
 
+from podmortem.errors import PodmortemError
 from podmortem.logs import auth, reading, store, timestamps
 from podmortem.logs.events import GapMarker, LogEnd
 
@@ -61,7 +62,7 @@ class HttpSettings:
     port: int = 8080
 
 
-class BadParams(ValueError):
+class BadParams(PodmortemError, ValueError):
     """A query parameter of the request is malformed."""
 
 

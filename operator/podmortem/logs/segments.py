@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from podmortem.errors import PodmortemError
 from podmortem.logs import timestamps
 from podmortem.logs.events import LogLine
 
@@ -199,7 +200,7 @@ def encode_event(
                   index_after=index, cursor=cursor)
 
 
-class BadBatch(ValueError):
+class BadBatch(PodmortemError, ValueError):
     """Bytes that are not an intact batch: a torn tail or corruption."""
 
 

@@ -61,6 +61,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from podmortem import files
+from podmortem.errors import PodmortemError
 from podmortem.logs import retention, segments
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, GapMarker, LogEnd, LogLine
@@ -99,7 +100,7 @@ class StoreSettings:
             raise ValueError("fsync_interval_s must be >= 0 or None")
 
 
-class StoreError(Exception):
+class StoreError(PodmortemError):
     """A problem with the log store itself."""
 
 

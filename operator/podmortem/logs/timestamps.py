@@ -11,6 +11,8 @@ from __future__ import annotations
 import calendar
 import time
 
+from podmortem.errors import PodmortemError
+
 NS_PER_SECOND = 1_000_000_000
 
 #: Bounded cache of ``YYYY-MM-DDTHH:MM:SS`` -> epoch seconds (UTC, before any offset).
@@ -19,7 +21,7 @@ _SECONDS_MAX = 4096
 _POW10 = [10 ** (9 - n) for n in range(10)]
 
 
-class BadTimestamp(ValueError):
+class BadTimestamp(PodmortemError, ValueError):
     """The bytes before the first space of a line are not an RFC3339 timestamp."""
 
 

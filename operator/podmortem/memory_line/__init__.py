@@ -22,6 +22,8 @@ from decimal import Decimal
 
 import pydantic
 
+from podmortem.errors import PodmortemError
+
 MARKER = "-> memory epoch"
 
 _UNIT_BYTES = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
@@ -41,7 +43,7 @@ _LINE = re.compile(
 _KNOWN_FIELD = re.compile(r", (?:pod|cuda|workers)\b")
 
 
-class MemoryLineError(ValueError):
+class MemoryLineError(PodmortemError, ValueError):
     """A line carries the memory-line marker but does not follow the format."""
 
 

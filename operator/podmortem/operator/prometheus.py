@@ -16,6 +16,7 @@ from typing import Literal
 
 import aiohttp
 
+from podmortem.errors import PodmortemError
 from podmortem.operator.settings import PrometheusSettings
 from podmortem.reports.memory import MemorySample
 
@@ -38,7 +39,7 @@ class WorkingSet:
         return max(self.points, key=lambda p: p[1]) if self.points else None
 
 
-class PrometheusError(Exception):
+class PrometheusError(PodmortemError):
     """Prometheus could not answer the query."""
 
 

@@ -24,6 +24,7 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from podmortem.errors import PodmortemError
 from podmortem.kube import api as kube_mod
 from podmortem.kube import clients
 from podmortem.kube.config import ClusterAccess
@@ -70,7 +71,7 @@ class Running:
     connection: Connection | None = None
 
 
-class LeadershipLost(RuntimeError):
+class LeadershipLost(PodmortemError, RuntimeError):
     """The Lease could not be renewed: this replica stopped its handlers and must exit (to restart)."""
 
 
