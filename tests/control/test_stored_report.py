@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from podmortem.diagnosis import verdicts
 from podmortem.operator.reporting import fit, summary
-from podmortem.reports import stored as stored_report
+from podmortem.operator import stored_report
 from podmortem.reports.failure import FailureReport
 from podmortem_demo.harness import evidence_for
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from podmortem.cgroups import hostfs as cgroupfs
 from podmortem.cgroups import paths
-from podmortem.kube import agent_api as kubeapi
+from podmortem.kube import api as kubeapi
 from podmortem.kube import owners
 
 TRAINING_JOB_GROUP = "podmortem.io/"

@@ -4,6 +4,10 @@ Each subcommand lives in its own module under ``podmortem.cli`` and exposes
 ``register(subparsers)``. Registration must stay cheap and import nothing heavy:
 ``pip install podmortem`` (pydantic only) must still give a working ``diagnose``,
 so modules import kopf/aiohttp/kubernetes_asyncio inside their run functions.
+
+Commands that live outside the product package register through the
+``podmortem.commands`` entry-point group: ``podmortem demo`` comes from
+``podmortem_demo`` (the emulated cluster), which the product never imports.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 
 from podmortem import __version__
 
@@ -21,8 +26,9 @@ COMMANDS: tuple[str, ...] = (
     "logs",
     "operator",
     "agent",
-    "demo",
 )
+#: Entry-point group of commands from other packages (``podmortem_demo`` adds ``demo``).
+PLUGIN_GROUP = "podmortem.commands"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         module = importlib.import_module(f"podmortem.cli.{name}")
         module.register(subparsers)
+    for entry in sorted(metadata.entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        entry.load().register(subparsers)
     return parser
 
 

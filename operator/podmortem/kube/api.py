@@ -1,4 +1,4 @@
-"""The few Kubernetes API calls the operator's services make, as plain JSON over kubernetes_asyncio.
+"""The Kubernetes API calls the operator and the node agent make, as plain JSON over kubernetes_asyncio.
 
 kopf watches and dispatches; these calls write reports, statuses and Events
 directly so a report lands within the 2 s budget instead of waiting for a
@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -25,13 +25,21 @@ COMPONENT = "podmortem-operator"
 
 
 class KubeError(PodmortemError):
-    """The API answered with an error status."""
+    """The API answered with an error status; ``status`` 0 means no answer at all."""
 
     def __init__(self, status: int, reason: str, body: str = "") -> None:
-        super().__init__(f"HTTP {status} {reason}: {body[:300]}")
+        super().__init__(f"HTTP {status} {reason}: {body[:300]}" if status else f"{reason}: {body[:300]}")
         self.status = status
         self.reason = reason
         self.body = body
+
+
+class KubeApi(Protocol):
+    """The read the agent needs (one JSON GET), so its tests can stand in for the API."""
+
+    async def get_json(self, path: str, *, query: list[tuple[str, str]] | None = None) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
 
 
 def resource_path(
@@ -70,13 +78,13 @@ class Kube:
         path: str,
         *,
         body: Any = None,
-        query: Mapping[str, str] | None = None,
+        query: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
         resp = await self.api.call_api(
             path,
             method,
-            query_params=list((query or {}).items()),
+            query_params=list(query.items()) if isinstance(query, Mapping) else list(query or []),
             header_params={"Content-Type": content_type, "Accept": "application/json"},
             body=body,
             auth_settings=["BearerToken"],
@@ -114,6 +122,20 @@ class Kube:
             query["fieldSelector"] = field_selector
         items = (await self.request("GET", path, query=query)).get("items") or []
         return [i for i in items if isinstance(i, dict)]
+
+    async def get_json(self, path: str, *, query: Sequence[tuple[str, str]] | None = None) -> dict[str, Any]:
+        """One GET whose every failure is a `KubeError`: no answer (status 0) included."""
+        import aiohttp
+
+        try:
+            return await self.request("GET", path, query=query)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise KubeError(0, f"GET {path}", f"{type(exc).__name__}: {exc}") from exc
+        except ValueError as exc:
+            raise KubeError(200, f"GET {path}", "the answer is not JSON") from exc
+
+    async def close(self) -> None:
+        await self.api.close()
 
     async def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, body=dict(body))
@@ -158,3 +180,17 @@ class Kube:
             "count": 1,
         }
         await self.create(resource_path("", "v1", "events", namespace), event)
+
+
+#: Seconds for one of the agent's API calls: listing a node's pods is small, and a slow API server
+#: must not hold up a sampling round for long (the previous pod set is reused when a listing fails).
+AGENT_REQUEST_TIMEOUT_S = 10.0
+
+
+async def connect(kubeconfig: Any = None) -> Kube:
+    """A client for ``kubeconfig``, else ``$KUBECONFIG``, the pod's service account, ``~/.kube/config``
+    (:func:`podmortem.kube.config.load`, as the operator and the CLI find it)."""
+    from podmortem.kube import clients, config
+
+    access = config.load(kubeconfig)
+    return Kube(api=ApiClient(await clients.api_configuration(access)), timeout_s=AGENT_REQUEST_TIMEOUT_S)

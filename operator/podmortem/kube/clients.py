@@ -27,7 +27,7 @@ from podmortem.kube.config import ClusterAccess, KubeconfigError
 
 if TYPE_CHECKING:
     import aiohttp
-    from kubernetes_asyncio.client import Configuration
+    from kubernetes_asyncio.client import ApiClient, Configuration
 
 #: How long credentials from an exec or auth-provider plugin are used before the plugin runs again
 #: (seconds). Plugins' tokens live for minutes to an hour; a 401 also triggers a new run.
@@ -127,6 +127,13 @@ def _plain_access(access: ClusterAccess, configuration: Configuration, header: s
         client_cert_pem=cert_pem,
         client_key_pem=key_pem,
     )
+
+
+def api_client(configuration: Configuration) -> ApiClient:
+    """A kubernetes_asyncio ``ApiClient`` (an async context manager) for a configuration made here."""
+    from kubernetes_asyncio.client import ApiClient
+
+    return ApiClient(configuration=configuration)
 
 
 def aiohttp_session(access: ClusterAccess, *, headers: bool = True, **kwargs: Any) -> aiohttp.ClientSession:

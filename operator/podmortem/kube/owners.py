@@ -25,10 +25,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podmortem.kube.agent_api import ApiError, KubeApi
-from podmortem.operator.jobs import MAX_OWNER_DEPTH
+from podmortem.kube.api import KubeApi, KubeError
 
 logger = logging.getLogger(__name__)
+
+#: How far up a pod's owner chain a watch annotation is looked for, through objects of configured
+#: kinds (pod → Job → JobSet → TrainJob); the operator and the node agent follow the same rule.
+MAX_OWNER_DEPTH = 3
 
 
 @dataclass(frozen=True)
@@ -154,12 +157,12 @@ class OwnerResolver:
                 group = await self.api.get_json(f"/apis/{kind.group}")
                 version = str((group.get("preferredVersion") or {}).get("version") or "")
                 if not version:
-                    raise ApiError(0, f"/apis/{kind.group} names no preferred version")
+                    raise KubeError(0, f"/apis/{kind.group}", "names no preferred version")
         listing = await self.api.get_json(_group_path(kind.group, version))
         for entry in listing.get("resources") or []:
             if entry.get("name") == kind.resource and entry.get("kind"):
                 return _Resolved(version=version, kind=str(entry["kind"]))
-        raise ApiError(
+        raise KubeError(
             404, f"the API serves no resource {kind.resource!r} in {kind.group or 'core'}/{version}"
         )
 
@@ -170,7 +173,7 @@ class OwnerResolver:
                 continue
             try:
                 resolved = await self._discover(kind)
-            except ApiError as exc:
+            except KubeError as exc:
                 if kind not in self._discovery_failed:
                     logger.warning(
                         "foreign kind %s: API discovery failed (%s); matching owners by a plural guess",
@@ -216,7 +219,7 @@ class OwnerResolver:
         self.fetches += 1
         try:
             owner = await self.api.get_json(path)
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status == 404:
                 self._cache[key] = (False, (), now)
                 return False, ()

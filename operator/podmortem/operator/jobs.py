@@ -167,11 +167,6 @@ def build_pod(trainingjob: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-#: How far up a pod's owner chain a watch annotation is looked for, through objects of configured
-#: kinds (pod → Job → JobSet → TrainJob); the node agent follows the same rule.
-MAX_OWNER_DEPTH = 3
-
-
 def owner_uids(pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(uid, kind, name) of the pod's owners."""
     refs = (pod.get("metadata", {}) or {}).get("ownerReferences") or []

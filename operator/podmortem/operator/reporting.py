@@ -27,14 +27,13 @@ import aiohttp
 from podmortem.diagnosis import verdicts
 from podmortem.diagnosis.termination import Termination
 from podmortem.kube import api as kube_mod
-from podmortem.operator import kernel_record, log_links, metrics, prometheus
+from podmortem.operator import kernel_record, log_links, metrics, prometheus, stored_report
 from podmortem.operator.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.annotations import FAILURE_REPORT
 from podmortem.operator.following import PodLogFacts
 from podmortem.operator.jobs import Target
 from podmortem.operator.settings import OperatorSettings
 from podmortem.operator.status import StatusWriter
-from podmortem.reports import stored as stored_report
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.failure import FailureReport
 

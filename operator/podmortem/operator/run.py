@@ -21,7 +21,6 @@ from typing import Any
 import aiohttp
 import kopf
 from aiohttp import web
-from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from podmortem.errors import PodmortemError
@@ -174,7 +173,7 @@ async def run_operator(
         )
     )
     async with (
-        ApiClient(configuration=api_config) as api_client,
+        clients.api_client(api_config) as api_client,
         # Log follows hold their connection for hours: they get a client of their own, without
         # the default cap of 100 connections, so status writes never queue behind them.
         logs_kube.dedicated_api_client(api_config) as log_client,

@@ -26,13 +26,12 @@ from podmortem.kube import api as kube_mod
 from podmortem.memory_line import early_warning
 from podmortem.memory_line import status as memory_status
 from podmortem.operator import annotations as opts
-from podmortem.operator import jobs, log_links, metrics
+from podmortem.operator import jobs, log_links, metrics, stored_report
 from podmortem.operator.following import Following, PodLogFacts
 from podmortem.operator.jobs import Target
 from podmortem.operator.reporting import Reporter
 from podmortem.operator.settings import TRAININGJOB_PLURAL, OperatorSettings
 from podmortem.operator.status import StatusWriter
-from podmortem.reports import stored as stored_report
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +240,7 @@ class Podmortem:
         """The nearest followed owner up the pod's owner chain (through objects of configured kinds)."""
         seen: set[str] = set()
         level = owners
-        for _ in range(jobs.MAX_OWNER_DEPTH):
+        for _ in range(kube_owners.MAX_OWNER_DEPTH):
             for uid in level:
                 if uid in self._owners:
                     return self._owners[uid]
