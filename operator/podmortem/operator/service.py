@@ -23,6 +23,7 @@ from typing import Any
 from podmortem import memory_line
 from podmortem.diagnosis import termination
 from podmortem.kube import api as kube_mod
+from podmortem.kube import owners as kube_owners
 from podmortem.memory_line import early_warning
 from podmortem.memory_line import status as memory_status
 from podmortem.operator import annotations as opts
