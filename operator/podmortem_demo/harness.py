@@ -4,7 +4,7 @@ Why here, in the demo layer: the harness runs the real operator
 (:mod:`podmortem.handlers`) against :mod:`podmortem_demo.emulated`'s emulated API,
 and only the demo layer sits above both (``podmortem_demo.emulated`` sits below
 the handlers, see ``.importlinter``). Keeping it in the package, rather than
-in ``tests/``, gives ``tests/handlers`` and ``bench/`` one importable copy
+in ``tests/``, gives ``tests/podmortem_operator`` and ``bench/`` one importable copy
 without path tricks, type-checked with the rest; it needs the ``demo`` extra
 (kmock), like ``podmortem demo``.
 

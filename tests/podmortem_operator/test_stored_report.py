@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from podmortem.diagnosis import verdicts
-from podmortem.operator.reporting import fit, summary
 from podmortem.operator import stored_report
+from podmortem.operator.reporting import fit, summary
 from podmortem.reports.failure import FailureReport
 from podmortem_demo.harness import evidence_for
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from podmortem.operator import lease as leader
-from podmortem.operator.lease import Action
+from podmortem.operator import leadership as leader
+from podmortem.operator.leadership import Action
 from podmortem.operator.log_links import log_url
 from podmortem.operator.settings import LeaderElectionSettings
 
