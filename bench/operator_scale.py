@@ -46,7 +46,7 @@ from podmortem.operator import run as runtime
 
 # Everything the operator runs is imported before the baseline, so the baseline holds the code
 # and the per-pod figure holds only what running and following adds.
-from podmortem.operator.settings import AgentSettings, OperatorSettings
+from podmortem.operator.settings import AgentAccessSettings, OperatorSettings
 from podmortem_demo.threads import OperatorThread
 
 CLUSTER = Path(__file__).resolve().parent / "_operator_cluster.py"
@@ -158,8 +158,9 @@ def measure(args: argparse.Namespace) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="podmortem-opscale-") as tmp:
             settings = OperatorSettings(
-                agent=AgentSettings(enabled=False), store_dir=Path(tmp) / "store", listen_host="127.0.0.1",
-                metrics_port=0, health_port=0, log_http_port=0, log_http_auth=False, foreign_kinds=(),
+                agent=AgentAccessSettings(enabled=False), store_dir=Path(tmp) / "store",
+                listen_host="127.0.0.1", metrics_port=0, health_port=0, log_http_port=0, log_http_auth=False,
+                foreign_kinds=(),
             )
             gc.collect()
             base = rss_bytes()

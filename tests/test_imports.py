@@ -71,8 +71,8 @@ def test_a_cycle_would_be_found(tmp_path: Path) -> None:
     for root in ("runtime_patch/podmortem_runtime", "operator/podmortem"):
         (tmp_path / root).mkdir(parents=True)
         (tmp_path / root / "__init__.py").write_text("")
+    env = {"PYTHONPATH": f"{tmp_path / 'operator'}:{tmp_path / 'runtime_patch'}", "PATH": "/usr/bin:/bin"}
     run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300,
-                         cwd=tmp_path, env={"PYTHONPATH": f"{tmp_path / 'operator'}:{tmp_path / 'runtime_patch'}",
-                                            "PATH": "/usr/bin:/bin"})
+                         cwd=tmp_path, env=env)
     assert run.returncode == 1, run
     assert "--- podmortem_demo.a" in run.stderr and "ImportError" in run.stderr

@@ -1,4 +1,4 @@
-"""The demo's Kubernetes API: ``podmortem_demo.emulated``'s emulation, with pod status kept where it is written.
+"""The demo's Kubernetes API: the emulation in ``podmortem_demo.emulated``, pod status kept where written.
 
 :class:`podmortem_demo.emulated.PodLogsApi` answers ``GET pods/{name}`` from its own
 emulated pods, so tests can make a pod "run" without anyone writing its status.

@@ -30,8 +30,9 @@ import kmock
 from aiohttp import web
 from aiohttp.test_utils import RawTestServer
 
+from podmortem.kube.owners import ForeignKind
 from podmortem.logs.settings import FollowSettings
-from podmortem.operator.settings import AgentSettings, ForeignKind, OperatorSettings, PrometheusSettings
+from podmortem.operator.settings import AgentAccessSettings, OperatorSettings, PrometheusSettings
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.memory import MemorySample
 from podmortem.reports.oom_record import OomKillRecord
@@ -197,7 +198,7 @@ class Harness:
         token = self.tmp / "agent-token"
         token.write_text(AGENT_TOKEN + "\n")
         base: dict[str, Any] = dict(
-            agent=AgentSettings(
+            agent=AgentAccessSettings(
                 namespace=AGENT_NS,
                 port=self.agent.port,
                 token_path=token,
@@ -207,7 +208,7 @@ class Harness:
             ),
             prometheus=PrometheusSettings(url=None),
             store_dir=self.tmp / "store",
-            foreign_kinds=(ForeignKind("batch", "v1", "jobs"),),
+            foreign_kinds=(ForeignKind("batch", "jobs", "v1"),),
             listen_host="127.0.0.1",
             metrics_port=0,
             health_port=0,

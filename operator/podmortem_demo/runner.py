@@ -47,7 +47,7 @@ from podmortem.operator.settings import (
     TRAININGJOB_KIND,
     TRAININGJOB_PLURAL,
     TRAININGJOB_VERSION,
-    AgentSettings,
+    AgentAccessSettings,
     OperatorSettings,
     PrometheusSettings,
 )
@@ -448,7 +448,7 @@ class Demo:
 
     def _operator_settings(self, cluster: _Cluster, workdir: Path) -> OperatorSettings:
         return OperatorSettings(
-            agent=AgentSettings(
+            agent=AgentAccessSettings(
                 namespace=AGENT_NAMESPACE,
                 port=cluster.agent.port,
                 token_path=workdir / "agent-token",

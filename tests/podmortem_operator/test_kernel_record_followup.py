@@ -25,7 +25,7 @@ from podmortem.operator.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.annotations import FAILURE_REPORT, WatchOptions
 from podmortem.operator.jobs import Target
 from podmortem.operator.reporting import Reporter, merge_patch
-from podmortem.operator.settings import AgentSettings, OperatorSettings
+from podmortem.operator.settings import AgentAccessSettings, OperatorSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.reports.evidence import PodEvidence
 from podmortem_demo.harness import evidence_for
@@ -102,7 +102,7 @@ async def running_reporter(
     """A Reporter over the stand-ins; on exit its follow-ups run to their end (``finish``) or are cut."""
     kube = RecordingKube()
     settings = OperatorSettings(
-        agent=AgentSettings(
+        agent=AgentAccessSettings(
             enabled=agent_enabled, record_wait_s=wait_s, record_retry_min_s=0.01, record_retry_max_s=0.05
         )
     )
@@ -186,13 +186,13 @@ async def test_no_record_is_sought_for_a_kill_that_is_not_oom_like() -> None:
 
 def test_settings_refuse_a_negative_wait() -> None:
     try:
-        AgentSettings(record_wait_s=-1)
+        AgentAccessSettings(record_wait_s=-1)
     except ValueError as exc:
         assert "0 s or more" in str(exc)
     else:
         raise AssertionError("a negative wait was accepted")
     assert (
-        kernel_record.initial_state(termination(), None, settings=AgentSettings(record_wait_s=0))
+        kernel_record.initial_state(termination(), None, settings=AgentAccessSettings(record_wait_s=0))
         == kernel_record.NOT_FOUND
     )
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, ForeignKind
+from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, WATCH_ANNOTATION, ForeignKind
 
 KernelLogSource = Literal["auto", "kmsg", "syslog", "off"]
 KERNEL_LOG_SOURCES: tuple[KernelLogSource, ...] = ("auto", "kmsg", "syslog", "off")
@@ -104,7 +104,7 @@ class AgentSettings:
     static_pods: dict[str, str] = field(default_factory=dict)
 
     #: Annotation that opts a pod (not owned by a TrainingJob) into sampling; its value must be "true".
-    watch_annotation: str = "podmortem.io/watch"
+    watch_annotation: str = WATCH_ANNOTATION
 
     #: Seconds between two pod listings from the API server. Pods start slowly compared to this, and a
     #: node's list is small; a watch would be cheaper only on huge nodes.

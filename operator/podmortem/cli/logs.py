@@ -290,15 +290,11 @@ async def _transport(access: ClusterAccess) -> AsyncIterator[Any]:
         async with kube.SessionTransport(access) as transport:
             yield transport
         return
-    import os
+    from podmortem.kube import clients
 
-    from kubernetes_asyncio import client, config
-
-    configuration = client.Configuration()
+    configuration = await clients.api_configuration(access)  # runs the plugin, refreshes its token
     configuration.connection_pool_maxsize = 0  # one connection per followed container
-    await config.load_kube_config(config_file=os.pathsep.join(str(f) for f in access.config_files),
-                                  client_configuration=configuration, persist_config=False)
-    async with client.ApiClient(configuration) as api_client:
+    async with clients.api_client(configuration) as api_client:
         yield api_client
 
 

@@ -12,11 +12,11 @@ with pydantic alone.
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 from typing import Any
 
 from podmortem.cli import options as o
+from podmortem.kube.owners import ForeignKind
 from podmortem.operator import settings as s
 
 _D = s.OperatorSettings()
@@ -36,20 +36,10 @@ def _retention(text: str) -> tuple[float | None, int | None]:
     return retention.max_age_s, retention.max_bytes
 
 
-def _foreign_kinds(text: str) -> tuple[s.ForeignKind, ...]:
-    if not text.strip():
-        return s.DEFAULT_FOREIGN_KINDS
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"not valid JSON: {exc}") from None
-        if not isinstance(items, list) or not all(
-            isinstance(item, dict) and all(isinstance(v, str) for v in item.values()) for item in items
-        ):
-            raise ValueError("the JSON must be a list of objects with string group, version and resource")
-        return tuple(s.ForeignKind.from_json(item) for item in items)
-    return tuple(s.ForeignKind.parse(part) for part in text.split(",") if part.strip())
+def _foreign_kinds(text: str) -> tuple[ForeignKind, ...]:
+    from podmortem.kube.owners import parse_foreign_kinds
+
+    return parse_foreign_kinds(text)
 
 
 NAMESPACES = o.Option(
@@ -271,7 +261,7 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
             log_retention_s=age if age is not None else _D.log_retention_s,
             log_retention_bytes=size if size is not None else _D.log_retention_bytes,
             patch_pods=v.value(PATCH_PODS),
-            agent=s.AgentSettings(
+            agent=s.AgentAccessSettings(
                 enabled=v.value(AGENT_ENABLED),
                 namespace=v.value(AGENT_NAMESPACE),
                 label_selector=v.value(AGENT_SELECTOR),
@@ -281,7 +271,7 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
             ),
             prometheus=s.PrometheusSettings(url=v.optional(PROMETHEUS_URL)),
             store_dir=v.value(STORE_DIR),
-            foreign_kinds=s.DEFAULT_FOREIGN_KINDS if kinds is None else kinds,
+            foreign_kinds=_foreign_kinds("") if kinds is None else kinds,
             early_warning_epochs=v.value(EARLY_WARNING_EPOCHS),
             memory_warning_ratio=v.value(MEMORY_WARNING_RATIO),
             status_report_max_bytes=v.value(STATUS_MAX_BYTES),

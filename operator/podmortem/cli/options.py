@@ -34,11 +34,13 @@ from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
 
+from podmortem.errors import PodmortemError
+
 T = TypeVar("T")
 Source = Literal["flag", "env", "default"]
 
 
-class SettingError(ValueError):
+class SettingError(PodmortemError, ValueError):
     """A value that cannot be used; ``str()`` is one line naming its flag and variable."""
 
 

@@ -14,11 +14,12 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
-
-from kubernetes_asyncio.client import ApiClient
+from typing import TYPE_CHECKING, Any, Protocol
 
 from podmortem.errors import PodmortemError
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import ApiClient
 
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "podmortem-operator"
@@ -193,4 +194,5 @@ async def connect(kubeconfig: Any = None) -> Kube:
     from podmortem.kube import clients, config
 
     access = config.load(kubeconfig)
-    return Kube(api=ApiClient(await clients.api_configuration(access)), timeout_s=AGENT_REQUEST_TIMEOUT_S)
+    configuration = await clients.api_configuration(access)
+    return Kube(api=clients.api_client(configuration), timeout_s=AGENT_REQUEST_TIMEOUT_S)

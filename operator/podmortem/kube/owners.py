@@ -29,6 +29,9 @@ from podmortem.kube.api import KubeApi, KubeError
 
 logger = logging.getLogger(__name__)
 
+#: The annotation that opts a pod or a job of a foreign kind in: ``podmortem.io/watch: "true"``.
+WATCH_ANNOTATION = "podmortem.io/watch"
+
 #: How far up a pod's owner chain a watch annotation is looked for, through objects of configured
 #: kinds (pod → Job → JobSet → TrainJob); the operator and the node agent follow the same rule.
 MAX_OWNER_DEPTH = 3
@@ -89,8 +92,11 @@ def parse_foreign_kinds(text: str | None) -> tuple[ForeignKind, ...]:
             items = json.loads(text)
         except ValueError as exc:
             raise ValueError(f"foreign kinds: not valid JSON: {exc}") from exc
-        if not isinstance(items, list):
-            raise ValueError("foreign kinds: expected a JSON list of {group, resource, version}")
+        if not isinstance(items, list) or not all(
+            isinstance(item, dict) and all(isinstance(v, str) for v in item.values()) for item in items
+        ):
+            raise ValueError("foreign kinds: the JSON must be a list of objects with string group, version "
+                             "and resource")
         return tuple(ForeignKind.from_json(item) for item in items)
     return tuple(ForeignKind.parse(part) for part in text.split(",") if part.strip())
 

@@ -19,7 +19,7 @@ import aiohttp
 import pydantic
 
 from podmortem.kube import api as kube_mod
-from podmortem.operator.settings import AgentSettings
+from podmortem.operator.settings import AgentAccessSettings
 from podmortem.reports.evidence import PodEvidence
 
 #: Seconds an agent's address stays cached: agent pods move only on node or DaemonSet changes.
@@ -38,7 +38,7 @@ class AgentClient:
     """Finds agents by node and fetches ``GET /v1/pods/{uid}/evidence`` with a bearer token."""
 
     def __init__(
-        self, *, kube: kube_mod.Kube, settings: AgentSettings, session: aiohttp.ClientSession
+        self, *, kube: kube_mod.Kube, settings: AgentAccessSettings, session: aiohttp.ClientSession
     ) -> None:
         self.kube = kube
         self.settings = settings

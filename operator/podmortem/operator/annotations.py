@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from podmortem.kube.owners import WATCH_ANNOTATION
+
 PREFIX = "podmortem.io/"
-WATCH = PREFIX + "watch"
+WATCH = WATCH_ANNOTATION
 FOLLOW_LOGS = PREFIX + "follow-logs"
 CONTAINERS = PREFIX + "containers"
 LOG_RETENTION = PREFIX + "log-retention"

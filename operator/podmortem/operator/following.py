@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from podmortem import memory_line
 from podmortem.logs import errors as log_errors
 from podmortem.logs import follower
 from podmortem.logs.cursor import LogCursor
@@ -25,8 +26,8 @@ from podmortem.operator import metrics
 
 logger = logging.getLogger(__name__)
 
-#: What every per-epoch memory line starts with (``podmortem_runtime.memory.MARKER``).
-MEMORY_MARKER = b"-> memory epoch"
+#: What every per-epoch memory line starts with, as the log's bytes carry it.
+MEMORY_MARKER = memory_line.MARKER.encode()
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 
 import kopf
 
-from podmortem.kube import clients
+from podmortem.kube import clients, owners
 from podmortem.kube.connection import Connection
 from podmortem.operator import jobs
 from podmortem.operator.service import Podmortem
@@ -67,11 +67,11 @@ def build(
 
     for kind in settings.foreign_kinds:
         selector: tuple[str, ...] = (
-            (kind.group, kind.version, kind.plural) if kind.version else (kind.group, kind.plural)
+            (kind.group, kind.version, kind.resource) if kind.version else (kind.group, kind.resource)
         )
-        plural = kind.plural
+        plural = kind.resource
 
-        @kopf.on.event(*selector, registry=registry, id=f"foreign-{kind.plural}.{kind.group}")
+        @kopf.on.event(*selector, registry=registry, id=f"foreign-{kind.resource}.{kind.group}")
         async def foreign_event(type: str | None, body: kopf.Body, _plural: str = plural, **_: Any) -> None:
             if type == "DELETED":
                 service.forget_owner(str(body.get("metadata", {}).get("uid", "")))
@@ -94,6 +94,6 @@ def _maybe_followed(body: kopf.Body, **_: Any) -> bool:
     meta = body.get("metadata", {})
     return (
         bool(meta.get("ownerReferences"))
-        or "podmortem.io/watch" in (meta.get("annotations") or {})
+        or owners.WATCH_ANNOTATION in (meta.get("annotations") or {})
         or jobs.TRAININGJOB_UID_LABEL in (meta.get("labels") or {})
     )

@@ -4,7 +4,7 @@ The node agent hands a record over only after about a second of kernel-log
 quiet (later on a busy node), while the kubelet may report ``OOMKilled``
 sooner. The report cannot wait for it (it is due within 2 s of seeing the
 kill), so it is written from what is there and says the record is *pending*;
-the agent is then asked again, with backoff, for ``AgentSettings.record_wait_s``,
+the agent is then asked again, with backoff, for ``AgentAccessSettings.record_wait_s``,
 and the report is patched once the record comes (*attached*) or the time is up
 (*not-found*). What only the record can tell (fork copies, the killed process,
 node-wide OOM) then reaches the report too.
@@ -17,7 +17,7 @@ from typing import Final, Literal
 
 from podmortem.diagnosis.termination import SIGKILL_EXIT, Termination
 from podmortem.operator.agent_client import AgentClient, AgentUnavailable
-from podmortem.operator.settings import AgentSettings
+from podmortem.operator.settings import AgentAccessSettings
 from podmortem.reports.evidence import PodEvidence
 
 #: Where a report stands with the kernel's record of the kill (``evidence.kernelRecord.state``).
@@ -28,7 +28,7 @@ NOT_FOUND: Final = "not-found"
 NOT_SOUGHT: Final = "not-sought"
 
 
-def worth_seeking(t: Termination, *, settings: AgentSettings) -> bool:
+def worth_seeking(t: Termination, *, settings: AgentAccessSettings) -> bool:
     """Whether the kernel may have logged this kill and an agent could hand the record over.
 
     An OOM kill shows as ``OOMKilled`` or exit 137 (a node-wide OOM kill is often plain exit
@@ -38,7 +38,7 @@ def worth_seeking(t: Termination, *, settings: AgentSettings) -> bool:
     return oom_like and t.pod_reason != "Evicted" and settings.enabled and bool(t.node)
 
 
-def initial_state(t: Termination, evidence: PodEvidence | None, *, settings: AgentSettings) -> State:
+def initial_state(t: Termination, evidence: PodEvidence | None, *, settings: AgentAccessSettings) -> State:
     if evidence is not None and evidence.kernel_records:
         return ATTACHED
     if not worth_seeking(t, settings=settings):
@@ -47,7 +47,7 @@ def initial_state(t: Termination, evidence: PodEvidence | None, *, settings: Age
 
 
 async def ask_until_record(
-    *, agent: AgentClient, node: str, pod_uid: str, settings: AgentSettings, wait_s: float | None = None
+    *, agent: AgentClient, node: str, pod_uid: str, settings: AgentAccessSettings, wait_s: float | None = None
 ) -> tuple[PodEvidence | None, int]:
     """Ask the agent with backoff until its evidence holds a kernel record or the wait is over.
 

@@ -140,7 +140,7 @@ def job_retention(asked: Retention, *, settings: OperatorSettings) -> RetentionS
 def watched_listables(settings: OperatorSettings) -> list[Listable]:
     """What the operator's watches list, where they list it: the readiness check lists the same."""
     kinds = [(TRAININGJOB_GROUP, TRAININGJOB_VERSION, TRAININGJOB_PLURAL), ("", "v1", "pods")]
-    kinds += [(k.group, k.version, k.plural) for k in settings.foreign_kinds if k.version]
+    kinds += [(k.group, k.version, k.resource) for k in settings.foreign_kinds if k.version]
     out = []
     for group, version, plural in kinds:
         what = f"{plural}.{group}" if group else plural

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, ForeignKind
+
 #: The API coordinates of the TrainingJob custom resource.
 TRAININGJOB_GROUP = "podmortem.io"
 TRAININGJOB_VERSION = "v1alpha1"
@@ -17,48 +19,7 @@ TRAININGJOB_KIND = "TrainingJob"
 
 
 @dataclass(frozen=True)
-class ForeignKind:
-    """A job kind the operator does not own but follows when annotated ``podmortem.io/watch: "true"``."""
-
-    group: str
-    #: Empty means the group's preferred version.
-    version: str
-    plural: str
-
-    @classmethod
-    def parse(cls, text: str) -> ForeignKind:
-        """``plural.group`` or ``group/version/plural``: ``jobs.batch``, ``kubeflow.org/v1/pytorchjobs``."""
-        parts = text.strip().split("/")
-        if len(parts) == 3 and parts[2]:
-            return cls(group=parts[0], version=parts[1], plural=parts[2])
-        if len(parts) == 1 and "." in parts[0]:
-            plural, group = parts[0].split(".", 1)
-            if plural and group:
-                return cls(group=group, version="", plural=plural)
-        raise ValueError(
-            f"foreign kind {text!r}: expected PLURAL.GROUP or GROUP/VERSION/PLURAL, e.g. jobs.batch"
-        )
-
-    @classmethod
-    def from_json(cls, data: dict[str, str]) -> ForeignKind:
-        """The chart's form: ``{"group": "batch", "version": "v1", "resource": "jobs"}``."""
-        plural = data.get("resource") or data.get("plural") or ""
-        if not plural:
-            raise ValueError(f"foreign kind {data!r}: 'resource' is required")
-        return cls(group=data.get("group") or "", version=data.get("version") or "", plural=plural)
-
-    def __str__(self) -> str:
-        return f"{self.plural}.{self.group}" + (f"/{self.version}" if self.version else "")
-
-
-DEFAULT_FOREIGN_KINDS: tuple[ForeignKind, ...] = (
-    ForeignKind("batch", "v1", "jobs"),
-    ForeignKind("kubeflow.org", "v1", "pytorchjobs"),
-)
-
-
-@dataclass(frozen=True)
-class AgentSettings:
+class AgentAccessSettings:
     """How the operator finds and talks to the node agent on a pod's node."""
 
     #: Namespace of the agent DaemonSet's pods (the chart installs it next to the operator).
@@ -166,7 +127,7 @@ class LeaderElectionSettings:
 class OperatorSettings:
     """The operator's settings; see ``podmortem operator --help`` for the flags that set them."""
 
-    agent: AgentSettings = field(default_factory=AgentSettings)
+    agent: AgentAccessSettings = field(default_factory=AgentAccessSettings)
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     #: Directory of the durable log store (a PVC in the cluster); cursors persist here too.
     store_dir: Path = Path("/var/lib/podmortem/logs")

@@ -1,6 +1,6 @@
 """Reading back a report an earlier operator run wrote, to finish what it left pending.
 
-A report waits for the kernel's OOM record for ``AgentSettings.record_wait_s``
+A report waits for the kernel's OOM record for ``AgentAccessSettings.record_wait_s``
 (`kernel_record`); an operator that restarts in that window would otherwise
 leave it ``pending`` for good. The new run finds the report on the target (the
 TrainingJob's ``status.failureReport``, or the ``podmortem.io/failure-report``
