@@ -37,10 +37,9 @@ import time
 import kmock
 
 import podmortem_demo.emulated.kubelet as kubelet_mod
-from podmortem_demo.emulated import PodLogsApi
+from podmortem_demo.emulated import PodLogsApi, resources
 
 NAMESPACE = "bench"
-_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 
 # The emulated kubelet wakes every follow stream each _POLL_S (20 ms) to notice a client that went
 # away; with 1,000 open streams that is 50,000 wake-ups a second, a core of its own on a 2-core
@@ -50,18 +49,9 @@ kubelet_mod._POLL_S = 1.0
 
 
 def build_api() -> PodLogsApi:
-    """The API with the resources the operator watches or writes (as in ``podmortem_demo.harness``)."""
+    """The API with the resources the operator watches or writes (the one table every emulation uses)."""
     api = PodLogsApi()
-    api.resources["podmortem.io/v1alpha1/trainingjobs"] = kmock.ResourceInfo(
-        kind="TrainingJob", namespaced=True, subresources={"status"}, verbs=_VERBS
-    )
-    api.resources["v1/pods"] = kmock.ResourceInfo(
-        kind="Pod", namespaced=True, subresources={"status", "log"}, verbs=_VERBS
-    )
-    api.resources["v1/namespaces"] = kmock.ResourceInfo(
-        kind="Namespace", namespaced=False, verbs={"get", "list", "watch"}
-    )
-    api.resources["v1/events"] = kmock.ResourceInfo(kind="Event", namespaced=True, verbs={"create", "list"})
+    resources.declare(api)
     return api
 
 

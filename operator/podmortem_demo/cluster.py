@@ -14,75 +14,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import aiohttp.web
 import attrs
-import kmock
 
-from podmortem.operator.settings import (
-    TRAININGJOB_GROUP,
-    TRAININGJOB_KIND,
-    TRAININGJOB_PLURAL,
-    TRAININGJOB_VERSION,
-)
-from podmortem_demo.emulated import PodLogsApi
-from podmortem_demo.emulated.apiserver import KubernetesApi
+from podmortem_demo.emulated import PodLogsApi, resources
 from podmortem_demo.emulated.kubelet import Container
-
-_VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
-
-
-def _subresource(request: kmock.Request) -> str | None:
-    found = getattr(request, "subresource", None)
-    if found is not None:
-        return str(found)
-    parts = request.url.path.rstrip("/").split("/")
-    # /api/v1/namespaces/{ns}/pods/{name}[/{subresource}]
-    return parts[7] if len(parts) > 7 else None
 
 
 @attrs.define(kw_only=True)
 class DemoApi(PodLogsApi):
     """The emulated API with the resources the operator uses, and pod reads from the stored objects."""
 
+    pod_reads_from_kubelet: bool = False  # the demo's kubelet writes real statuses to the objects
+
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
-        self.resources[f"{TRAININGJOB_GROUP}/{TRAININGJOB_VERSION}/{TRAININGJOB_PLURAL}"] = (
-            kmock.ResourceInfo(
-                kind=TRAININGJOB_KIND,
-                singular="trainingjob",
-                shortnames={"tj"},
-                namespaced=True,
-                subresources={"status"},
-                verbs=_VERBS,
-            )
-        )
-        self.resources["v1/pods"] = kmock.ResourceInfo(
-            kind="Pod",
-            singular="pod",
-            shortnames={"po"},
-            namespaced=True,
-            subresources={"status", "log"},
-            verbs=_VERBS,
-        )
-        # kopf waits for namespaces to be discoverable even when it watches the whole cluster.
-        self.resources["v1/namespaces"] = kmock.ResourceInfo(
-            kind="Namespace", namespaced=False, verbs={"get", "list", "watch"}
-        )
-        self.resources["v1/events"] = kmock.ResourceInfo(
-            kind="Event", namespaced=True, verbs={"create", "list", "get"}
-        )
-
-    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        res = request.resource
-        if (
-            request.method == "GET"
-            and res is not None
-            and res.plural == "pods"
-            and request.name is not None
-            and _subresource(request) is None
-        ):
-            return await KubernetesApi._handle(self, request)
-        return await super()._handle(request)
+        resources.declare(self)
 
     def stored(self, resource: str, namespace: str | None, name: str | None = None) -> list[dict[str, Any]]:
         """Live objects of ``group/version/plural`` (``v1/pods``), as stored (call on the API's loop)."""

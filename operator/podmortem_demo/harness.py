@@ -36,7 +36,7 @@ from podmortem.operator.settings import AgentAccessSettings, OperatorSettings, P
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.memory import MemorySample
 from podmortem.reports.oom_record import OomKillRecord
-from podmortem_demo.emulated import PodLogsApi
+from podmortem_demo.emulated import PodLogsApi, resources
 from podmortem_demo.emulated.kubelet import LineText, plain_text
 from podmortem_demo.emulated.tls import Pki
 from podmortem_demo.threads import LoopThread, OperatorThread, wait_for
@@ -50,7 +50,6 @@ AGENT_TOKEN = "s3cret-agent-token"
 AGENT_NS = "podmortem"
 AGENT_LABELS = {"app.kubernetes.io/name": "podmortem", "app.kubernetes.io/component": "agent"}
 GIB = 2**30
-_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 
 
 class AgentDouble:
@@ -129,24 +128,7 @@ class _Cluster(LoopThread):
 
     async def serve(self) -> None:
         api = PodLogsApi(tokens=self.tokens)
-        api.resources["podmortem.io/v1alpha1/trainingjobs"] = kmock.ResourceInfo(
-            kind="TrainingJob", namespaced=True, subresources={"status"}, verbs=_VERBS,
-            singular="trainingjob", shortnames={"tj"},
-        )
-        api.resources["batch/v1/jobs"] = kmock.ResourceInfo(kind="Job", namespaced=True, verbs=_VERBS)
-        api.resources["v1/pods"] = kmock.ResourceInfo(
-            kind="Pod", namespaced=True, subresources={"status", "log"}, verbs=_VERBS
-        )
-        # kopf waits for namespaces to be discoverable even when it runs cluster-wide (and never lists them).
-        api.resources["v1/namespaces"] = kmock.ResourceInfo(
-            kind="Namespace", namespaced=False, verbs={"get", "list", "watch"}
-        )
-        api.resources["coordination.k8s.io/v1/leases"] = kmock.ResourceInfo(
-            kind="Lease", namespaced=True, verbs=_VERBS | {"update"}
-        )
-        api.resources["v1/events"] = kmock.ResourceInfo(
-            kind="Event", namespaced=True, verbs={"create", "list"}
-        )
+        resources.declare(api)
         async with api, self._server(api) as server:
             self.api = api
             self.url = str(server.url).rstrip("/")

@@ -345,6 +345,9 @@ class PodLogsApi(KubernetesApi):
     pods: dict[tuple[str, str], Pod] = attrs.field(factory=dict, init=False)
     #: Log requests served, for tests to check the query parameters the client sent.
     log_requests: list[dict[str, str]] = attrs.field(factory=list, init=False)
+    #: Whether ``GET`` of a pod answers with the emulated kubelet's view of it (its containers'
+    #: states); False answers with the object as stored (the demo writes real statuses there).
+    pod_reads_from_kubelet: bool = attrs.field(default=True, kw_only=True)
     _closing: bool = attrs.field(default=False, init=False)
     _closed: asyncio.Event = attrs.field(factory=asyncio.Event, init=False)
 
@@ -390,7 +393,7 @@ class PodLogsApi(KubernetesApi):
                 if pod is None:
                     raise kmock.KubernetesObjectNotFoundError()
                 return await self._serve_log(request, pod)
-            if subresource is None and pod is not None:
+            if subresource is None and pod is not None and self.pod_reads_from_kubelet:
                 fault = pod.pod_faults.popleft() if pod.pod_faults else None
                 if fault is not None:
                     return _error_response(fault)
