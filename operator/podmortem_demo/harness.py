@@ -1,7 +1,7 @@
 """An emulated cluster, a node-agent double and the real operator, as end-to-end tests and benchmarks use.
 
 Why here, in the demo layer: the harness runs the real operator
-(:mod:`podmortem.handlers`) against :mod:`podmortem_demo.emulated`'s emulated API,
+(:mod:`podmortem.operator`) against :mod:`podmortem_demo.emulated`'s emulated API,
 and only the demo layer sits above both (``podmortem_demo.emulated`` sits below
 the handlers, see ``.importlinter``). Keeping it in the package, rather than
 in ``tests/``, gives ``tests/podmortem_operator`` and ``bench/`` one importable copy

@@ -552,8 +552,8 @@ class Demo:
                 f"wrote the termination: verdict {report.get('verdict')} ({_findings(report)}); "
                 f"kernel record {_record_state(report)}"
                 + (
-                    " (not at the node agent yet: this first report, and its Event, say the record "
-                    "was not available; the operator asks again)"
+                    " (not at the node agent yet: the report and its Event say so; the operator asks "
+                    "again and patches the record in)"
                     if pending
                     else ""
                 )

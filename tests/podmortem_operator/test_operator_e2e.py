@@ -181,7 +181,7 @@ def test_kernel_record_arriving_after_the_termination_is_patched_in(cluster: Har
     uid, first = kill_with_the_record_held(h, "late-record")
     assert first["verdict"] == "memcg-limit"  # from the OOMKilled reason alone
     assert [f["code"] for f in first["findings"]] == ["memcg-limit"]
-    assert "kernel's own record was not available" in first["findings"][0]["message"]
+    assert "kernel's own record is not in yet" in first["findings"][0]["message"]
     assert first.get("kill") is None
     h.wait(lambda: h.agent.requests.count(uid) >= 2, what="the agent asked again")
 
@@ -189,7 +189,7 @@ def test_kernel_record_arriving_after_the_termination_is_patched_in(cluster: Har
     report = h.wait(lambda: attached_report(h, "late-record"), what="the report with the kernel record")
     codes = [f["code"] for f in report["findings"]]
     assert codes[0] == "memcg-limit" and "fork-copies" in codes  # only the record can tell
-    assert "kernel's own record was not available" not in report["findings"][0]["message"]
+    assert "kernel's own record is not in yet" not in report["findings"][0]["message"]
     assert report["kill"]["pid"] > 0 and report["evidence"]["kernelRecords"] == 1
     assert report["evidence"]["kernelRecord"]["requests"] >= 2 and report["updatedAt"]
     assert report["evidence"]["kernelRecord"].get("note") is None  # the "pending" note went with it
@@ -305,7 +305,7 @@ def test_agent_unreachable_still_reports_from_pod_status(cluster: Harness) -> No
     finally:
         h.sync(lambda: setattr(h.agent, "available", True))
     assert summary["verdict"] == "memcg-limit"
-    assert "kernel's own record was not available" in summary["findings"][0]["message"]
+    assert "kernel's own record is not in yet" in summary["findings"][0]["message"]
     assert any("answered HTTP 503" in e for e in summary["errors"])
 
 

@@ -37,17 +37,26 @@ def pick_record(records: list[OomKillRecord], container_id: str | None) -> OomKi
     return records[-1]
 
 
-def oomkilled_without_record(t: Termination, why_no_record: str) -> Finding:
+def oomkilled_without_record(t: Termination, why_no_record: str, *, pending: bool = False) -> Finding:
+    """The kubelet's OOMKilled without the kernel's record: for now (``pending``), or for good."""
+    if pending:
+        record = ("The kernel's own record is not in yet (the node agent has not handed it over); this "
+                  "report is updated when it comes (evidence.kernelRecord.state: pending) and then says "
+                  "what held the memory.")
+        action = "Wait a few seconds for the kernel record; nothing to do yet."
+    else:
+        record = (f"The kernel's own record was not available ({why_no_record}), so what held the memory "
+                  "is not known.")
+        action = "Deploy the podmortem node agent on this node for the kernel record and memory samples."
     return Finding(
         code="memcg-limit",
         severity=Severity.CRITICAL,
         message=(
             f"The kubelet reports container {t.container!r} as OOMKilled: it passed its memory "
-            f"limit and the kernel killed it. The kernel's own record was not available "
-            f"({why_no_record}), so what held the memory is not known."
+            f"limit and the kernel killed it. {record}"
         ),
         evidence={"reason": t.reason, "exit_code": t.exit_code, "container": t.container},
-        action="Deploy the podmortem node agent on this node for the kernel record and memory samples.",
+        action=action,
     )
 
 
@@ -57,7 +66,9 @@ def diagnose_termination(
     evidence: PodEvidence | None,
     last_line_ns: int | None,
     stale_after_s: float,
+    record_pending: bool = False,
 ) -> FailureReport:
+    """The report for one termination; ``record_pending``: the kernel record is still being sought."""
     t = termination
     records = evidence.kernel_records if evidence is not None else []
     record = pick_record(records, t.container_id)
@@ -75,7 +86,7 @@ def diagnose_termination(
                 if evidence is None
                 else "the agent has no OOM record of this pod"
             )
-            findings.insert(0, oomkilled_without_record(t, why))
+            findings.insert(0, oomkilled_without_record(t, why, pending=record_pending))
         else:
             sigkill = cause.sigkill_not_oom(
                 exit_code=t.exit_code, reason=t.reason, oom_record_found=record is not None

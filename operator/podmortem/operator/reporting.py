@@ -184,13 +184,14 @@ class Reporter:
 
         working_set, prom_pending = await self._working_set(prom_task, agent_evidence, errors)
         last_line_ns = facts.last_line_at_ns(t.container) if facts is not None else None
+        record = kernel_record.initial_state(t, agent_evidence, settings=self.settings.agent)
         report = verdicts.diagnose_termination(
             termination=t,
             evidence=agent_evidence,
             last_line_ns=last_line_ns,
             stale_after_s=self.settings.stale_log_threshold_s,
+            record_pending=record == kernel_record.PENDING,
         )
-        record = kernel_record.initial_state(t, agent_evidence, settings=self.settings.agent)
         document = self._document(t, agent_evidence, record, errors, working_set, facts, prom_pending)
         outcome = Outcome(
             termination=t,
