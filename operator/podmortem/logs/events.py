@@ -8,11 +8,7 @@ They are plain data, free of I/O.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
-
-from podmortem.logs.cursor import LogCursor
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,19 +58,3 @@ class LogEnd:
     container: str
     container_id: str | None
     reason: EndReason
-
-
-class LogSink(Protocol):
-    """Receives a container's lines in order, exactly once, together with the advanced cursor.
-
-    A durable sink must persist ``cursor`` atomically with ``lines``: a restart
-    then resumes from the stored cursor and neither loses nor repeats a line.
-    """
-
-    async def load_cursor(self, container: str) -> LogCursor | None: ...
-
-    async def write(self, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None: ...
-
-    async def gap(self, marker: GapMarker) -> None: ...
-
-    async def end(self, end: LogEnd) -> None: ...

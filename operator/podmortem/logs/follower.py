@@ -67,10 +67,11 @@ import aiohttp
 from podmortem.errors import PodmortemError
 from podmortem.logs import errors, lines, podstate, timestamps
 from podmortem.logs.cursor import LogCursor
-from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd, LogSink
+from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.metrics import LogMetrics, for_registry
 from podmortem.logs.settings import FollowSettings
+from podmortem.logs.sinks import LogSink
 
 #: Jitter source of followers not given their own (jitter needs no independence; a
 #: ``random.Random`` holds 2.5 KB of state, too much to keep per idle stream).

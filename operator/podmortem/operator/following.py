@@ -19,9 +19,10 @@ from podmortem import memory_line
 from podmortem.logs import errors as log_errors
 from podmortem.logs import follower
 from podmortem.logs.cursor import LogCursor
-from podmortem.logs.events import GapMarker, LogEnd, LogLine, LogSink
+from podmortem.logs.events import GapMarker, LogEnd, LogLine
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.settings import FollowSettings
+from podmortem.logs.sinks import LogSink
 from podmortem.operator import metrics
 
 logger = logging.getLogger(__name__)
