@@ -14,6 +14,9 @@ Nothing in the story is stubbed: the report in the TrainingJob status is the
 operator's, from the agent's evidence; the only substitute, where the machine
 cannot make memory cgroups or read /dev/kmsg, is the kernel record, and then
 every place that shows it says "recorded".
+
+Why one module of this size: it is the demo's one story, step by step; its parts (cluster, kubelet,
+trainer, describe, summary) are modules of their own.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ message is classified by cheap ``startswith``/``in`` tests before any regex runs
 A record starts at ``invoked oom-killer`` or at any later part when none is open,
 and ends at the next header, when a part comes out of the kernel's printing order,
 or after a pause of more than ``RECORD_GAP_S`` seconds.
+
+Why one module of this size: the kernel prints one record across many line forms (mm/oom_kill.c,
+mm/memcontrol.c, show_mem) whose meaning depends on the lines before them; one parser with one state
+keeps every form's rule next to the others.
 """
 
 from __future__ import annotations

@@ -51,6 +51,10 @@ cursor, so nothing is repeated. Timestamps are taken to never go back within
 one instance's log (a runtime writing stdout and stderr lines from two
 threads could break that by microseconds; the cursor would then repeat or
 skip the lines involved).
+
+Why one module of this size: it is one state machine (follow_forever > follow_once > one request,
+with the replay check at each reconnect); its pure parts (cursor, lines, timestamps) are modules of
+their own.
 """
 
 from __future__ import annotations

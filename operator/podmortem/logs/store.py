@@ -41,6 +41,10 @@ fsync policy (``StoreSettings.fsync_interval_s``):
 Concurrency: one process writes a store (enforced with a lock file). Readers in
 the same process follow live writes through an asyncio notification. A store
 opened ``read_only`` (e.g. to inspect a copied PVC) sees what is on disk.
+
+Why one module of this size: the writer, the pod index, the reader's view and the retention hooks
+all guard one on-disk layout under one lock; the format itself (segments, cursor CRCs, retention
+rules) lives in modules of their own.
 """
 
 from __future__ import annotations

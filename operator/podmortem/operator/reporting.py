@@ -8,6 +8,10 @@ in afterwards: Prometheus' series, and the kernel's OOM record, which the
 agent often holds only a second or more after the kubelet reported the kill
 (see :mod:`podmortem.operator.kernel_record`). Every source that fails is
 named in the report instead of failing it.
+
+Why one module of this size: a report's first write, its Event, the kernel-record follow-up and the
+resume after a restart share one Outcome per termination and its write order; the pure parts
+(diagnosis, stored form, kernel-record states) already live elsewhere.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@
 * Every followed pod's logs go to the store; memory lines on the way update
   the status and feed the early warning.
 * A termination with exit 137, OOMKilled or eviction gets one report.
+
+Why one module of this size: every handler (TrainingJob, foreign kind, pod) reads and updates one
+index of followed owners and pods; split, that index would be passed around or shared mutable state
+across modules.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ Log requests honour ``container``, ``timestamps``, ``follow``, ``previous``,
 Lines are kept pre-rendered (``<RFC3339 ns> <text>\\n``) in one growing buffer
 per container instance and sent in large slices, so the emulated server is
 never the bottleneck of a throughput measurement.
+
+Why one module of this size: pods, their containers' instances and the log streams with their
+injected faults share one timeline per container; split, each part would reach into the others'
+state.
 """
 
 from __future__ import annotations
