@@ -36,6 +36,9 @@ _TEXT = {
     ),
 }
 
+#: The memory categories a record can be dominated by (each a ``<name>-dominant`` finding).
+CATEGORIES: tuple[str, ...] = tuple(_TEXT)
+
 
 def dominant_category(facts: RecordFacts) -> Finding | None:
     """``anon-dominant``, ``shmem-dominant``, ``kernel-dominant`` or ``file-dominant``; None when mixed."""
