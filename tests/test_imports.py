@@ -76,3 +76,16 @@ def test_a_cycle_would_be_found(tmp_path: Path) -> None:
                          cwd=tmp_path, env=env)
     assert run.returncode == 1, run
     assert "--- podmortem_demo.a" in run.stderr and "ImportError" in run.stderr
+
+
+def test_every_package_folder_is_a_package() -> None:
+    """A folder of modules without ``__init__.py`` is a namespace package, which import-linter does not
+    see: its layer and independence contracts would then pass without checking anything."""
+    missing = []
+    for package, root in {"podmortem": "operator", "podmortem_demo": "operator",
+                          "podmortem_runtime": "runtime_patch"}.items():
+        for folder in (ROOT / root / package).rglob("*"):
+            if folder.is_dir() and folder.name != "__pycache__" and any(folder.glob("*.py")):
+                if not (folder / "__init__.py").exists():
+                    missing.append(str(folder.relative_to(ROOT)))
+    assert not missing, f"folders of modules without __init__.py: {missing}"
