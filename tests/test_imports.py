@@ -85,7 +85,7 @@ def test_every_package_folder_is_a_package() -> None:
     for package, root in {"podmortem": "operator", "podmortem_demo": "operator",
                           "podmortem_runtime": "runtime_patch"}.items():
         for folder in (ROOT / root / package).rglob("*"):
-            if folder.is_dir() and folder.name != "__pycache__" and any(folder.glob("*.py")):
-                if not (folder / "__init__.py").exists():
-                    missing.append(str(folder.relative_to(ROOT)))
+            is_package_folder = folder.is_dir() and folder.name != "__pycache__" and any(folder.glob("*.py"))
+            if is_package_folder and not (folder / "__init__.py").exists():
+                missing.append(str(folder.relative_to(ROOT)))
     assert not missing, f"folders of modules without __init__.py: {missing}"
