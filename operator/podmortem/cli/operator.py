@@ -78,12 +78,18 @@ LOG_RETENTION = o.Option(
     "(500Mi, 2Gi) or both, e.g. 7d,2Gi; a job's own spec.logRetention or podmortem.io/log-retention "
     "wins (size default 1Gi)", "AGE[,SIZE]",
 )
-PATCH_PODS = o.Option(
-    ("--no-patch-pods",), "PODMORTEM_PATCH_PODS", o.boolean, "true",
-    "never patch bare pods: their failure report is then only an Event; the flag is "
-    "PODMORTEM_PATCH_PODS=false (the variable: true, the default, or false; also 1/0, yes/no)",
-    shown_default="",
-    action="store_const", const="false",
+def _switch_off(flag: str, env: str, what: str) -> o.Option[bool]:
+    """A boolean on by default, turned off by ``flag`` or by ``env=false``."""
+    return o.Option(
+        (flag,), env, o.boolean, "true",
+        f"{what}; the flag is {env}=false (the variable: true, the default, or false; also 1/0, yes/no)",
+        shown_default="", action="store_const", const="false",
+    )
+
+
+PATCH_PODS = _switch_off(
+    "--no-patch-pods", "PODMORTEM_PATCH_PODS",
+    "never patch bare pods: their failure report is then only an Event",
 )
 AGENT_RECORD_WAIT = o.Option(
     ("--agent-record-wait",), "PODMORTEM_AGENT_RECORD_WAIT_SECONDS", o.seconds(low=0, high=3600),
@@ -92,12 +98,9 @@ AGENT_RECORD_WAIT = o.Option(
     "for this long (with backoff) and update the report when it comes; 0 turns that off; 0..3600",
     "SECONDS",
 )
-AGENT_ENABLED = o.Option(
-    ("--no-agent",), "PODMORTEM_AGENT_ENABLED", o.boolean, "true",
-    "there is no node agent: reports use the pod status and logs only; the flag is "
-    "PODMORTEM_AGENT_ENABLED=false (the variable: true, the default, or false; also 1/0, yes/no)",
-    shown_default="",
-    action="store_const", const="false",
+AGENT_ENABLED = _switch_off(
+    "--no-agent", "PODMORTEM_AGENT_ENABLED",
+    "there is no node agent: reports use the pod status and logs only",
 )
 HTTP_PORT = o.Option(
     ("--http-port",), "PODMORTEM_HTTP_PORT", o.port(), str(_D.log_http_port),

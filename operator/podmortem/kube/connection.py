@@ -51,27 +51,22 @@ def list_path(group: str, version: str, plural: str, namespace: str | None = Non
     return f"{base}/{plural}"
 
 
-@dataclass(frozen=True)
-class ConnectionSettings:
-    """How often and how patiently the link to the API server is checked."""
-
-    #: Seconds between checks while all is well.
-    interval_s: float = 15.0
-    #: Seconds before the first retry after a failed check; doubles up to ``backoff_max_s``.
-    backoff_min_s: float = 1.0
-    backoff_max_s: float = 30.0
-    #: Seconds for one check request.
-    timeout_s: float = 10.0
+#: Seconds between checks while all is well.
+CHECK_INTERVAL_S = 15.0
+#: Seconds before the first retry after a failed check; it doubles up to :data:`BACKOFF_MAX_S`.
+BACKOFF_MIN_S = 1.0
+BACKOFF_MAX_S = 30.0
+#: Seconds for one check request.
+CHECK_TIMEOUT_S = 10.0
 
 
 class Connection:
     """Login and the standing health of the link to the API server."""
 
     def __init__(self, access: ClusterAccess, *, listables: Sequence[Listable] = (),
-                 settings: ConnectionSettings | None = None, component: str = "podmortem") -> None:
+                 component: str = "podmortem") -> None:
         self.access = access
         self.listables = tuple(listables)
-        self.settings = settings or ConnectionSettings()
         self.component = component
         #: Why the API is not usable now; None when the last check passed.
         self.problem: str | None = "not logged in yet"
@@ -112,7 +107,7 @@ class Connection:
     async def _check(self, session: aiohttp.ClientSession, access: ClusterAccess) -> str | None:
         import aiohttp
 
-        timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
+        timeout = aiohttp.ClientTimeout(total=CHECK_TIMEOUT_S)
         try:
             status, message = await _get(session, access.server + "/api", timeout)
             if status in (401, 403):
@@ -156,25 +151,25 @@ class Connection:
 
     async def run(self) -> None:
         """Check forever: every ``interval_s`` while fine, with backoff while not."""
-        delay = self.settings.backoff_min_s
+        delay = BACKOFF_MIN_S
         while True:
             problem = await self.check()
             if problem is None:
-                delay = self.settings.backoff_min_s
-                await asyncio.sleep(self.settings.interval_s)
+                delay = BACKOFF_MIN_S
+                await asyncio.sleep(CHECK_INTERVAL_S)
             else:
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self.settings.backoff_max_s)
+                delay = min(delay * 2, BACKOFF_MAX_S)
 
     async def login(self) -> ClusterAccess:
         """Credentials that the API server has just accepted; waits (checking with backoff) until then."""
-        delay = self.settings.backoff_min_s
+        delay = BACKOFF_MIN_S
         while True:
             await self.check()
             if self.authenticated:
                 return await self.credentials()
             await asyncio.sleep(delay)
-            delay = min(delay * 2, self.settings.backoff_max_s)
+            delay = min(delay * 2, BACKOFF_MAX_S)
 
 
 async def _get(session: aiohttp.ClientSession, url: str, client_timeout: aiohttp.ClientTimeout

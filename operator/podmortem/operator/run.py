@@ -27,7 +27,7 @@ from podmortem.errors import PodmortemError
 from podmortem.kube import api as kube_mod
 from podmortem.kube import clients
 from podmortem.kube.config import ClusterAccess
-from podmortem.kube.connection import Connection, ConnectionSettings, Listable, list_path
+from podmortem.kube.connection import Connection, Listable, list_path
 from podmortem.logs import auth as log_auth
 from podmortem.logs import http as log_http
 from podmortem.logs import kube as logs_kube
@@ -157,14 +157,12 @@ async def run_operator(
     stop_flag: asyncio.Event | threading.Event | None = None,
     running: list[Running] | None = None,
     follow_settings: FollowSettings | None = None,
-    connection_settings: ConnectionSettings | None = None,
 ) -> None:
     """Run until ``stop_flag`` is set (or SIGINT/SIGTERM in the main thread). ``running`` receives handles.
 
     ``access`` is where the API server is and how to log in (:func:`podmortem.kube.config.load`).
     """
-    connection = Connection(access, listables=watched_listables(settings),
-                            settings=connection_settings, component="operator")
+    connection = Connection(access, listables=watched_listables(settings), component="operator")
     api_config = await clients.api_configuration(access)
     follow_settings = follow_settings or FollowSettings()
     store_settings = StoreSettings(

@@ -102,11 +102,7 @@ class Podmortem:
         self.status.seed(namespace=ns, name=name, status=status)
         options, problems = opts.from_spec(spec, defaults=self.defaults)
         target = Target.of(body, role="trainingjob", plural=TRAININGJOB_PLURAL, options=options)
-        known = self._owners.get(uid)
-        if known is None:
-            known = self._owners[uid] = _Known(target=target)
-        else:
-            known.target = target
+        known = self._remember_owner(uid, target)
         await self._announce(known, problems, involved=target.involved(), trainingjob=True)
 
         template_problems = jobs.template_problems(spec)
@@ -199,12 +195,17 @@ class Podmortem:
             return
         options, problems = opts.from_annotations(meta.get("annotations"), defaults=self.defaults)
         target = Target.of(body, role="foreign", plural=plural, options=options)
+        known = self._remember_owner(uid, target)
+        await self._announce(known, problems, involved=target.involved(), trainingjob=False)
+
+    def _remember_owner(self, uid: str, target: Target) -> _Known:
+        """The followed owner ``uid``, with its latest target (a new entry the first time)."""
         known = self._owners.get(uid)
         if known is None:
             known = self._owners[uid] = _Known(target=target)
         else:
             known.target = target
-        await self._announce(known, problems, involved=target.involved(), trainingjob=False)
+        return known
 
     # --- pods ---------------------------------------------------------------------------------------
 
