@@ -313,7 +313,7 @@ def test_foreign_kinds_from_the_chart_and_the_command_line() -> None:
         ("[{", "not valid JSON"),
         ('{"group": "batch"}', "RESOURCE.GROUP"),
         ('[{"group": "batch"}]', "'resource' is required"),
-        ('["jobs"]', "expected an object"),
+        ('["jobs"]', "a list of objects with string group, version and resource"),
         ("jobs", "RESOURCE.GROUP"),
     ):
         with pytest.raises(ValueError, match=words):
