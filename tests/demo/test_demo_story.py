@@ -163,9 +163,8 @@ def test_the_run_that_succeeded_does_not_keep_memory_pressure(story: Story) -> N
 def test_the_pending_record_is_explained(story: Story) -> None:
     section = run_section(story, 0)
     if "kernel record pending" in section:
-        assert (
-            "not at the node agent yet: this first report, and its Event, say the record was not" in section
-        )
+        assert "not at the node agent yet: the report and its Event say so" in section
+        assert "kernel's own record was not available" not in section  # the first report no longer says so
 
 
 def _depth(line: str) -> int:
