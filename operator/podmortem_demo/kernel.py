@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from podmortem.errors import PodmortemError
 from podmortem.kernel import kmsg, oom_parser
 from podmortem.reports.oom_record import OomKillRecord
 from podmortem_demo import sandbox
@@ -29,7 +30,7 @@ RECORDED_SOURCE = (
 )
 
 
-class KernelUnavailable(RuntimeError):
+class KernelUnavailable(PodmortemError, RuntimeError):
     """``--kernel real`` was asked for but this machine cannot do it; ``str(exc)`` says why."""
 
 

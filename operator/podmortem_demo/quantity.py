@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from podmortem.errors import PodmortemError
+
 _SUFFIXES = {
     "": 1,
     "k": 10**3,
@@ -27,7 +29,7 @@ _SUFFIXES = {
 _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?([a-zA-Z]*)\s*$")
 
 
-class BadQuantity(ValueError):
+class BadQuantity(PodmortemError, ValueError):
     """Not a Kubernetes quantity; ``str(exc)`` names the value and what is accepted."""
 
 

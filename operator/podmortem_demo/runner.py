@@ -39,6 +39,7 @@ import kmock
 
 from podmortem import memory_line
 from podmortem.agent.settings import AgentSettings as NodeAgentSettings
+from podmortem.errors import PodmortemError
 from podmortem.logs import reading
 from podmortem.logs.events import LogLine
 from podmortem.logs.settings import FollowSettings
@@ -77,7 +78,7 @@ RECORDED_LABEL = f"RECORDED, not from this run: {kernel.RECORDED_EXAMPLE}"
 PSS_MEASURE = "summed charged PSS of the pod's processes (no memory cgroup: the demo kubelet's measure)"
 
 
-class DemoFailed(RuntimeError):
+class DemoFailed(PodmortemError, RuntimeError):
     """A step of the demo did not happen in time; ``str(exc)`` says which and what was seen."""
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from podmortem.errors import PodmortemError
+
 V1_ROOT = Path("/sys/fs/cgroup/memory")
 CgroupVersion = Literal[1, 2]
 
@@ -28,7 +30,7 @@ CgroupVersion = Literal[1, 2]
 V1_UNLIMITED_THRESHOLD = 2**62
 
 
-class CgroupUnavailable(RuntimeError):
+class CgroupUnavailable(PodmortemError, RuntimeError):
     """No writable memory cgroup on this machine; ``str(exc)`` says why, for skip messages."""
 
 

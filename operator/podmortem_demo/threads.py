@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from podmortem.errors import PodmortemError
 from podmortem.logs.settings import FollowSettings
 from podmortem.operator.settings import OperatorSettings
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class StartFailed(RuntimeError):
+class StartFailed(PodmortemError, RuntimeError):
     """The cluster or the operator did not come up; ``str(exc)`` says which and why."""
 
 
