@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -170,7 +171,7 @@ async def main():
 asyncio.run(main())
 """
     proc = await asyncio.create_subprocess_exec(
-        "python", "-c", script, stdout=asyncio.subprocess.PIPE,
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE,
     )
     assert proc.stdout is not None
     assert (await proc.stdout.readline()).strip() == b"ready"
