@@ -1,7 +1,7 @@
 """Both entry points as processes, over TLS, and a real kernel OOM kill: the report names it.
 
-``podmortem agent`` and ``podmortem operator`` run as the chart runs them (a
-kubeconfig here, for the agent and the operator alike), against the emulated
+``podmortem agent`` and ``podmortem operator`` run as processes, each logging in
+with a kubeconfig or, as in a pod, with its service-account files, against the emulated
 API over HTTPS with bearer tokens. The TrainingJob's pod "runs" in a memory
 cgroup laid out as the kubelet's cgroupfs driver lays it out
 (``.../kubepods/burstable/pod<uid>/<container id>``), where a process is
@@ -109,26 +109,33 @@ def cluster(tmp_path: Path, pki: Pki) -> Iterator[Harness]:
         yield h
 
 
+def login(mode: str, *, who: str, h: Harness, pki: Pki, tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """How ``who`` finds the API: a ``--kubeconfig`` flag, or the pod's service-account files."""
+    if mode == "kubeconfig":
+        config = ep.write_kubeconfig(tmp / f"{who}.kubeconfig", server=h.url, token=who, ca_pem=pki.ca_pem)
+        return ["--kubeconfig", str(config)], {}
+    account = ep.service_account_dir(tmp / f"{who}-sa", token=who, pki=pki)
+    return [], ep.in_cluster_env(h.url, account)
+
+
+@pytest.mark.parametrize("mode", ["kubeconfig", "in-cluster"])
 def test_a_real_oom_kill_reaches_the_report(cluster: Harness, pki: Pki, kubepods: Path,
-                                            tmp_path: Path) -> None:
+                                            tmp_path: Path, mode: str) -> None:
     h = cluster
     token_file = tmp_path / "agent-token"
     token_file.write_text(AGENT_TOKEN)
     agent_port = ep.free_port()
-    agent_config = ep.write_kubeconfig(tmp_path / "agent.kubeconfig", server=h.url, token="agent",
-                                       ca_pem=pki.ca_pem)
-    agent_env = ep.clean_env(tmp_path, PODMORTEM_KERNEL_LOG_SOURCE="kmsg")
-    agent = ep.start(["agent", "--kubeconfig", str(agent_config), "--node-name", NODE,
+    agent_login, agent_login_env = login(mode, who="agent", h=h, pki=pki, tmp=tmp_path)
+    agent_env = ep.clean_env(tmp_path, PODMORTEM_KERNEL_LOG_SOURCE="kmsg", **agent_login_env)
+    agent = ep.start(["agent", *agent_login, "--node-name", NODE,
                       "--cgroup-root", "/sys/fs/cgroup", "--proc-root", "/proc",
                       "--state-dir", str(tmp_path / "agent-state"), "--token-file", str(token_file),
                       "--host", "127.0.0.1", "--port", str(agent_port), "--metrics-port", "0",
                       "--interval", "0.5", "--pod-refresh", "0.5"],
                      env=agent_env, log=tmp_path / "agent.log")
-    operator_config = ep.write_kubeconfig(tmp_path / "operator.kubeconfig", server=h.url, token="operator",
-                                          ca_pem=pki.ca_pem)
-    operator_env = ep.operator_env(h, tmp_path, PODMORTEM_AGENT_PORT=str(agent_port))
-    operator = ep.start(["operator", "--kubeconfig", str(operator_config)], env=operator_env,
-                        log=tmp_path / "operator.log")
+    operator_login, operator_login_env = login(mode, who="operator", h=h, pki=pki, tmp=tmp_path)
+    operator_env = ep.operator_env(h, tmp_path, PODMORTEM_AGENT_PORT=str(agent_port), **operator_login_env)
+    operator = ep.start(["operator", *operator_login], env=operator_env, log=tmp_path / "operator.log")
     hog: subprocess.Popen[bytes] | None = None
     try:
         agent.wait_http(f"http://127.0.0.1:{agent_port}/readyz")
