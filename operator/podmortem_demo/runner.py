@@ -160,8 +160,24 @@ class RunResult:
 
 
 def peak_measure(mode: kernel.KernelMode) -> str:
-    """What the pod's peak over a run is: the cgroup's max usage, or the demo kubelet's PSS sum."""
-    return "cgroup max usage" if mode == "real" else "summed PSS, sampled by the demo kubelet"
+    """What the pod's peak over a run is: the cgroup's max usage, or the sampled PSS sum."""
+    return "cgroup max usage" if mode == "real" else "summed PSS, sampled by the demo kubelet and the trainer"
+
+
+def _sampled_peak(kubelet_peak: int | None, lines: list[str]) -> int | None:
+    """Without a cgroup the peak is sampled twice, by the kubelet's watchdog and the trainer's own
+    sampler (its memory lines); either can miss a spike the other saw, so the run's peak is the
+    higher of the two, never below what a memory line already showed."""
+    seen = [m.pod.peak_bytes for m in map(_parse_line, lines) if m is not None and m.pod is not None]
+    peaks = [p for p in (kubelet_peak, *seen) if p]
+    return max(peaks) if peaks else kubelet_peak
+
+
+def _parse_line(line: str) -> memory_line.MemoryLine | None:
+    try:
+        return memory_line.parse(line)
+    except memory_line.MemoryLineError:
+        return None
 
 
 def check_log(
@@ -509,6 +525,8 @@ class Demo:
             asyncio.wait_for(run.done.wait(), max(1.0, deadline - time.monotonic())),
             timeout=s.run_timeout_s + 5,
         )
+        if run.watchdog is not None:
+            run.peak_bytes = _sampled_peak(run.peak_bytes, cluster.memory_lines.get(run.uid, []))
         oom = run.reason == "OOMKilled"
         how = (
             f", cgroup oom_kill count {run.oom_kills}"
@@ -665,14 +683,7 @@ def _peak_words(peak: int | None, limit: int | None, mode: kernel.KernelMode, li
 
 
 def _last_memory_line(lines: list[str]) -> memory_line.MemoryLine | None:
-    for line in reversed(lines):
-        try:
-            parsed = memory_line.parse(line)
-        except memory_line.MemoryLineError:
-            continue
-        if parsed is not None:
-            return parsed
-    return None
+    return next((m for m in map(_parse_line, reversed(lines)) if m is not None), None)
 
 
 def _memory_evidence_line(report: dict[str, Any]) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from podmortem_demo import kernel, summary
+from podmortem_demo import kernel, runner, summary
 from podmortem_demo.runner import LogCheck, RunResult, check_log
 
 
@@ -69,7 +69,7 @@ def test_the_peak_is_printed_as_status_memory_prints_one_and_says_what_measured_
     run.kernel_record = kernel.recorded_records()[0]
     run.peak_bytes = 259 * 2**20
     line = summary.table([run], limit_bytes=256 * 2**20).splitlines()[1]
-    assert "pod peak 259Mi/256Mi (101%; summed PSS, sampled by the demo kubelet)" in line
+    assert "pod peak 259Mi/256Mi (101%; summed PSS, sampled by the demo kubelet and the trainer)" in line
     assert "verdict memcg-limit () [RECORDED, not from this run: fork-cow-6.18.log]" in line
 
 
@@ -84,3 +84,12 @@ def test_a_succeeded_job_still_under_memory_pressure_is_a_problem() -> None:
     assert summary.problems([run]) == ["auto: the job succeeded but still shows MemoryPressure True"]
     run.training_job["status"]["conditions"] = [{"type": "MemoryPressure", "status": "False"}]
     assert summary.problems([run]) == []
+
+
+def test_without_a_cgroup_the_run_peak_is_never_below_what_a_memory_line_showed() -> None:
+    """Two samplers (the kubelet's watchdog, the trainer's own): either can miss the other's spike."""
+    line = ("-> memory epoch 2: rss 150.00MiB (peak 151.00MiB), pod 140.00MiB of 256.00MiB "
+            "(peak 193.38MiB, epoch peak 190.00MiB), workers 0 pss 0B")
+    assert runner._sampled_peak(188 * 2**20, [line]) == round(193.38 * 2**20)
+    assert runner._sampled_peak(200 * 2**20, [line]) == 200 * 2**20
+    assert runner._sampled_peak(None, ["no line here"]) is None
