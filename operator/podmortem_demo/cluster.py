@@ -16,8 +16,11 @@ from typing import Any
 
 import attrs
 
-from podmortem_demo.emulated import PodLogsApi, resources
+from podmortem_demo.emulated import PodLogsApi, kubeconfig_for, resources, running_cluster
 from podmortem_demo.emulated.kubelet import Container
+
+#: The emulated cluster on a local port, as the tests start it, is here too (see `podmortem_demo.emulated`).
+__all__ = ["DemoApi", "LiveLog", "kubeconfig_for", "running_cluster"]
 
 
 @attrs.define(kw_only=True)
