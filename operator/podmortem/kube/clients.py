@@ -13,7 +13,6 @@ knows their protocols; :func:`resolve_plugin` turns its result into a plain
 from __future__ import annotations
 
 import atexit
-import contextlib
 import dataclasses
 import functools
 import os
@@ -177,6 +176,4 @@ def describe_connection_error(exc: BaseException, access: ClusterAccess) -> str:
         return f"cannot connect to {where}: {exc.os_error or exc}"
     if isinstance(exc, TimeoutError):
         return f"no answer from {where} in time"
-    with contextlib.suppress(Exception):
-        return f"{where}: {type(exc).__name__}: {exc}"
-    return where
+    return f"{where}: {type(exc).__name__}: {exc}"

@@ -73,8 +73,10 @@ class Connection:
         #: Whether the last check got past authentication (the credentials work).
         self.authenticated = False
         self.checked_at: float | None = None
-        self._changed = asyncio.Event()
         self._last_logged: str | None = self.problem
+        #: A plugin's last credentials and when (monotonic) they were made: checks every 15 s reuse them
+        #: for :data:`clients.PLUGIN_CREDENTIALS_S`, as kubectl reuses an exec plugin's token.
+        self._plugin_access: tuple[ClusterAccess, float] | None = None
 
     @property
     def ok(self) -> bool:
@@ -83,11 +85,17 @@ class Connection:
     def describe(self) -> str:
         return "connected to the API server" if self.problem is None else self.problem
 
-    async def credentials(self) -> ClusterAccess:
-        """Fresh credentials: the token file re-read, a plugin run again."""
-        access = await clients.resolve_plugin(self.access)
-        access.headers(reread=True)
-        return access
+    async def credentials(self, *, fresh: bool = False) -> ClusterAccess:
+        """Current credentials: the token file re-read; a plugin run again when its last credentials
+        are older than :data:`clients.PLUGIN_CREDENTIALS_S`, were refused, or ``fresh`` is asked."""
+        if not self.access.plugin:
+            self.access.headers(reread=True)
+            return self.access
+        now = time.monotonic()
+        cached = self._plugin_access
+        if fresh or cached is None or now - cached[1] >= clients.PLUGIN_CREDENTIALS_S:
+            self._plugin_access = cached = (await clients.resolve_plugin(self.access), now)
+        return cached[0]
 
     async def check(self) -> str | None:
         """One round of checks with fresh credentials; updates :attr:`problem` and logs changes."""
@@ -137,9 +145,8 @@ class Connection:
 
     def _set(self, problem: str | None) -> None:
         self.checked_at = time.monotonic()
-        if problem != self.problem:
-            self._changed.set()
-            self._changed = asyncio.Event()
+        if not self.authenticated:
+            self._plugin_access = None  # refused or unreachable: run the plugin again next time
         self.problem = problem
         if problem != self._last_logged:
             if problem is None:
@@ -167,7 +174,7 @@ class Connection:
         while True:
             await self.check()
             if self.authenticated:
-                return await self.credentials()
+                return await self.credentials()  # what the check just verified
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX_S)
 

@@ -1,0 +1,44 @@
+"""Connection credentials: a token file is re-read at each check; a plugin is not re-run each time."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from podmortem.kube import clients, connection
+from podmortem.kube.config import ClusterAccess
+
+
+async def test_a_plugin_runs_again_only_when_its_credentials_are_old_or_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[int] = []
+
+    async def resolve(access: ClusterAccess) -> ClusterAccess:
+        runs.append(1)
+        return ClusterAccess(server=access.server, authorization=f"Bearer token-{len(runs)}")
+
+    monkeypatch.setattr(clients, "resolve_plugin", resolve)
+    link = connection.Connection(ClusterAccess(server="https://api", plugin=True))
+    first = await link.credentials()
+    assert (await link.credentials()) is first and len(runs) == 1  # a check every 15 s reuses them
+    assert (await link.credentials(fresh=True)).authorization == "Bearer token-2"
+    link.authenticated = False
+    link._set("the API server refused our credentials")  # a 401: the plugin must run again
+    await link.credentials()
+    assert len(runs) == 3
+    monkeypatch.setattr(clients, "PLUGIN_CREDENTIALS_S", 0.0)
+    await link.credentials()
+    assert len(runs) == 4  # and when they are old
+
+
+async def test_a_token_file_is_read_at_each_check(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("one")
+    link = connection.Connection(ClusterAccess(server="https://api", token_file=token))
+    assert (await link.credentials()).headers()["Authorization"] == "Bearer one"
+    before = token.stat()
+    token.write_text("two")  # rewritten in place, its stamp put back: only the check's forced re-read sees it
+    os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (await link.credentials()).headers()["Authorization"] == "Bearer two"
