@@ -164,7 +164,9 @@ def test_the_pending_record_is_explained(story: Story) -> None:
     section = run_section(story, 0)
     if "kernel record pending" in section:
         assert "not at the node agent yet: the report and its Event say so" in section
-        assert "kernel's own record was not available" not in section  # the first report no longer says so
+        # The first report's Event, in describe: pending, not "not available".
+        assert "The kernel's own record is not in yet" in section
+        assert "kernel's own record was not available" not in section
 
 
 def _depth(line: str) -> int:
