@@ -44,7 +44,7 @@ def readyz(env: dict[str, str]) -> str:
 
 
 @pytest.fixture
-def operator(tmp_path: Path) -> Iterator[list[Process]]:
+def operator() -> Iterator[list[Process]]:
     """Processes started by a test, stopped (SIGTERM) at its end."""
     started: list[Process] = []
     yield started
