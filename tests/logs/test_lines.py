@@ -1,5 +1,6 @@
 """Splitting byte chunks into lines: never a partial line, never a duplicate, bytes kept exactly."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,3 +90,54 @@ def test_text_block_strips_only_the_first_space_separated_stamp() -> None:
     batch = LineBatch(container="c", raw=raw, count=3, first_ts_ns=BASE, last_ts_ns=BASE + 2)
     assert batch.text_block() == b"a b\n\n lead\n" == strip_timestamps(raw)
     assert batch.text_block(timestamps=True) == raw
+
+
+def _stream(parser: StreamParser, data: bytes, chunk: int) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    for i in range(0, len(data), chunk):
+        batch = parser.feed(data[i:i + chunk])
+        if batch is not None:
+            out.extend(zip(*batch.columns(), strict=True))
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_a_long_line_in_small_chunks_is_joined_once_not_once_per_chunk() -> None:
+    # 12 MiB in 2 KiB chunks: re-copying the unfinished line per chunk is ~6,000 copies of up to
+    # 12 MiB (about 38 GB moved, minutes); joining once is a fraction of a second.
+    text = b"y" * (12 << 20)
+    data = render([(BASE, b"before"), (BASE + 1, text), (BASE + 2, b"after")])
+    got = _stream(StreamParser(container="c", cursor=LogCursor()), data, 2048)
+    assert got == [(BASE, b"before"), (BASE + 1, text), (BASE + 2, b"after")]
+
+
+def test_a_line_beyond_the_cap_keeps_its_head_and_says_how_much_was_dropped() -> None:
+    cap = 4096
+    text = b"z" * 100_000
+    data = render([(BASE, text), (BASE + 1, b"next")])
+    stamp = len(timestamps.format_ns(BASE)) + 1
+    for chunk in (1000, 5000, len(data)):  # unfinished across chunks, and whole in one chunk
+        parser = StreamParser(container="c", cursor=LogCursor(), max_line_bytes=cap)
+        peak = 0
+        out: list[tuple[int, bytes]] = []
+        for i in range(0, len(data), chunk):
+            batch = parser.feed(data[i:i + chunk])
+            peak = max(peak, len(parser.partial))
+            if batch is not None:
+                out.extend(zip(*batch.columns(), strict=True))
+        assert peak <= cap
+        dropped = len(text) + stamp - cap
+        assert out == [
+            (BASE, b"z" * (cap - stamp) + b" [podmortem: %d more bytes of this line were not kept]" % dropped),
+            (BASE + 1, b"next"),
+        ], chunk
+
+
+def test_a_capped_line_is_recognised_on_replay() -> None:
+    data = render([(BASE, b"a" * 10_000), (BASE, b"b")])
+    cursor = LogCursor()
+    first = _stream(StreamParser(container="c", cursor=cursor, max_line_bytes=1024), data, 700)
+    assert len(first) == 2
+    again = render([(BASE, b"a" * 10_000), (BASE, b"b"), (BASE + 5, b"new")])
+    second = _stream(StreamParser(container="c", cursor=cursor, max_line_bytes=1024), again, 700)
+    assert second == [(BASE + 5, b"new")]

@@ -3,8 +3,11 @@
 Chunks from the API cut lines anywhere, even inside a multi-byte character.
 A :class:`StreamParser` keeps the unfinished tail of the last chunk, so only
 complete lines are ever delivered or counted in the cursor; the tail comes
-again after a reconnect. Lines stay bytes: ``\\r``, ANSI escapes, invalid
-UTF-8 and lines of any length pass through untouched.
+again after a reconnect. Lines stay bytes: ``\\r``, ANSI escapes and invalid
+UTF-8 pass through untouched. An unfinished line is kept as a list of chunks, so
+a long line costs one copy, not one per chunk; a line longer than
+``MAX_LINE_BYTES`` keeps its first ``MAX_LINE_BYTES`` and says how much was
+dropped (the same on every replay, so a cursor still recognises it).
 
 Speed matters here (a training job can log a million short lines a second),
 so lines travel in :class:`LineBatch` blocks: one ``bytes`` of complete lines
@@ -18,12 +21,17 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import overload
 
 from podmortem.logs import timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
+
+
+#: The most bytes of one line kept (timestamp included). Default 16 MiB: far above any real
+#: log line (the CRI splits lines at 16 KiB and the kubelet joins them), far below memory trouble.
+MAX_LINE_BYTES = 16 << 20
 
 
 def strip_timestamps(block: bytes) -> bytes:
@@ -147,8 +155,8 @@ class StreamParser:
 
     container: str
     cursor: LogCursor
-    #: Bytes after the last newline seen: a line not finished yet.
-    partial: bytes = b""
+    #: Most bytes of one line kept; the rest of a longer line is dropped and counted in its text.
+    max_line_bytes: int = MAX_LINE_BYTES
     #: Still skipping lines that an earlier connection already delivered.
     replaying: bool = True
     #: Set when the first new line showed that the replay lacked lines we had delivered.
@@ -163,29 +171,73 @@ class StreamParser:
     held: bytes = b""
     #: In ``held``: the end of the latest copy of our last delivered line (0: none).
     held_match_end: int = 0
+    #: The unfinished last line, as the chunks it came in (joined once, when it ends).
+    _parts: list[bytes] = field(default_factory=list)
+    _parts_len: int = 0
+    #: Bytes of the unfinished line dropped beyond ``max_line_bytes``.
+    _dropped: int = 0
 
     def __post_init__(self) -> None:
+        if self.max_line_bytes < 64:
+            raise ValueError("max_line_bytes must be at least 64")
         self.cursor.begin_replay()
         self.resumed_after_ns = self.cursor.last_ts_ns
         self.replaying = self.cursor.last_ts_ns is not None
 
+    @property
+    def partial(self) -> bytes:
+        """Bytes after the last newline seen: a line not finished yet (as kept)."""
+        return b"".join(self._parts)
+
+    def _extend_partial(self, piece: bytes) -> None:
+        room = self.max_line_bytes - self._parts_len
+        if len(piece) > room:
+            self._dropped += len(piece) - max(room, 0)
+            piece = piece[:max(room, 0)]
+        if piece:
+            self._parts.append(piece)
+            self._parts_len += len(piece)
+
+    def _take_partial(self) -> bytes:
+        """The finished line (newline included); the partial state starts over."""
+        line = b"".join(self._parts)
+        if self._dropped:
+            line += b" [podmortem: %d more bytes of this line were not kept]" % self._dropped
+        self._parts, self._parts_len, self._dropped = [], 0, 0
+        return line + b"\n"
+
     def feed(self, data: bytes) -> LineBatch | None:
         """Take the next chunk; return the complete new lines it finishes, if any."""
         self.bytes_seen += len(data)
-        if self.partial or self.held:
-            data = self.held + self.partial + data
-            self.held = b""
+        head = b""
+        if self._parts or self._dropped:
+            nl = data.find(b"\n")
+            if nl < 0:
+                self._extend_partial(data)
+                return None
+            self._extend_partial(data[:nl])
+            head = self.held + self._take_partial()  # already capped: never cut twice
+            data = data[nl + 1:]
+        elif self.held:
+            head = self.held
+        self.held = b""
         cut = data.rfind(b"\n")
         if cut < 0:
-            self.partial = data
-            return None
-        end = cut + 1
-        if end == len(data):
-            block = data
-            self.partial = b""
+            self._extend_partial(data)
+            block = head
         else:
-            block = data[:end]
-            self.partial = data[end:]
+            end = cut + 1
+            if end == len(data):
+                block = data
+            else:
+                block = data[:end]
+                self._extend_partial(data[end:])
+            if len(block) > self.max_line_bytes:
+                block = self._cap_lines(block)
+            if head:
+                block = head + block
+        if not block:
+            return None
         if self.replaying:
             start = self._skip_replayed(block)
             if start is None:
@@ -195,6 +247,20 @@ class StreamParser:
             if start:
                 block = block[start:]
         return self._advance(block)
+
+    def _cap_lines(self, block: bytes) -> bytes:
+        """Cut every line of a block longer than ``max_line_bytes`` (rare: only huge chunks)."""
+        limit = self.max_line_bytes
+        lines = block[:-1].split(b"\n")
+        if max(map(len, lines)) <= limit:
+            return block
+        out = []
+        for line in lines:
+            if len(line) > limit:
+                line = line[:limit] + b" [podmortem: %d more bytes of this line were not kept]" % (len(line) - limit)
+            out.append(line)
+        out.append(b"")
+        return b"\n".join(out)
 
     def finish(self) -> LineBatch | None:
         """At a clean end of the stream: settle held lines; return the new ones.
