@@ -126,9 +126,9 @@ def test_a_line_beyond_the_cap_keeps_its_head_and_says_how_much_was_dropped() ->
             if batch is not None:
                 out.extend(zip(*batch.columns(), strict=True))
         assert peak <= cap
-        dropped = len(text) + stamp - cap
+        note = b" [podmortem: %d more bytes of this line were not kept]" % (len(text) + stamp - cap)
         assert out == [
-            (BASE, b"z" * (cap - stamp) + b" [podmortem: %d more bytes of this line were not kept]" % dropped),
+            (BASE, b"z" * (cap - stamp) + note),
             (BASE + 1, b"next"),
         ], chunk
 

@@ -120,3 +120,16 @@ def test_size_bytes_rounds_the_printed_value(text: str, expected: int) -> None:
 def test_size_bytes_rejects_other_units() -> None:
     with pytest.raises(memory_line.MemoryLineError):
         memory_line.size_bytes("1.00GB")
+
+
+@pytest.mark.parametrize("field", ["epoch", "size", "workers"])
+def test_a_number_no_runtime_prints_is_a_format_error_with_a_short_message(field: str) -> None:
+    huge = "9" * 4300  # past Python's int() digit limit: a bare ValueError before
+    line = {
+        "epoch": f"-> memory epoch {huge}: rss 1.0GiB (peak 1.0GiB)",
+        "size": f"-> memory epoch 3: rss {huge}GiB (peak 1.0GiB)",
+        "workers": f"-> memory epoch 3: rss 1.0GiB (peak 1.0GiB), workers {huge} pss 1.0GiB",
+    }[field]
+    with pytest.raises(memory_line.MemoryLineError) as info:
+        memory_line.parse(line)
+    assert len(str(info.value)) < 500

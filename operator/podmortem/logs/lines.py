@@ -28,10 +28,13 @@ from podmortem.logs import timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
 
-
 #: The most bytes of one line kept (timestamp included). Default 16 MiB: far above any real
 #: log line (the CRI splits lines at 16 KiB and the kubelet joins them), far below memory trouble.
 MAX_LINE_BYTES = 16 << 20
+
+
+def _dropped_note(n: int) -> bytes:
+    return b" [podmortem: %d more bytes of this line were not kept]" % n
 
 
 def strip_timestamps(block: bytes) -> bytes:
@@ -202,7 +205,7 @@ class StreamParser:
         """The finished line (newline included); the partial state starts over."""
         line = b"".join(self._parts)
         if self._dropped:
-            line += b" [podmortem: %d more bytes of this line were not kept]" % self._dropped
+            line += _dropped_note(self._dropped)
         self._parts, self._parts_len, self._dropped = [], 0, 0
         return line + b"\n"
 
@@ -256,9 +259,7 @@ class StreamParser:
             return block
         out = []
         for line in lines:
-            if len(line) > limit:
-                line = line[:limit] + b" [podmortem: %d more bytes of this line were not kept]" % (len(line) - limit)
-            out.append(line)
+            out.append(line if len(line) <= limit else line[:limit] + _dropped_note(len(line) - limit))
         out.append(b"")
         return b"\n".join(out)
 

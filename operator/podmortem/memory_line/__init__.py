@@ -27,16 +27,17 @@ from podmortem.errors import PodmortemError
 MARKER = "-> memory epoch"
 
 _UNIT_BYTES = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
-_SIZE = r"\d+(?:\.\d+)?(?:B|KiB|MiB|GiB|TiB)"
+#: Digits are bounded: a number no runtime prints is a format error, not a 4,300-digit int().
+_SIZE = r"\d{1,15}(?:\.\d{1,9})?(?:B|KiB|MiB|GiB|TiB)"
 _LINE = re.compile(
-    r"-> memory epoch (?P<epoch>\d+): "
+    r"-> memory epoch (?P<epoch>\d{1,9}): "
     rf"rss (?P<rss>{_SIZE}) \(peak (?P<rss_peak>{_SIZE})\)"
     r"(?:, pod (?:unknown|"
     rf"(?P<pod>{_SIZE}) of (?:unlimited|(?P<pod_limit>{_SIZE})) "
     rf"\((?P<peak_kind>seen peak|peak) (?P<pod_peak>{_SIZE})(?:, epoch peak (?P<pod_epoch_peak>{_SIZE}))?\)"
     r"))?"
     rf"(?:, cuda reserved (?P<cuda_reserved>{_SIZE}) \(peak allocated (?P<cuda_peak>{_SIZE})\))?"
-    rf"(?:, workers (?P<workers>\d+) pss (?P<workers_pss>{_SIZE}))?"
+    rf"(?:, workers (?P<workers>\d{{1,6}}) pss (?P<workers_pss>{_SIZE}))?"
     r"(?P<rest>.*)$"
 )
 # A known field left over in the tail means that field did not parse: an error, not a later addition.
@@ -95,6 +96,10 @@ def size_bytes(text: str) -> int:
     return int(exact.to_integral_value(rounding="ROUND_HALF_UP"))
 
 
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def parse(line: str) -> MemoryLine | None:
     """The memory line inside ``line`` (a logger prefix before it is fine), or None if there is none.
 
@@ -109,7 +114,7 @@ def parse(line: str) -> MemoryLine | None:
     match = _LINE.match(text)
     rest = match["rest"] if match is not None else ""
     if match is None or (rest and (not rest.startswith(", ") or _KNOWN_FIELD.match(rest))):
-        raise MemoryLineError(f"memory line not in the expected format: {text!r}")
+        raise MemoryLineError(f"memory line not in the expected format: {_clip(text)!r}")
 
     def size(name: str) -> int | None:
         value = match[name]
