@@ -23,7 +23,11 @@ a second copy of the heap, charged to the same pod cgroup. The policies:
     Fresh interpreters per evaluation: every worker imports torch itself. For
     comparison; ``"forkserver"`` does the same job for less.
 ``"auto"``
-    See `choose_policy`.
+    Decided when the workers are about to be forked, not when the loader is
+    built: `choose_policy` reads the trainer's private memory and its cgroup
+    then. Forked from the trainer (and kept) only while the trainer is small;
+    otherwise from a fork server, or no workers where the pod has no room for
+    one. A loader built late, after the heap grew, thus never forks from it.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from podmortem_runtime import procfs
+from podmortem_runtime import own_cgroup, procfs
 
 Policy = Literal["none", "persistent", "forkserver", "spawn", "auto"]
 ResolvedPolicy = Literal["none", "persistent", "forkserver", "spawn"]
@@ -47,10 +51,15 @@ _M_MMAP_THRESHOLD = -3
 #: 128 KiB, glibc's own starting threshold; fixing it also stops glibc's dynamic raise to 32 MiB.
 DEFAULT_MALLOC_MMAP_THRESHOLD = 128 * 1024
 
-#: "auto" forks persistent workers only while the trainer's private memory is below this (bytes).
-#: A fork can at worst leave a copy of the parent's private anonymous memory at fork time; a fork
-#: server costs about one torch import. Measured on torch 2.13 CPU: see `choose_policy`.
-AUTO_FORK_BUDGET_BYTES = 1024**3
+#: "auto" forks from the trainer only while its private anonymous memory (RssAnon) is at most this.
+#: Forked workers can at worst keep a copy of every private page the trainer had at fork time; a fork
+#: server costs about one torch import (180-210 MiB measured), whatever the trainer's size. Forking
+#: is the better deal while the worst-case copy is no larger than that: torch alone is ~145 MiB.
+AUTO_FORK_BUDGET_BYTES = 256 * 1024**2
+
+#: "auto" starts a fork server only where the cgroup has this much room left (bytes); otherwise it
+#: loads in the trainer ("none"). The server and two workers measured 180-210 MiB on torch 2.13 CPU.
+AUTO_FORKSERVER_RESERVE_BYTES = 512 * 1024**2
 
 log = logging.getLogger(__name__)
 
@@ -63,34 +72,54 @@ class PolicyChoice:
     reason: str
 
 
+@dataclass(frozen=True)
+class ForkTimeMemory:
+    """What "auto" reads just before workers are forked, in bytes."""
+
+    private_bytes: int
+    """The trainer's RssAnon (VmRSS on kernels without it): what a fork can leave copied."""
+    cgroup_usage_bytes: int | None = None
+    """The pod cgroup's usage; None where no memory cgroup is readable."""
+    cgroup_limit_bytes: int | None = None
+    """Its effective limit; None for unlimited or unreadable."""
+
+    @classmethod
+    def read(cls) -> ForkTimeMemory:
+        own = procfs.read_status()
+        private = own.anon_bytes if own.anon_bytes is not None else own.rss_bytes
+        cgroup = own_cgroup.find_own_cgroup()
+        if cgroup is None:
+            return cls(private)
+        try:
+            return cls(private, cgroup.usage(), cgroup.limit())
+        except (OSError, ValueError):
+            return cls(private)
+
+
 def choose_policy(
     policy: Policy,
     *,
     num_workers: int,
     private_bytes: int | None = None,
+    memory: ForkTimeMemory | None = None,
     fork_budget_bytes: int = AUTO_FORK_BUDGET_BYTES,
+    forkserver_reserve_bytes: int = AUTO_FORKSERVER_RESERVE_BYTES,
 ) -> PolicyChoice:
-    """Resolve ``"auto"`` (and check the others).
+    """Resolve ``"auto"`` (and check the others) from the memory read now.
 
-    The rule for ``"auto"``:
+    Call it when the workers are about to be forked (`make_val_loader`'s loader
+    does, at its first iterator). ``memory`` (or just ``private_bytes``) is read
+    from this process and its cgroup when not given. The rule for ``"auto"``:
 
     1. ``num_workers == 0`` → ``"none"`` (nothing to fork).
-    2. the trainer's private anonymous memory now (RssAnon, or ``private_bytes``)
-       ≤ ``fork_budget_bytes`` (1 GiB) → ``"persistent"``: forked while small, a
-       worker can never hold more than that, and loading stays parallel.
-    3. otherwise → ``"forkserver"``: the workers' start-up cost is a fixed torch
-       import in the server, however big the trainer has grown.
+    2. private memory ≤ ``fork_budget_bytes`` (256 MiB) and, under a limit, usage plus
+       that private memory still within the limit → ``"persistent"``: forked from the
+       trainer while small and kept, so a worker can never hold more than that copy.
+    3. no limit, or at least ``forkserver_reserve_bytes`` (512 MiB) left under it →
+       ``"forkserver"``: workers forked from a small server, never from the trainer.
+    4. otherwise → ``"none"``: loading in the trainer costs no memory at all.
 
-    Measured by ``bench/val_loader.py`` (torch 2.13 CPU, cgroup v1, a mask heap rewritten
-    in 3 evaluations, 2 workers; peak cgroup memory as a ratio to fresh fork workers):
-    with a 300 MiB heap (``--quick``, 830 MiB for fresh fork) none 0.56, persistent 0.59,
-    forkserver 0.78 at 1.5x the wall time, spawn 0.92 at 3.3x; with 800 MiB (1,808 MiB)
-    none 0.55, persistent 0.58, forkserver 0.66, spawn 0.73 at 2.2x.
-    Persistent workers forked from a ~0.2 GiB trainer cost 30-60 MiB over "none";
-    the fork server costs 180-210 MiB whatever the trainer's size, so forking wins
-    until the trainer's private memory (the worst-case copy) is several times
-    that. 1 GiB keeps the worst case bounded while staying clearly above what a
-    trainer holds before its first epoch.
+    Measured by ``bench/val_loader.py``: see docs/runtime.md for the figures.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown validation loader policy {policy!r}; choose one of {', '.join(POLICIES)}")
@@ -102,20 +131,29 @@ def choose_policy(
         return PolicyChoice(policy, f"policy {policy!r} requested")
     if num_workers == 0:
         return PolicyChoice("none", "auto: num_workers=0")
-    if private_bytes is None:
-        own = procfs.read_status()
-        private_bytes = own.anon_bytes if own.anon_bytes is not None else own.rss_bytes
-    mib = private_bytes / 1024**2
-    if private_bytes <= fork_budget_bytes:
+    if memory is None:
+        memory = ForkTimeMemory(private_bytes) if private_bytes is not None else ForkTimeMemory.read()
+    mib = 1024**2
+    private = memory.private_bytes
+    usage, limit = memory.cgroup_usage_bytes, memory.cgroup_limit_bytes
+    room = None if limit is None or usage is None else limit - usage
+    where = "" if room is None else f", {room / mib:.0f} MiB left under the pod limit"
+    if private <= fork_budget_bytes and (room is None or private <= room):
         return PolicyChoice(
             "persistent",
-            f"auto: trainer private memory {mib:.0f} MiB is within the "
-            f"fork budget {fork_budget_bytes / 1024**2:.0f} MiB",
+            f"auto: trainer private memory {private / mib:.0f} MiB is within the fork budget "
+            f"{fork_budget_bytes / mib:.0f} MiB{where}; forking now and keeping the workers",
+        )
+    if room is None or room >= forkserver_reserve_bytes:
+        return PolicyChoice(
+            "forkserver",
+            f"auto: trainer private memory {private / mib:.0f} MiB exceeds the fork budget "
+            f"{fork_budget_bytes / mib:.0f} MiB{where}; forking from a fork server",
         )
     return PolicyChoice(
-        "forkserver",
-        f"auto: trainer private memory {mib:.0f} MiB exceeds the fork budget "
-        f"{fork_budget_bytes / 1024**2:.0f} MiB; forking from a fork server",
+        "none",
+        f"auto: trainer private memory {private / mib:.0f} MiB{where}, less than a fork server's "
+        f"{forkserver_reserve_bytes / mib:.0f} MiB; loading in the trainer",
     )
 
 
@@ -146,6 +184,17 @@ class WorkerInit:
             self.then(worker_id)
 
 
+def _context(policy: ResolvedPolicy) -> multiprocessing.context.BaseContext:
+    if policy == "persistent":
+        return multiprocessing.get_context("fork")
+    if policy == "forkserver":
+        context = multiprocessing.get_context("forkserver")
+        # Has effect only if the fork server is not running yet; then workers share one torch import.
+        context.set_forkserver_preload(["torch", "torch.utils.data"])
+        return context
+    return multiprocessing.get_context("spawn")
+
+
 def make_val_loader(
     dataset: Any,
     *,
@@ -158,40 +207,47 @@ def make_val_loader(
     worker_init_fn: Callable[[int], None] | None = None,
     malloc_mmap_threshold: int | None = DEFAULT_MALLOC_MMAP_THRESHOLD,
     fork_budget_bytes: int = AUTO_FORK_BUDGET_BYTES,
+    on_choice: Callable[[PolicyChoice], object] | None = None,
 ) -> Any:
     """A ``torch.utils.data.DataLoader`` for validation under ``policy`` (unshuffled, in order).
 
     ``malloc_mmap_threshold``: bytes, set in each worker; None leaves glibc's dynamic default.
     With ``"persistent"``, call `prestart_workers` before the trainer's heap grows.
+    With ``"auto"`` the loader decides at its first iterator, just before forking
+    (`prestart_workers` makes that moment early); ``on_choice`` then receives the
+    decision (it is also logged here). Other policies are resolved now.
     """
     import torch.utils.data
 
-    choice = choose_policy(policy, num_workers=num_workers, fork_budget_bytes=fork_budget_bytes)
-    log.info("validation loader: %s (%s)", choice.policy, choice.reason)
     kwargs: dict[str, Any] = dict(
         batch_size=batch_size, shuffle=False, sampler=sampler, collate_fn=collate_fn, pin_memory=pin_memory
     )
+    if policy == "auto" and num_workers > 0:
+        from podmortem_runtime import _auto_loader  # torch only from here on
+
+        return _auto_loader.AutoPolicyLoader(
+            dataset,
+            num_workers=num_workers,
+            worker_init_fn=WorkerInit(malloc_mmap_threshold, worker_init_fn),
+            decide=lambda: choose_policy(
+                "auto", num_workers=num_workers, fork_budget_bytes=fork_budget_bytes
+            ),
+            context=_context,
+            on_choice=on_choice,
+            **kwargs,
+        )
+    choice = choose_policy(policy, num_workers=num_workers, fork_budget_bytes=fork_budget_bytes)
+    log.info("validation loader: %s (%s)", choice.policy, choice.reason)
+    if on_choice is not None:
+        on_choice(choice)
     if choice.policy == "none":
         return torch.utils.data.DataLoader(dataset, num_workers=0, worker_init_fn=worker_init_fn, **kwargs)
-    init = WorkerInit(malloc_mmap_threshold, worker_init_fn)
-    context: multiprocessing.context.BaseContext
-    if choice.policy == "persistent":
-        context = multiprocessing.get_context("fork")
-        persistent = True
-    elif choice.policy == "forkserver":
-        context = multiprocessing.get_context("forkserver")
-        # Has effect only if the fork server is not running yet; then workers share one torch import.
-        context.set_forkserver_preload(["torch", "torch.utils.data"])
-        persistent = False
-    else:
-        context = multiprocessing.get_context("spawn")
-        persistent = False
     return torch.utils.data.DataLoader(
         dataset,
         num_workers=num_workers,
-        worker_init_fn=init,
-        multiprocessing_context=context,
-        persistent_workers=persistent,
+        worker_init_fn=WorkerInit(malloc_mmap_threshold, worker_init_fn),
+        multiprocessing_context=_context(choice.policy),
+        persistent_workers=choice.policy == "persistent",
         **kwargs,
     )
 
@@ -202,6 +258,9 @@ def prestart_workers(loader: Any) -> bool:
     Starting an iterator is the public way to fork them; its few prefetched
     batches are discarded when the first evaluation starts its own pass.
     """
+    resolve = getattr(loader, "resolve_policy", None)
+    if resolve is not None:
+        resolve()  # an "auto" loader decides now, and may turn out not to keep workers
     if loader is None or not getattr(loader, "persistent_workers", False) or loader.num_workers == 0:
         return False
     iter(loader)

@@ -5,8 +5,9 @@ without ``persistent_workers``: every evaluation forks new workers from a
 trainer that has grown since, and copy-on-write leaves them holding a second
 copy of its heap. `ValLoaderPolicyMixin` builds the same loader (same dataset,
 sampler, batch size, ``collate_fn``, ``pin_memory``) through
-`podmortem_runtime.val_loader.make_val_loader`, and forks persistent workers in
-``before_train``, before checkpoint loading and the first epoch grow the heap.
+`podmortem_runtime.val_loader.make_val_loader`, and starts its workers in
+``before_train``, before checkpoint loading and the first epoch grow the heap
+(with ``"auto"``, forked from the trainer only if it is still small then).
 
 Select it in a Pointcept config (the policy defaults to ``"auto"``)::
 
@@ -48,22 +49,28 @@ class ValLoaderPolicyMixin:
             torch.utils.data.distributed.DistributedSampler(val_data) if comm.get_world_size() > 1 else None
         )
         policy: val_loader.Policy = getattr(self.cfg, "val_loader_policy", DEFAULT_POLICY)
-        choice = val_loader.choose_policy(policy, num_workers=self.cfg.num_worker_per_gpu)
         logger = getattr(self, "logger", None)
-        if logger is not None:
-            logger.info(f"=> Validation loader policy: {choice.policy} ({choice.reason})")
+
+        def tell(choice: val_loader.PolicyChoice) -> None:
+            if logger is not None:
+                logger.info(f"=> Validation loader policy: {choice.policy} ({choice.reason})")
+
+        if policy == "auto" and logger is not None:
+            logger.info("=> Validation loader policy: auto (decided when its workers are first started)")
         return val_loader.make_val_loader(
             val_data,
             batch_size=self.cfg.batch_size_val_per_gpu,
             num_workers=self.cfg.num_worker_per_gpu,
             collate_fn=collate_fn,
             sampler=sampler,
-            policy=choice.policy,
+            policy=policy,
             pin_memory=torch.cuda.is_available(),  # Pointcept's True, minus torch's warning on CPU
+            on_choice=tell,
         )
 
     def before_train(self) -> None:
         # Fork first: the hooks' before_train (checkpoint loading) is where the heap starts growing.
+        # An "auto" loader reads the trainer's memory here and forks only if it is still small.
         if val_loader.prestart_workers(getattr(self, "val_loader", None)):
             logger = getattr(self, "logger", None)
             if logger is not None:

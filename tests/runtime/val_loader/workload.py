@@ -85,7 +85,12 @@ def build_loader(
             dataset, num_workers=workers, policy="persistent", malloc_mmap_threshold=None
         )
     else:
-        loader = val_loader.make_val_loader(dataset, num_workers=workers, policy=variant)  # type: ignore[arg-type]
+        loader = val_loader.make_val_loader(
+            dataset,
+            num_workers=workers,
+            policy=variant,  # type: ignore[arg-type]
+            on_choice=lambda choice: print(f"policy {choice.policy}: {choice.reason}", flush=True),
+        )
     return loader  # type: ignore[no-any-return]
 
 
@@ -104,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         help="glibc mmap threshold for the trainer process itself (and workers forked from it); "
         "default: glibc's dynamic one",
     )
+    parser.add_argument(
+        "--late",
+        action="store_true",
+        help="build the loader (and start its workers) only after the first epoch's heap has grown, "
+        "as a trainer that builds its validation loader late does",
+    )
     parser.add_argument("--hold", action="store_true", help="wait for stdin to close before exiting")
     args = parser.parse_args(argv)
 
@@ -115,15 +126,21 @@ def main(argv: list[str] | None = None) -> int:
         # not the loader's, and it swamps the fork copies the tests compare.
         val_loader.set_malloc_mmap_threshold(args.trainer_mmap_threshold)
     started = time.monotonic()
-    loader = build_loader(args.variant, Scenes(args.items, args.item_kib), args.workers)
-    val_loader.prestart_workers(loader)  # "before_train": no-op except for persistent workers
-    sampler = memory.start_sampler(interval_s=0.05)
     masks: list[torch.Tensor] = []
     total = args.heap_mib * 1024 * 1024 // MASK_BYTES
-    for epoch in range(1, args.evals + 1):
-        # "training": the evaluator's kept state grows each epoch
+
+    def grow(epoch: int) -> None:
+        """ "Training": the evaluator's kept state grows each epoch."""
         while len(masks) < total * epoch // args.evals:
             masks.append(torch.ones(MASK_BYTES, dtype=torch.bool))
+
+    if args.late:
+        grow(1)
+    loader = build_loader(args.variant, Scenes(args.items, args.item_kib), args.workers)
+    val_loader.prestart_workers(loader)  # "before_train": no-op except for workers kept alive
+    sampler = memory.start_sampler(interval_s=0.05)
+    for epoch in range(1, args.evals + 1):
+        grow(epoch)
         # "evaluation": every kept mask is recomputed while the loader runs
         per_batch = -(-len(masks) // len(loader))
         for step, batch in enumerate(loader):
