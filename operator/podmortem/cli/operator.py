@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import argparse
 import socket
+import ssl
+from dataclasses import replace
 from typing import Any
 
 from podmortem.cli import options as o
 from podmortem.kube.owners import ForeignKind
+from podmortem.logs.settings import HttpSettings
 from podmortem.operator import settings as s
 
 _D = s.OperatorSettings()
@@ -112,6 +115,32 @@ HTTP_AUTH = o.Option(
     "SubjectAccessReview for get pods/log in the namespace; none = anyone who reaches the port",
     "{kubernetes,none}",
 )
+HTTP_TLS_CERT = o.Option(
+    ("--http-tls-cert-file",), "PODMORTEM_HTTP_TLS_CERT_FILE", o.optional_path, None,
+    "PEM certificate (chain) of the log API: serve HTTPS; needs --http-tls-key-file (the chart mounts "
+    "a Secret or a cert-manager Certificate)", "FILE", shown_default="none, plain HTTP",
+)
+HTTP_TLS_KEY = o.Option(
+    ("--http-tls-key-file",), "PODMORTEM_HTTP_TLS_KEY_FILE", o.optional_path, None,
+    "PEM private key of --http-tls-cert-file", "FILE", shown_default="none",
+)
+HTTP_TOKEN_AUDIENCE = o.Option(
+    ("--http-token-audience",), "PODMORTEM_HTTP_TOKEN_AUDIENCE", o.any_text, "",
+    "audience a reader's token must be meant for (TokenReview spec.audiences; comma-separated for "
+    "several), e.g. podmortem: readers use `kubectl create token SA --audience podmortem`, a token the "
+    "operator could not replay against the apiserver", "AUDIENCE", shown_default="the apiserver's own",
+)
+HTTP_MAX_READERS = o.Option(
+    ("--http-max-readers",), "PODMORTEM_HTTP_MAX_READERS",
+    o.whole("a number of readers", low=1, high=100_000),
+    str(_D.log_server.max_readers),
+    "log readers streaming at once (each holds up to ~1 MiB); beyond it 429 with Retry-After", "N",
+)
+HTTP_MAX_READERS_PER_CALLER = o.Option(
+    ("--http-max-readers-per-caller",), "PODMORTEM_HTTP_MAX_READERS_PER_CALLER",
+    o.whole("a number of readers", low=1, high=100_000), str(_D.log_server.max_readers_per_caller),
+    "log readers one user (or one client address without auth) may stream at once", "N",
+)
 LOG_BASE_URL = o.Option(
     ("--log-base-url",), "PODMORTEM_LOG_BASE_URL", o.http_url(paths=True), None,
     "base URL users reach the log API at, written into reports and status.log.url", "URL",
@@ -198,7 +227,8 @@ SERVICE_NAME = o.Option((), "PODMORTEM_SERVICE_NAME", o.dns_label("Service name"
 #: Every option, in the order ``--help`` lists them (``--kubeconfig`` comes first, on its own).
 OPTIONS: tuple[o.Option[Any], ...] = (
     NAMESPACES, STORE_DIR, PROMETHEUS_URL, AGENT_PORT, AGENT_NAMESPACE, AGENT_SELECTOR, AGENT_TOKEN_FILE,
-    LOG_RETENTION, PATCH_PODS, AGENT_RECORD_WAIT, AGENT_ENABLED, HTTP_PORT, HTTP_AUTH, LOG_BASE_URL,
+    LOG_RETENTION, PATCH_PODS, AGENT_RECORD_WAIT, AGENT_ENABLED, HTTP_PORT, HTTP_AUTH, HTTP_TLS_CERT,
+    HTTP_TLS_KEY, HTTP_TOKEN_AUDIENCE, HTTP_MAX_READERS, HTTP_MAX_READERS_PER_CALLER, LOG_BASE_URL,
     STATUS_REFRESH, LEADER_ELECTION, LEASE, LEASE_NAMESPACE, IDENTITY, LEASE_DURATION, RENEW_DEADLINE,
     RETRY_PERIOD, METRICS_PORT, HEALTH_PORT, EARLY_WARNING_EPOCHS, MEMORY_WARNING_RATIO, STATUS_MAX_BYTES,
     ANNOTATION_MAX_BYTES, FOREIGN_KINDS, LOG_LEVEL, SERVICE_NAME,
@@ -230,13 +260,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=run)
 
 
-def _service_url(values: o.Values, http_port: int) -> str:
+def _service_url(values: o.Values, http_port: int, scheme: str) -> str:
     """The in-cluster URL of the chart's Service, when the chart says its name; else empty."""
     service = values.optional(SERVICE_NAME)
     if not service:
         return ""
     namespace = values.env(LEASE_NAMESPACE) or "default"
-    return f"http://{service}.{namespace}.svc:{http_port}"
+    return f"{scheme}://{service}.{namespace}.svc:{http_port}"
+
+
+def _log_server(v: o.Values) -> HttpSettings:
+    cert, key = v.optional(HTTP_TLS_CERT), v.optional(HTTP_TLS_KEY)
+    if (cert is None) != (key is None):
+        raise v.conflict("TLS for the log API needs both a certificate and a key",
+                         HTTP_TLS_CERT, HTTP_TLS_KEY)
+    return replace(
+        _D.log_server, tls_cert_file=cert, tls_key_file=key,
+        max_readers=v.value(HTTP_MAX_READERS), max_readers_per_caller=v.value(HTTP_MAX_READERS_PER_CALLER),
+    )
 
 
 def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
@@ -257,6 +298,8 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
             RETRY_PERIOD, RENEW_DEADLINE, LEASE_DURATION,
         )
     http_port = v.value(HTTP_PORT)
+    log_server = _log_server(v)
+    audiences = tuple(a.strip() for a in v.value(HTTP_TOKEN_AUDIENCE).split(",") if a.strip())
     kinds = v.optional(FOREIGN_KINDS)
     base_url = v.optional(LOG_BASE_URL)
     try:
@@ -281,7 +324,9 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
             annotation_report_max_bytes=v.value(ANNOTATION_MAX_BYTES),
             log_http_port=http_port,
             log_http_auth=v.value(HTTP_AUTH) == "kubernetes",
-            log_base_url=base_url or _service_url(v, http_port),
+            log_http_token_audiences=audiences,
+            log_server=log_server,
+            log_base_url=base_url or _service_url(v, http_port, log_server.scheme),
             last_log_line_interval_s=v.value(STATUS_REFRESH),
             leader_election=(
                 s.LeaderElectionSettings(
@@ -309,6 +354,12 @@ def check_startup(args: argparse.Namespace, settings: s.OperatorSettings) -> Non
     """What needs the file system or the network: the store can be written, the ports are free."""
     v = o.Values(args)
     o.check_directory(v, STORE_DIR, settings.store_dir)
+    try:
+        settings.log_server.ssl_context()
+    except (OSError, ssl.SSLError) as exc:
+        reason = (exc.strerror or str(exc)) if not isinstance(exc, ssl.SSLError) else (exc.reason or str(exc))
+        raise v.conflict(f"cannot load the log API's TLS certificate and key: {reason}",
+                         HTTP_TLS_CERT, HTTP_TLS_KEY) from None
     o.check_listen(
         v,
         settings.listen_host,

@@ -24,13 +24,16 @@ with invalid bytes as lone surrogates (``\\udcXX``), so it round-trips exactly.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import hashlib
 import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -38,6 +41,7 @@ from aiohttp import web
 from podmortem.errors import PodmortemError
 from podmortem.logs import auth, reading, store, timestamps
 from podmortem.logs.events import GapMarker, LogEnd
+from podmortem.logs.settings import HttpSettings
 
 logger = logging.getLogger(__name__)
 
@@ -50,16 +54,6 @@ _FALSE = {"false", "0", "no", ""}
 _DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:h|m|s|ms|us|µs|ns))+$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
 _UNIT_NS = {"h": 3600e9, "m": 60e9, "s": 1e9, "ms": 1e6, "us": 1e3, "µs": 1e3, "ns": 1.0}
-
-
-@dataclass(frozen=True)
-class HttpSettings:
-    """Where the log server listens."""
-
-    #: Address to bind. Default all interfaces: the Service in front decides who reaches it.
-    host: str = "0.0.0.0"
-    #: TCP port. Default 8080, the usual unprivileged HTTP port (the chart's Service maps it).
-    port: int = 8080
 
 
 class BadParams(PodmortemError, ValueError):
@@ -83,29 +77,40 @@ def _bool(name: str, value: str) -> bool:
         return True
     if v in _FALSE:
         return False
-    raise BadParams(f"{name} must be true or false, not {value!r}")
+    raise BadParams(f"{name} must be true or false, not {_clip(value)!r}")
 
 
 def parse_since(value: str, *, now_ns: int | None = None) -> int:
     """``since``: an RFC3339 time, or a duration back from now (Go syntax: ``90s``, ``1h30m``)."""
     value = value.strip()
+    bad = BadParams(
+        "since must be an RFC3339 time (2024-05-01T12:00:00Z) or a duration (10m, 1h30m), "
+        f"not {_clip(value)!r}"
+    )
+    if len(value) > 64:
+        raise bad
     if _DURATION.match(value):
         ns = sum(float(n) * _UNIT_NS[u] for n, u in _DURATION_PART.findall(value))
         now = time.time_ns() if now_ns is None else now_ns
+        if not ns < now:  # inf, or before 1970: everything stored is newer
+            return 0
         return now - int(ns)
     try:
         return timestamps.parse_ns(value.encode())
-    except (ValueError, UnicodeEncodeError) as exc:
-        raise BadParams(
-            f"since must be an RFC3339 time (2024-05-01T12:00:00Z) or a duration (10m, 1h30m), not {value!r}"
-        ) from exc
+    except (ValueError, OverflowError, UnicodeEncodeError) as exc:
+        raise bad from exc
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def parse_query(params: Any) -> LogQuery:
     """Validate the query string; every problem is a ``BadParams`` with a message for the user."""
     unknown = sorted(set(params) - _ALLOWED)
     if unknown:
-        raise BadParams(f"unknown parameter(s): {', '.join(unknown)}; allowed: {', '.join(sorted(_ALLOWED))}")
+        shown = ", ".join(_clip(name, 40) for name in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise BadParams(f"unknown parameter(s): {shown}; allowed: {', '.join(sorted(_ALLOWED))}")
     for name in set(params):
         if len(params.getall(name)) > 1:
             raise BadParams(f"parameter {name} given more than once")
@@ -120,14 +125,14 @@ def parse_query(params: Any) -> LogQuery:
         raw = params["tail"].strip()
         if raw == "-1":
             tail = None  # kubectl's "all"
-        elif raw.isdigit():
+        elif raw.isascii() and raw.isdigit() and len(raw) <= 18:
             tail = int(raw)
         else:
-            raise BadParams(f"tail must be a whole number of lines >= 0 (or -1 for all), not {raw!r}")
+            raise BadParams(f"tail must be a whole number of lines >= 0 (or -1 for all), not {_clip(raw)!r}")
     since = parse_since(params["since"]) if params.get("since") else None
     fmt = params.get("format", "text")
     if fmt not in ("text", "jsonl"):
-        raise BadParams(f"format must be text or jsonl, not {fmt!r}")
+        raise BadParams(f"format must be text or jsonl, not {_clip(fmt)!r}")
     return LogQuery(
         container=container,
         tail=tail,
@@ -182,24 +187,119 @@ def render_jsonl(item: reading.LogItem) -> bytes:
     return (json.dumps(record) + "\n").encode()
 
 
+STOPPING = web.AppKey("podmortem_log_server_stopping", asyncio.Event)
+SETTINGS = web.AppKey("podmortem_log_server_settings", HttpSettings)
+
+#: What a following reader gets when the server stops under it.
+STOPPING_MARKER = b"--- podmortem: the log server is stopping; reconnect to read on ---\n"
+
+
+class TooManyReaders(PodmortemError):
+    """Beyond a reader cap: 429 with Retry-After."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class ReaderSlots:
+    """Counts streaming readers, in total and per caller; a slot is held for a whole response."""
+
+    total: int
+    per_caller: int
+    active: int = 0
+    by_caller: dict[str, int] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def hold(self, caller: str) -> Iterator[None]:
+        if self.active >= self.total:
+            raise TooManyReaders(
+                f"the log server is serving its limit of {self.total} readers; retry later", 5
+            )
+        mine = self.by_caller.get(caller, 0)
+        if mine >= self.per_caller:
+            raise TooManyReaders(f"you already have {mine} log readers open (the limit per caller); "
+                                 "close one or retry later", 5)
+        self.active += 1
+        self.by_caller[caller] = mine + 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+            left = self.by_caller[caller] - 1
+            if left:
+                self.by_caller[caller] = left
+            else:
+                del self.by_caller[caller]
+
+
+@dataclass
+class FailureBudget:
+    """Failed authentications per client address in the current minute (a token sprayer gets 429)."""
+
+    per_minute: int
+    minute: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def _roll(self) -> None:
+        minute = int(time.monotonic() // 60)
+        if minute != self.minute:
+            self.minute, self.counts = minute, {}
+
+    def exhausted(self, peer: str) -> bool:
+        self._roll()
+        return self.counts.get(peer, 0) >= self.per_minute
+
+    def spend(self, peer: str) -> None:
+        self._roll()
+        self.counts[peer] = self.counts.get(peer, 0) + 1
+
+
+SLOTS = web.AppKey("podmortem_log_reader_slots", ReaderSlots)
+FAILURES = web.AppKey("podmortem_log_auth_failures", FailureBudget)
+
+
+def _peer(request: web.Request) -> str:
+    return request.remote or "unknown"
+
+
 async def get_logs(request: web.Request) -> web.StreamResponse:
     namespace = request.match_info["namespace"]
     pod = request.match_info["pod"]
-    reviewer = request.app[REVIEWER]
+    # Everything that needs no API call is checked first: a bad name costs no review.
     try:
-        await reviewer.check(authorization=request.headers.get("Authorization"), namespace=namespace)
-    except auth.AccessError as exc:
-        headers = {"WWW-Authenticate": 'Bearer realm="podmortem"'} if exc.status == 401 else {}
-        return _error(exc.status, str(exc), **headers)
-    try:
-        query = parse_query(request.query)
         store.check_name("namespace", namespace)
         store.check_name("pod", pod)
+        query = parse_query(request.query)
     except (BadParams, ValueError) as exc:
         return _error(400, str(exc))
+    peer = _peer(request)
+    failures = request.app[FAILURES]
+    if failures.exhausted(peer):
+        return _error(429, "too many failed authentications from this address; retry in a minute",
+                      **{"Retry-After": "60"})
+    try:
+        user = await request.app[REVIEWER].check(
+            authorization=request.headers.get("Authorization"), namespace=namespace
+        )
+    except auth.AccessError as exc:
+        if isinstance(exc, auth.Unauthenticated):
+            failures.spend(peer)
+        headers = {"WWW-Authenticate": 'Bearer realm="podmortem"'} if exc.status == 401 else {}
+        return _error(exc.status, str(exc), **headers)
+    caller = peer if user is auth.ANONYMOUS else "user:" + hashlib.sha256(user.name.encode()).hexdigest()
+    try:
+        with request.app[SLOTS].hold(caller):
+            return await _serve_log(request, namespace, pod, query)
+    except TooManyReaders as exc:
+        return _error(429, str(exc), **{"Retry-After": str(exc.retry_after_s)})
+
+
+async def _serve_log(request: web.Request, namespace: str, pod: str, query: LogQuery) -> web.StreamResponse:
     log_store = request.app[STORE]
     try:
-        inst = log_store.find(
+        inst = await log_store.find_async(
             namespace=namespace, pod=pod, container=query.container, previous=query.previous
         )
     except store.ContainerRequired as exc:
@@ -216,11 +316,26 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
     })
     response.enable_chunked_encoding()
     await response.prepare(request)
+    stopping = request.app[STOPPING]
+    deadline = request.app[SETTINGS].write_deadline_s
     try:
-        async for item in reading.read(inst, since_ns=query.since_ns, tail=query.tail, follow=query.follow):
+        async for item in reading.read(inst, since_ns=query.since_ns, tail=query.tail, follow=query.follow,
+                                       stop=stopping):
             data = render_jsonl(item) if query.jsonl else render_text(item, with_timestamps=query.timestamps)
             if data:
-                await response.write(data)
+                # A reader that leaves a full socket buffer unread this long is dropped: its
+                # slot and its chunk are freed for readers that read.
+                async with asyncio.timeout(deadline):
+                    await response.write(data)
+                del data
+        if stopping.is_set() and query.follow:
+            async with asyncio.timeout(1.0):
+                await response.write(render_jsonl_stop() if query.jsonl else STOPPING_MARKER)
+    except TimeoutError:
+        logger.info("dropped a log reader of %s/%s that read nothing for %.0f s", namespace, pod, deadline)
+        if request.transport is not None:
+            request.transport.abort()
+        return response
     except (ConnectionResetError, ConnectionError):
         logger.debug("log reader of %s/%s went away", namespace, pod)
         return response
@@ -228,13 +343,34 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
     return response
 
 
-def make_app(*, log_store: store.LogStore, reviewer: auth.Reviewer) -> web.Application:
+def render_jsonl_stop() -> bytes:
+    return (json.dumps({"type": "server-stopping"}) + "\n").encode()
+
+
+def make_app(*, log_store: store.LogStore, reviewer: auth.Reviewer,
+             settings: HttpSettings | None = None) -> web.Application:
     """The aiohttp application serving ``GET /logs/{namespace}/{pod}`` from ``log_store``."""
+    settings = settings or HttpSettings()
     app = web.Application()
     app[STORE] = log_store
     app[REVIEWER] = reviewer
+    app[SETTINGS] = settings
+    app[STOPPING] = asyncio.Event()
+    app[SLOTS] = ReaderSlots(total=settings.max_readers, per_caller=settings.max_readers_per_caller)
+    app[FAILURES] = FailureBudget(per_minute=settings.auth_failures_per_minute)
     app.router.add_get("/logs/{namespace}/{pod}", get_logs)
+
+    async def tell_readers_to_stop(app: web.Application) -> None:
+        app[STOPPING].set()  # runs before aiohttp waits for open requests to finish
+
+    app.on_shutdown.append(tell_readers_to_stop)
     return app
+
+
+def runner(app: web.Application, settings: HttpSettings) -> web.AppRunner:
+    """An ``AppRunner`` with the server's timeouts: the header/idle cut and the shutdown wait."""
+    return web.AppRunner(app, access_log=None, keepalive_timeout=settings.header_timeout_s,
+                         shutdown_timeout=settings.shutdown_timeout_s)
 
 
 @asynccontextmanager
@@ -243,13 +379,13 @@ async def serve(
 ) -> AsyncIterator[web.AppRunner]:
     """Run the log server on ``settings.host:port`` for the duration of the ``async with``."""
     settings = settings or HttpSettings()
-    runner = web.AppRunner(make_app(log_store=log_store, reviewer=reviewer), access_log=None)
-    await runner.setup()
+    run = runner(make_app(log_store=log_store, reviewer=reviewer, settings=settings), settings)
+    await run.setup()
     try:
-        site = web.TCPSite(runner, settings.host, settings.port)
+        site = web.TCPSite(run, settings.host, settings.port, ssl_context=settings.ssl_context())
         await site.start()
-        logger.info("serving stored pod logs on http://%s:%d/logs/{namespace}/{pod}",
-                    settings.host, settings.port)
-        yield runner
+        logger.info("serving stored pod logs on %s://%s:%d/logs/{namespace}/{pod}",
+                    settings.scheme, settings.host, settings.port)
+        yield run
     finally:
-        await runner.cleanup()
+        await run.cleanup()

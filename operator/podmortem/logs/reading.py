@@ -23,8 +23,9 @@ from podmortem.logs import segments, store
 from podmortem.logs.events import GapMarker, GapReason, LogEnd, LogLine
 from podmortem.logs.store import Instance
 
-#: Bytes read from a segment per worker-thread call (at least one whole batch).
-READ_CHUNK = 1 << 20
+#: Bytes read from a segment per worker-thread call (at least one whole batch). 256 KiB: large
+#: enough that a thread hop is rare per MB served, small enough that 256 stalled readers hold 64 MiB.
+READ_CHUNK = 256 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +151,13 @@ async def read(
     since_ns: int | None = None,
     tail: int | None = None,
     follow: bool = False,
+    stop: asyncio.Event | None = None,
 ) -> AsyncIterator[LogItem]:
     """Yield a container instance's stored log in order, optionally waiting for more.
 
     ``tail``: only the last N lines (as of the call); ``since_ns``: only lines at or after
     this time. Gap markers within the range come in place; the end marker comes last.
+    ``stop``: when set, a follow ends at the next wait (the server is shutting down).
     """
     if tail is not None and tail < 0:
         raise ValueError("tail must be >= 0")
@@ -201,9 +204,21 @@ async def read(
             if inst.active_seq is None or inst.committed_size(inst.active_seq) is None:
                 yield inst.ended  # its segments are gone, but the end is known
             return
-        if not follow or inst.superseded:
+        if not follow or inst.superseded or (stop is not None and stop.is_set()):
             return
-        await changed.wait()
+        if stop is None:
+            await changed.wait()
+        else:
+            await _either(changed, stop)
+
+
+async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
+    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 def _item(

@@ -1,8 +1,10 @@
-"""Tunables of the log follower, each with its unit and the reason for its default."""
+"""Tunables of the log follower and the log server, each with its unit and the reason for its default."""
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -74,3 +76,65 @@ class FollowSettings:
     def backoff(self, attempt: int) -> float:
         """The back-off before retry number ``attempt`` (0-based), before jitter."""
         return float(min(self.backoff_max_s, self.backoff_min_s * (2 ** min(attempt, 30))))
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """How the log server listens, and the bounds that keep it inside the operator's memory limit.
+
+    The server shares a process with kopf and every follower, so every reader is bounded: how many
+    may read at once (in total and per caller), how much each holds (one read chunk), and how long
+    a reader may leave a write unread before it is dropped.
+    """
+
+    #: Address to bind. Default all interfaces: the Service in front decides who reaches it.
+    host: str = "0.0.0.0"
+    #: TCP port. Default 8080, the usual unprivileged HTTP port (the chart's Service maps it).
+    port: int = 8080
+    #: Readers streaming at once, all callers together. Default 256: each holds at most about
+    #: ``reading.READ_CHUNK`` twice (read and rendered) plus the socket buffer, ~1 MiB, so the whole
+    #: server stays near 256 MiB in the worst case; beyond it a reader gets 429 and Retry-After.
+    max_readers: int = 256
+    #: Readers streaming at once per caller (the authenticated user, or the client address when
+    #: authentication is off). Default 32: a dashboard following a job's pods, not a whole cluster.
+    max_readers_per_caller: int = 32
+    #: Seconds a reader may leave one write unread (a full socket buffer) before it is dropped.
+    #: Default 60 s: far longer than any live client needs, short enough that stalled ones go.
+    write_deadline_s: float = 60.0
+    #: Seconds a connection may take to send a complete request, and may stay idle between
+    #: requests. Default 15 s: a client that sends nothing (or a header a byte at a time) is cut.
+    header_timeout_s: float = 15.0
+    #: Seconds open requests get to finish at shutdown, after following readers were told to stop.
+    #: Default 2 s, so the whole operator stops well within the chart's 30 s grace period.
+    shutdown_timeout_s: float = 2.0
+    #: Failed authentications one client address may cause per minute before it gets 429 without
+    #: a TokenReview. Default 30: a user retyping a token is never stopped; a token sprayer is.
+    auth_failures_per_minute: int = 30
+    #: PEM certificate chain and key: serve HTTPS instead of HTTP (both or neither).
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_readers", "max_readers_per_caller", "auth_failures_per_minute"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("write_deadline_s", "header_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.shutdown_timeout_s < 0:
+            raise ValueError(f"shutdown_timeout_s must be >= 0, got {self.shutdown_timeout_s}")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("TLS needs both a certificate file and a key file")
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert_file is not None else "http"
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The server's TLS context, or None for plain HTTP; a bad file raises ``OSError``/``SSLError``."""
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+        return context

@@ -78,7 +78,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+#: Matched whole (``fullmatch``): ``$`` would let a trailing newline through into a path.
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _LOCK_NAME = ".lock"
 
 
@@ -130,8 +131,9 @@ class ContainerRequired(StoreError):
 
 def check_name(kind: str, name: str) -> str:
     """Accept only Kubernetes object names: they become path components."""
-    if not _NAME.match(name):
-        raise ValueError(f"{kind} {name!r} is not a valid Kubernetes name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        shown = name if not isinstance(name, str) or len(name) <= 80 else name[:80] + "..."
+        raise ValueError(f"{kind} {shown!r} is not a valid Kubernetes name")
     return name
 
 
@@ -309,7 +311,8 @@ class Pod:
         self.load_lock = asyncio.Lock()
 
     def container_names(self) -> list[str]:
-        names = set(self.instances)
+        """Containers with a stored log: on disk, or created here (never a name only asked about)."""
+        names = {name for name, insts in self.instances.items() if insts}
         with contextlib.suppress(FileNotFoundError):
             names.update(p.name for p in self.path.iterdir() if p.is_dir())
         return sorted(names)
@@ -445,9 +448,10 @@ class LogStore:
         if pod is not None:
             return pod
         path = self._find_pod_dir(namespace, name)
-        if path is None and not create:
+        if path is None and not create and self.read_only:
             # Not indexed: a directory another process made since the scan (a read-only store
             # over a live one) must still be found, so scan the namespace again before giving up.
+            # (A writable store made every directory itself: no rescan per unknown name.)
             self._pod_dirs.pop(namespace, None)
             path = self._find_pod_dir(namespace, name)
         if path is not None:
@@ -795,32 +799,54 @@ class LogStore:
     def instances(self, *, namespace: str, pod: str, container: str) -> list[Instance]:
         """Every stored instance of a container, oldest first (one per container restart)."""
         self._check_open()
-        return list(self._instances(self._pod(namespace, pod), check_name("container", container)))
+        p = self._pod(namespace, pod)
+        if check_name("container", container) not in p.container_names():
+            return []  # nothing cached for a name that was only asked about
+        return list(self._instances(p, container))
+
+    def _choose(self, p: Pod, container: str | None) -> str:
+        names = p.container_names()
+        if container is None:
+            if len(names) == 1:
+                return names[0]
+            if not names:
+                raise LogNotFound(f"no stored log for pod {p.namespace}/{p.name}")
+            raise ContainerRequired(
+                f"pod {p.namespace}/{p.name} has several containers; choose one of: {', '.join(names)}", names
+            )
+        check_name("container", container)
+        if container not in names:
+            # Not loaded, not cached: a request for any name must not change what the next one sees.
+            raise LogNotFound(f"no stored log for container {container!r} of pod {p.namespace}/{p.name}")
+        return container
+
+    @staticmethod
+    def _pick(p: Pod, container: str, insts: list[Instance], previous: bool) -> Instance:
+        if not insts:
+            raise LogNotFound(f"no stored log for container {container!r} of pod {p.namespace}/{p.name}")
+        if previous:
+            if len(insts) < 2:
+                raise LogNotFound(
+                    f"no previous instance of container {container!r} of pod {p.namespace}/{p.name}"
+                )
+            return insts[-2]
+        return insts[-1]
 
     def find(self, *, namespace: str, pod: str, container: str | None = None,
              previous: bool = False) -> Instance:
         """The stored instance to read: the latest of the container, or the one before it."""
         self._check_open()
         p = self._pod(namespace, pod)
-        names = p.container_names()
-        if container is None:
-            if len(names) == 1:
-                container = names[0]
-            elif not names:
-                raise LogNotFound(f"no stored log for pod {namespace}/{pod}")
-            else:
-                raise ContainerRequired(
-                    f"pod {namespace}/{pod} has several containers; choose one of: {', '.join(names)}", names
-                )
-        check_name("container", container)
-        insts = self._instances(p, container)
-        if not insts:
-            raise LogNotFound(f"no stored log for container {container!r} of pod {namespace}/{pod}")
-        if previous:
-            if len(insts) < 2:
-                raise LogNotFound(f"no previous instance of container {container!r} of pod {namespace}/{pod}")
-            return insts[-2]
-        return insts[-1]
+        name = self._choose(p, container)
+        return self._pick(p, name, self._instances(p, name), previous)
+
+    async def find_async(self, *, namespace: str, pod: str, container: str | None = None,
+                         previous: bool = False) -> Instance:
+        """`find`, loading a container's instances off the event loop (a server's path)."""
+        self._check_open()
+        p = self._pod(namespace, pod)
+        name = self._choose(p, container)
+        return self._pick(p, name, await self._instances_off_loop(p, name), previous)
 
 
 def _fsync_all(fds: list[int], dirs: list[Path]) -> None:

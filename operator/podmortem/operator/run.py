@@ -33,7 +33,7 @@ from podmortem.logs import http as log_http
 from podmortem.logs import kube as logs_kube
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.retention import RetentionSettings
-from podmortem.logs.settings import FollowSettings
+from podmortem.logs.settings import FollowSettings, HttpSettings
 from podmortem.logs.store import LogStore, StoreSettings
 from podmortem.operator import handlers as registry_mod
 from podmortem.operator.agent_client import AgentClient
@@ -108,23 +108,31 @@ async def probe_servers(
     health_app.router.add_get("/readyz", readyz)
     runners = []
     urls = []
-    apps = [(metrics_app, settings.metrics_port), (health_app, settings.health_port)]
+    log = settings.log_server
+    apps: list[tuple[web.Application, int, HttpSettings | None]] = [
+        (metrics_app, settings.metrics_port, None), (health_app, settings.health_port, None),
+    ]
     if log_app is not None:
-        apps.append((log_app, settings.log_http_port))
+        apps.append((log_app, settings.log_http_port, log))
     try:
-        for app, port in apps:
-            runner = web.AppRunner(app, access_log=None)
+        for app, port, log_settings in apps:
+            if log_settings is None:
+                runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+            else:
+                runner = log_http.runner(app, log_settings)
             await runner.setup()
             runners.append(runner)
-            site = web.TCPSite(runner, settings.listen_host, port)
+            tls = log_settings.ssl_context() if log_settings is not None else None
+            site = web.TCPSite(runner, settings.listen_host, port, ssl_context=tls)
             await site.start()
             real_port = port
             for address in runner.addresses:
                 real_port = int(address[1])
             host = "127.0.0.1" if settings.listen_host in ("0.0.0.0", "") else settings.listen_host
-            urls.append(f"http://{host}:{real_port}")
+            urls.append(f"{'https' if tls is not None else 'http'}://{host}:{real_port}")
         yield urls[0], urls[1], (urls[2] if log_app is not None else "")
     finally:
+        # The log server first: its following readers get their end marker while the store is open.
         for runner in reversed(runners):
             await runner.cleanup()
 
@@ -233,10 +241,11 @@ async def run_operator(
         reviewer = log_auth.Reviewer(
             api=api_client if settings.log_http_auth else None,
             settings=log_auth.AuthSettings(
-                authenticate=settings.log_http_auth, authorize=settings.log_http_auth
+                authenticate=settings.log_http_auth, authorize=settings.log_http_auth,
+                audiences=settings.log_http_token_audiences,
             ),
         )
-        log_app = log_http.make_app(log_store=store, reviewer=reviewer)
+        log_app = log_http.make_app(log_store=store, reviewer=reviewer, settings=settings.log_server)
         registry = registry_mod.build(service=service, settings=settings, connection=connection)
         async with probe_servers(settings, is_ready=is_ready, is_alive=is_alive, log_app=log_app) as urls:
             handles.metrics_url, handles.health_url, handles.log_url = urls

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, ForeignKind
+from podmortem.logs.settings import HttpSettings
 
 #: The API coordinates of the TrainingJob custom resource.
 TRAININGJOB_GROUP = "podmortem.io"
@@ -160,6 +161,13 @@ class OperatorSettings:
     #: Whether the log HTTP API checks bearer tokens with TokenReview/SubjectAccessReview
     #: (``PODMORTEM_HTTP_AUTH=kubernetes``); off (``none``) only behind a port-forward.
     log_http_auth: bool = True
+    #: Audiences a reader's token must be meant for (TokenReview ``spec.audiences``), e.g.
+    #: ``podmortem``: readers then use bound tokens the operator could not replay against the
+    #: apiserver. Empty: the apiserver's own audience, as ``kubectl`` tokens have.
+    log_http_token_audiences: tuple[str, ...] = ()
+    #: The log server's reader caps, timeouts and TLS (its port is ``log_http_port``, its
+    #: address ``listen_host``; those two fields of it are not used).
+    log_server: HttpSettings = field(default_factory=HttpSettings)
     #: Base URL under which users reach the log HTTP API (``http://podmortem.podmortem.svc:8080``);
     #: reports and ``status.log.url`` put ``/logs/{namespace}/{pod}`` after it. Empty writes the
     #: path alone, since the operator cannot know how (or whether) users reach its Service.
