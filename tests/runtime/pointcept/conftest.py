@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Iterator
 from types import ModuleType
 
+import numpy as np
 import pytest
 import torch
 
@@ -27,8 +28,6 @@ def _ours(name: str) -> bool:
 
 
 def _warm_dense_path() -> None:
-    import numpy as np
-
     from podmortem_runtime import insseg
 
     masks = np.zeros((1, 200), dtype=np.int32)
@@ -57,6 +56,9 @@ def pointcept() -> Iterator[ModuleType]:
     # CPU instead of CUDA: Pointcept moves the model and every batch with .cuda().
     patch.setattr(torch.Tensor, "cuda", lambda self, *args, **kwargs: self)
     patch.setattr(torch.nn.Module, "cuda", lambda self, *args, **kwargs: self)
+    if not hasattr(np, "in1d"):
+        # Pointcept's InsSegEvaluator calls np.in1d, removed in NumPy 2.4; isin is its documented successor.
+        patch.setattr(np, "in1d", standins.in1d, raising=False)
     try:
         with warnings.catch_warnings():
             # Pointcept's own modules use torch.jit.script, deprecated in torch 2.13; not ours to fix.

@@ -13,7 +13,8 @@ A stood-in module answers every attribute with a placeholder class, so that
 ``class X(spconv.SparseModule)`` or ``from timm.layers import DropPath`` at import
 time works; calling a placeholder raises `StandInCalled`, so no test can pass by
 running a stand-in by accident. Where a test does need behaviour, it comes from
-the few CPU implementations below, each marked as a stand-in too:
+the few CPU implementations below, each marked as a stand-in too (and
+``numpy.in1d``, which Pointcept's evaluator calls and NumPy 2.4 removed, as ``isin``):
 ``pointops.knn_query`` (brute force) and ``pointgroup_ops``' ball query and BFS
 clustering (a plain CPU version of PointGroup's CUDA op, for small scenes).
 """
@@ -162,6 +163,13 @@ def uninstall() -> None:
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, StandInFinder)]
     while str(POINTCEPT) in sys.path:
         sys.path.remove(str(POINTCEPT))
+
+
+def in1d(ar1: Any, ar2: Any, assume_unique: bool = False, invert: bool = False) -> Any:
+    """``numpy.in1d`` (removed in NumPy 2.4, called by Pointcept's InsSegEvaluator): ``isin`` flattened."""
+    import numpy as np
+
+    return np.isin(np.asarray(ar1).ravel(), ar2, assume_unique=assume_unique, invert=invert)
 
 
 # -- the CPU behaviour some tests need --------------------------------------------------------------

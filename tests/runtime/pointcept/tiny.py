@@ -26,7 +26,7 @@ SEGMENT_IGNORE = (-1, 0, 1)
 
 
 def make_scene(
-    seed: int, *, n_objects: int = 4, per_object: int = 160, background: int = 200
+    seed: int, *, n_objects: int = 4, per_object: int = 240, background: int = 200
 ) -> dict[str, Any]:
     """A scene of well-separated blobs (objects of classes 2-5) on a wall/floor background.
 
