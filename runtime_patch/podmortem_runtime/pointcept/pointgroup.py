@@ -10,7 +10,7 @@ In a Pointcept fork, call `patch_point_group` once before building the model
 (e.g. in ``tools/train.py`` after the imports)::
 
     from podmortem_runtime.pointcept.pointgroup import patch_point_group
-    patch_point_group()   # PointGroup (PG-v1m1) now returns SparseMasks in eval mode
+    patch_point_group()   # PointGroup (PG-v1m1, PG-v1m2) now returns SparseMasks in eval mode
 
 Training is untouched; in eval mode the loss comes from the model's own forward.
 """
@@ -120,24 +120,47 @@ def lean_proposals(
     )
 
 
+def _point_group_classes() -> list[Any]:
+    """PointGroup's classes in this Pointcept: PG-v1m1 and, where it exists, PG-v1m2 (custom criteria).
+
+    PG-v1m2 is the one Pointcept's PTv3 PointGroup config uses; both share the eval branch.
+    """
+    from pointcept.models.point_group.point_group_v1m1_base import PointGroup
+
+    classes = [PointGroup]
+    try:
+        from pointcept.models.point_group.point_group_v1m2_custom_criteria import (
+            PointGroup as PointGroupCustomCriteria,
+        )
+    except ImportError:
+        return classes
+    return [*classes, PointGroupCustomCriteria]
+
+
 def patch_point_group(point_group_cls: Any = None) -> Callable[[], None]:
     """Make PointGroup's eval forward return `SparseMasks`; returns a function that undoes it.
 
+    ``point_group_cls`` None patches every PointGroup class Pointcept has (PG-v1m1, PG-v1m2).
     Idempotent. The loss part still runs the model's own forward (with the eval
     branch switched off for that call); ``bias_head``/``seg_head`` outputs are
-    captured by forward hooks, so the backbone runs once.
+    captured by forward hooks, so the backbone runs once. Extra forward arguments
+    (PG-v1m2's ``return_point``) pass through.
     """
     if point_group_cls is None:
-        from pointcept.models.point_group.point_group_v1m1_base import PointGroup
+        undos = [patch_point_group(cls) for cls in _point_group_classes()]
 
-        point_group_cls = PointGroup
+        def undo_all() -> None:
+            for undo_one in reversed(undos):
+                undo_one()
+
+        return undo_all
     original = point_group_cls.forward
     if getattr(original, "__podmortem_lean__", False):
         return lambda: None
 
-    def forward(self: Any, data_dict: dict[str, Any]) -> dict[str, Any]:
-        if self.training:
-            return original(self, data_dict)  # type: ignore[no-any-return]
+    def forward(self: Any, data_dict: dict[str, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if self.training or any(args) or any(kwargs.values()):  # e.g. return_point=True
+            return original(self, data_dict, *args, **kwargs)  # type: ignore[no-any-return]
         captured: dict[str, torch.Tensor] = {}
         handles = [
             self.bias_head.register_forward_hook(lambda m, i, o: captured.__setitem__("bias", o)),
