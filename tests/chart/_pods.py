@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from podmortem_demo.emulated.tls import Pki
+
 from . import _render
 
 NODE = "node-a"
@@ -59,7 +61,7 @@ def _field(path: str, *, pod: str, namespace: str) -> str:
 
 
 def materialize(rendered: _render.Rendered, workload: dict[str, Any], *, podmortem: str, tmp: Path,
-                base_env: dict[str, str]) -> PodProcess:
+                base_env: dict[str, str], pki: Pki | None = None) -> PodProcess:
     """The first container of ``workload`` as a local process (see the module docstring)."""
     spec = workload["spec"]["template"]["spec"]
     container = spec["containers"][0]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import helm_python as helm
 import pytest
 
-from . import _render
+from . import _render, _story
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +40,21 @@ def rendered(
 @pytest.fixture(scope="session")
 def default_rendered(chart: helm.Chart) -> _render.Rendered:
     return _render.render(chart, {})
+
+
+@pytest.fixture(scope="session")
+def story_of(chart: helm.Chart, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], _story.Story]:
+    """A scenario's full story (``_story``), run once per session: the pods-start test and the
+    RBAC test read the same run."""
+    pytest.importorskip("cryptography")
+    from podmortem_demo.emulated.tls import make_pki
+
+    pki = make_pki()
+    done: dict[str, _story.Story] = {}
+
+    def story_of(scenario: str) -> _story.Story:
+        if scenario not in done:
+            done[scenario] = _story.run(chart, pki, scenario, tmp_path_factory.mktemp(f"story-{scenario}"))
+        return done[scenario]
+
+    return story_of

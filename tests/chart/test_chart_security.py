@@ -119,9 +119,9 @@ def test_operator_gets_what_it_needs(rendered: _render.Rendered, scenario: str) 
         ("", "pods", "create"),
         ("", "pods/log", "get"),
         ("", "events", "create"),
-        ("events.k8s.io", "events", "create"),
+        ("podmortem.io", "trainingjobs", "get"),
+        ("podmortem.io", "trainingjobs", "list"),
         ("podmortem.io", "trainingjobs", "watch"),
-        ("podmortem.io", "trainingjobs", "patch"),
         ("podmortem.io", "trainingjobs/status", "patch"),
     }
     kinds = values.get("foreignKinds", [{"group": "batch", "resource": "jobs"}])

@@ -8,6 +8,7 @@ pods with :meth:`PodLogsApi.add_pod`, make containers write with
 
 from podmortem_demo.emulated import faults
 from podmortem_demo.emulated.apiserver import KubernetesApi, write_kubeconfig
+from podmortem_demo.emulated.calls import ApiCall
 from podmortem_demo.emulated.cluster import kubeconfig_for, running_cluster
 from podmortem_demo.emulated.kubelet import (
     Container,
@@ -17,12 +18,16 @@ from podmortem_demo.emulated.kubelet import (
     plain_text,
     repetitive_text,
 )
+from podmortem_demo.emulated.reviews import ReviewedToken, Reviews
 
 __all__ = [
+    "ApiCall",
     "Container",
     "KubernetesApi",
     "Pod",
     "PodLogsApi",
+    "ReviewedToken",
+    "Reviews",
     "awkward_text",
     "faults",
     "kubeconfig_for",

@@ -7,6 +7,10 @@ answers 415 to a patch whose content type the real apiserver would refuse.
 here: list and watch (kopf opens them when it watches chosen namespaces), get,
 create and label (``kubectl create namespace``, ``kubectl label namespace``),
 from the namespaces the stored objects are in plus :attr:`KubernetesApi.namespaces`.
+TokenReviews and SubjectAccessReviews are answered from :attr:`KubernetesApi.reviews`.
+With :attr:`KubernetesApi.record_calls` on, every request's attributes (verb, group,
+resource, namespace...: :mod:`podmortem_demo.emulated.calls`) are kept in
+:attr:`KubernetesApi.calls`, for comparing what a client does with its RBAC rules.
 Its other known gaps are left as they are and listed here so users are not
 surprised: watches replay every object as ADDED and ignore ``resourceVersion``
 and ``timeoutSeconds``.
@@ -27,6 +31,9 @@ import aiohttp.web
 import attrs
 import kmock
 import yaml
+
+from podmortem_demo.emulated import calls as calls_mod
+from podmortem_demo.emulated import reviews as reviews_mod
 
 #: Content types the apiserver accepts on PATCH.
 PATCH_CONTENT_TYPES = frozenset({
@@ -57,9 +64,19 @@ class KubernetesApi(kmock.KubernetesEmulator):
     namespaces: set[str] = attrs.field(factory=lambda: {"default"}, kw_only=True)
     #: Labels of namespaces, as ``kubectl label namespace`` sets them.
     namespace_labels: dict[str, dict[str, str]] = attrs.field(factory=dict, init=False)
+    #: Answers to TokenReviews and SubjectAccessReviews (the log API's access checks).
+    reviews: reviews_mod.Reviews = attrs.field(factory=reviews_mod.Reviews, kw_only=True)
+    #: Keep every request's attributes in :attr:`calls` (off: nothing is kept).
+    record_calls: bool = attrs.field(default=False, kw_only=True)
+    calls: list[calls_mod.ApiCall] = attrs.field(factory=list, init=False)
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         path = raw_request.path.rstrip("/")
+        if self.record_calls:
+            self.calls.append(calls_mod.attributes(raw_request.method, raw_request.path, raw_request.query,
+                                                   user=_user(raw_request.headers, raw_request.transport)))
+        if raw_request.method == "POST" and path in (reviews_mod.TOKEN_REVIEWS, reviews_mod.ACCESS_REVIEWS):
+            return await self._serve_review(raw_request, path)
         if path.startswith("/openapi/"):
             return self._serve_openapi(path)
         if path == "/api/v1/namespaces" or (path.startswith("/api/v1/namespaces/") and path.count("/") == 4):
@@ -113,6 +130,19 @@ class KubernetesApi(kmock.KubernetesEmulator):
             return True
         scheme, _, token = (headers.get("Authorization") or "").partition(" ")
         return scheme.lower() == "bearer" and token.strip() in self.tokens
+
+    async def _serve_review(self, raw_request: aiohttp.web.BaseRequest, path: str
+                            ) -> aiohttp.web.StreamResponse:
+        if not self._authenticated(raw_request.headers, raw_request.transport):
+            self.refused.append((401, f"POST {path}"))
+            return aiohttp.web.json_response({"kind": "Status", "code": 401, "reason": "Unauthorized"},
+                                             status=401)
+        body = await raw_request.json()
+        if path == reviews_mod.TOKEN_REVIEWS:
+            answer = self.reviews.token_review(body)
+        else:
+            answer = self.reviews.access_review(body)
+        return aiohttp.web.json_response(answer, status=201)
 
     def _namespace(self, name: str) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "Namespace",
@@ -280,6 +310,16 @@ def _namespace_from_protobuf(raw: bytes) -> dict[str, Any]:
             kv = dict(_protobuf_fields(entry))
             labels[(kv.get(1) or b"").decode()] = (kv.get(2) or b"").decode()
     return {"metadata": {"name": name, "labels": labels}}
+
+
+def _user(headers: Any, transport: Any) -> str:
+    """Who sent a request: its bearer token, "client-certificate", or "" for an anonymous one."""
+    scheme, _, token = (headers.get("Authorization") or "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    if transport is not None and transport.get_extra_info("peercert"):
+        return "client-certificate"
+    return ""
 
 
 def _now() -> str:
