@@ -189,3 +189,27 @@ def test_schema_is_structural() -> None:
 
     visit(version_schema()["schema"]["openAPIV3Schema"], "")
     assert untyped == []
+
+
+@pytest.mark.parametrize("where", ["spec.containers", "spec.template.spec.containers"])
+@pytest.mark.parametrize("name", ["x" * 40_000, "x" * 64, "Trainer", "trainer-", "train_er", "-trainer"])
+def test_container_names_are_dns_labels(validator: jsonschema.Draft4Validator, where: str, name: str) -> None:
+    """Kubernetes container names are DNS labels; a longer name once became an 80,092-character
+    condition message, past the CRD's own limit on messages."""
+    job = load(MANIFESTS / "trainingjob-minimal.yaml")
+    if where == "spec.containers":
+        job["spec"]["containers"] = [name]
+        path = "spec.containers.0"
+    else:
+        job["spec"]["template"]["spec"]["containers"][0]["name"] = name
+        path = "spec.template.spec.containers.0.name"
+    assert path in {".".join(map(str, e.path)) for e in validator.iter_errors(job)}
+
+
+@pytest.mark.parametrize("name", ["x" * 63, "trainer", "t", "gpu-0", "0"])
+def test_container_names_that_kubernetes_takes_are_accepted(validator: jsonschema.Draft4Validator,
+                                                            name: str) -> None:
+    job = load(MANIFESTS / "trainingjob-minimal.yaml")
+    job["spec"]["containers"] = [name]
+    job["spec"]["template"]["spec"]["containers"][0]["name"] = name
+    assert list(validator.iter_errors(job)) == []

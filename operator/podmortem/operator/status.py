@@ -4,6 +4,9 @@ A JSON merge patch replaces arrays whole, so two writers that each set "their"
 condition would erase each other's. All status writes of one job therefore go
 through one lock, and the writer keeps the job's current conditions (seeded
 from the object kopf last saw) to patch the complete list every time.
+
+A condition's message is cut to the CRD's limit (:data:`MESSAGE_MAX_CHARS`): the
+apiserver refuses a longer one, and with it the whole status patch.
 """
 
 from __future__ import annotations
@@ -19,13 +22,33 @@ from podmortem.operator.jobs import trainingjob_path
 MEMORY_PRESSURE = "MemoryPressure"
 #: Its reason once the job succeeded: the warning did not come true (or not before the job ended).
 SUCCEEDED_REASON = "JobSucceeded"
+#: ``maxLength`` of ``status.conditions[].message`` in the CRD (charts/podmortem/crds/trainingjob.yaml),
+#: counted in characters as the apiserver counts them.
+MESSAGE_MAX_CHARS = 32768
+
+
+def capped_message(message: str, *, limit: int = MESSAGE_MAX_CHARS) -> str:
+    """``message``, or its start with a marker saying how many characters were cut, within ``limit``."""
+    if len(message) <= limit:
+        return message
+    longest_marker = len(_cut_marker(len(message)))
+    keep = max(0, limit - longest_marker)
+    return message[:keep] + _cut_marker(len(message) - keep)
+
+
+def _cut_marker(cut: int) -> str:
+    return f" ... [{cut} characters cut]"
 
 
 def set_condition(
     conditions: list[dict[str, Any]], *, type_: str, status: bool, reason: str, message: str, now: str
 ) -> list[dict[str, Any]]:
-    """The list with ``type_`` set; ``lastTransitionTime`` changes only when the status flips."""
+    """The list with ``type_`` set; ``lastTransitionTime`` changes only when the status flips.
+
+    ``message`` is cut to the CRD's limit (:func:`capped_message`).
+    """
     wanted = "True" if status else "False"
+    message = capped_message(message)
     out: list[dict[str, Any]] = []
     found = False
     for cond in conditions:
