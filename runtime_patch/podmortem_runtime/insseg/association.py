@@ -69,7 +69,7 @@ def associate(
         dense: npt.NDArray[Any] | None = None
         bits = 0
         n_rows, n_columns = pred_masks.shape
-    elif masks_mod.is_torch_tensor(pred_masks) and pred_masks.device.type != "cpu":
+    elif masks_mod.on_accelerator(pred_masks):  # rows found on the device; only member indices come over
         sparse, dense, bits = masks_mod.sparse_from_device_tensor(pred_masks), None, 0
         n_rows, n_columns = sparse.shape
     else:

@@ -23,6 +23,14 @@ def is_torch_tensor(value: object) -> bool:
     return cls.__module__.split(".", 1)[0] == "torch" and hasattr(value, "detach")
 
 
+def on_accelerator(value: object) -> bool:
+    """True for a tensor that numpy cannot read in place (CUDA, MPS, ...): its masks go the device path.
+
+    The one place `associate` asks; tests point it at CPU tensors to run that path here.
+    """
+    return is_torch_tensor(value) and value.device.type != "cpu"  # type: ignore[attr-defined]
+
+
 def to_numpy(value: Any, *, name: str) -> npt.NDArray[Any]:
     """A numpy view (or one CPU copy, for a CUDA tensor) of a tensor or array-like."""
     if is_torch_tensor(value):
@@ -156,7 +164,8 @@ def sparse_from_device_tensor(masks: Any, *, rows_per_chunk: int = 256) -> Spars
 
     Copying a CUDA ``[P, N]`` mask to the host would put P×N bytes in the very
     process this package keeps small, so the nonzero search runs on the device in
-    chunks of rows and only the column indices cross to the CPU.
+    chunks of rows and only each row's length and its column indices (int32 where
+    N allows) cross to the CPU.
     """
     import torch  # only reached with a torch tensor in hand
 
@@ -164,15 +173,16 @@ def sparse_from_device_tensor(masks: Any, *, rows_per_chunk: int = 256) -> Spars
     if tensor.ndim != 2:
         raise ValueError(f"dense pred_masks must be 2-D [P, N], got shape {tuple(tensor.shape)}")
     n_rows, n_columns = int(tensor.shape[0]), int(tensor.shape[1])
-    parts: list[npt.NDArray[np.int64]] = []
+    narrow = torch.int32 if n_columns < 2**31 else torch.int64
+    parts: list[npt.NDArray[np.integer[Any]]] = []
     lengths = np.zeros(n_rows, dtype=np.int64)
     for start in range(0, n_rows, rows_per_chunk):
-        chunk = tensor[start : start + rows_per_chunk] != 0
-        nz = torch.nonzero(chunk).cpu().numpy()  # [k, 2] (row in chunk, column), row-major order
-        lengths[start : start + chunk.shape[0]] = np.bincount(nz[:, 0], minlength=chunk.shape[0])
-        parts.append(nz[:, 1].astype(np.int64))
+        chunk = tensor[start : start + rows_per_chunk] != 0  # on the device, as is all of this
+        lengths[start : start + chunk.shape[0]] = chunk.sum(dim=1).cpu().numpy()
+        # nonzero is row-major: each row's columns, ascending, rows in order. Only they cross.
+        parts.append(torch.nonzero(chunk)[:, 1].to(narrow).cpu().numpy())
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    indices = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    indices = np.concatenate(parts) if parts else np.zeros(0, np.int32)
     return SparseMasks(indices, offsets, n_columns)
 
 
