@@ -1,22 +1,27 @@
 """Kernel OOM-kill records out of kernel log text, as people have it: one `OomKillRecord` per kill.
 
-Input can be ``dmesg``, ``dmesg -T``, raw ``/dev/kmsg`` records, ``journalctl -k``,
-syslog files, or any of those quoted in an email (``> ``), with unrelated lines
-around and between records, lines from several hosts interleaved (syslog
-aggregation), and records cut short. The parser never raises on input text:
-what it cannot read it skips, and a record that lacks parts says so in
-``missing``.
+Input can be ``dmesg``, ``dmesg -T`` (any locale), raw ``/dev/kmsg`` records, ``journalctl -k``,
+syslog files, or any of those quoted in an email (``> ``), wrapped by a terminal or a mail
+client, with unrelated lines around and between records, lines from several hosts
+interleaved (syslog aggregation), and records cut short (``grep -C`` separators, ``...``).
+The parser never raises on input text: what it cannot read it skips, and a record that
+lacks parts says so in ``missing``. Only the kernel's own lines count: a line of another
+program that quotes the kernel (node-problem-detector, kubelet, systemd-oomd) is not a kill.
 
-It is a single pass over lines. Each line's prefix (timestamp, host, kmsg header)
-is stripped with one anchored regex chosen by the first character, and the
-message is classified by cheap ``startswith``/``in`` tests before any regex runs.
-A record starts at ``invoked oom-killer`` or at any later part when none is open,
-and ends at the next header, when a part comes out of the kernel's printing order,
-or after a pause of more than ``RECORD_GAP_S`` seconds.
+It is a single pass over lines, linear in the input: every regex is anchored or bounded.
+Each line's prefix is stripped by `podmortem.kernel.log_lines`, and the message is
+classified by ``startswith`` tests before any regex runs. A record starts at ``invoked
+oom-killer`` or at any later part when none is open, and ends at the next header, when a
+part comes out of the kernel's printing order, after ``Out of memory and no killable
+processes``, or after a pause of more than ``RECORD_GAP_S`` seconds. Across an elision
+(``--``, ``...``) a record continues only when the timestamps on both sides say so.
 
-Why one module of this size: the kernel prints one record across many line forms (mm/oom_kill.c,
-mm/memcontrol.c, show_mem) whose meaning depends on the lines before them; one parser with one state
-keeps every form's rule next to the others.
+The spec is the kernel's own format strings (mm/oom_kill.c, mm/memcontrol.c, lib/dump_stack.c,
+mm/show_mem.c); each form below names the kernels that print it.
+
+Why one module of this size: the kernel prints one record across many line forms whose
+meaning depends on the lines before them; one parser with one state keeps every form's
+rule next to the others.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from podmortem.kernel import log_lines
+from podmortem.kernel.log_lines import ELISIONS, Line
 from podmortem.reports.memory import CgroupMemoryStat, detect_version
 from podmortem.reports.oom_record import (
     ChosenVictim,
     KilledProcess,
-    LineFormat,
     MemoryCounter,
     OomKillLine,
     OomKillRecord,
@@ -40,42 +46,60 @@ from podmortem.reports.oom_record import (
 
 #: Lines of one record are printed within milliseconds; a longer pause means a new record.
 RECORD_GAP_S = 10.0
+#: Across an elision mark, a record goes on only if the lines on both sides are this close in time.
+CUT_BRIDGE_S = RECORD_GAP_S
 
-# -- line prefixes ---------------------------------------------------------------------------------
-_KMSG = re.compile(r"(\d+),(\d+),(\d+),[^;]*;")
-_DMESG_MONO = re.compile(r"\[\s*(\d+\.\d+)\] ?")
-_DMESG_T = re.compile(r"\[([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\] ?")
-_ISO = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) ")
-_SYSLOG = re.compile(r"([A-Za-z]{3} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?) (\S+) kernel: ?")
-_HOST_KERNEL = re.compile(r"(\S+) kernel: ?")
-_MONO_AFTER = re.compile(r"\[\s*(\d+\.\d+)\] ?")
-_KMSG_DICT = re.compile(r" [A-Z][A-Z0-9_]*=")
-_CLOCK = re.compile(r"(\d\d):(\d\d):(\d\d)")
-
-# -- messages --------------------------------------------------------------------------------------
-_HEADER_FIELD = re.compile(r"(\w+)=([^,\s(]*(?:\([^)]*\))?)")
-_CPU = re.compile(r"CPU: \d+ (?:UID: \d+ )?PID: (\d+) Comm: (.*?) (?:Not tainted|Tainted: )")
-_KVER = re.compile(r"(\d+\.\d+\.\d+[^\s#]*)")
-_COUNTER = re.compile(r"([\w.+]+): usage (\d+)kB, limit (\d+)kB, failcnt (\d+)")
-_TASK_ROW = re.compile(r"\[\s*(\d+)\]\s+(.*)")
-_KILLED = re.compile(
-    r"Killed process (\d+) \((.*)\)(?: total-vm:(\d+)kB)?(?:, anon-rss:(\d+)kB)?(?:, file-rss:(\d+)kB)?"
-    r"(?:, shmem-rss:(\d+)kB)?(?:,? UID:(\d+))?(?: pgtables:(\d+)kB)?(?: oom_score_adj:(-?\d+))?"
+# -- messages, each with the kernels that print it ---------------------------------------------
+#: "%s invoked oom-killer: gfp_mask=%#x(%pGg), order=%d, oom_score_adj=%hd" (all; %pGg since 4.5,
+#: "nodemask=%*pbl," inside it 4.7-4.18). The comm is at most 15 characters (TASK_COMM_LEN).
+_INVOKED = " invoked oom-killer:"
+_COMM_MAX = 16
+#: lib/dump_stack.c: "CPU: %d PID: %d Comm: %.20s %s %s %.*s" (3.x+); "CPU: %d UID: %u PID: …" (6.12+);
+#: RHEL and UEK kernels insert "Kdump: loaded" before the taint.
+_CPU = re.compile(
+    r"CPU: \d+ (?:UID: \d+ )?PID: (\d+) Comm: (.{1,20}?) (?:Kdump: loaded )?(?:Not tainted|Tainted: )"
 )
-_CHOSEN = re.compile(r"Kill process (\d+) \((.*)\)(?: score (-?\d+))?")
+_KVER = re.compile(r"(?<![\w.])(\d+\.\d+\.\d+[^\s#]{0,64})")
+#: mm/memcontrol.c: "%s: usage %llukB, limit %llukB, failcnt %lu" for memory, memory+swap, kmem
+#: (v1, 3.x+) and memory, swap (v2, 4.19+). Printed only for memory cgroup OOMs.
+_COUNTER = re.compile(r"([\w.+]{1,16}): usage (\d+)kB, limit (\d+)kB, failcnt (\d+)")
+_TASK_ROW = re.compile(r"\[\s*(\d+)\]\s+(.*)")
+#: "Memory cgroup out of memory: " (memcg), "Out of memory: " (global, cpuset, mempolicy), and
+#: "Out of memory (oom_kill_allocating_task): " prefix both the choice (2.6.36-5.0) and, since
+#: 5.1, the Killed line.
+_KILL_PREFIX = re.compile(
+    r"(?:(Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): )?"
+    r"(Kill(?:ed)?) process "
+)
+#: The Killed line: "Killed process %d (%s) total-vm:%lukB, anon-rss:%lukB, file-rss:%lukB" (3.x),
+#: ", shmem-rss:%lukB" (4.5+), ", UID:%u pgtables:%lukB oom_score_adj:%hd" (5.x+);
+#: RHEL 6 "Killed process %d, UID %d, (%s) total-vm:…"; RHEL 7 "Killed process %d (%s), UID %u, total-vm:…".
+#: The comm may hold parentheses ("(resolved)"), so it ends where the next field begins.
+_KILLED = re.compile(
+    r"(\d+)(?:, UID (\d+),)? \((.{0,32}?)\)(?=,? (?:total-vm|UID|vsz)|,|\s*$)(?:, UID (\d+),)?"
+    r"(?: (?:total-vm|vsz):(\d+)kB)?(?:, anon-rss:(\d+)kB)?(?:, file-rss:(\d+)kB)?(?:, shmem-rss:(\d+)kB)?"
+    r"(?:,? UID:(\d+))?(?: pgtables:(\d+)kB)?(?: oom_score_adj:(-?\d+))?"
+)
+#: "Kill process %d (%s) score %u or sacrifice child" (2.6.36-5.0).
+_CHOSEN = re.compile(r"(\d+) \((.{0,32}?)\)(?= score| or|\s*$)(?: score (-?\d+))?")
+#: "oom_reaper: reaped process %d (%s), now anon-rss:%lukB, file-rss:%lukB, shmem-rss:%lukB" (4.6+).
 _REAPED = re.compile(
-    r"oom_reaper: reaped process (\d+) \((.*)\), now anon-rss:(\d+)kB, file-rss:(\d+)kB"
+    r"oom_reaper: reaped process (\d+) \((.{0,32}?)\), now anon-rss:(\d+)kB, file-rss:(\d+)kB"
     r"(?:, shmem-rss:(\d+)kB)?"
 )
-_OOM_KILL_TAIL = re.compile(r",task=(.*),pid=(\d+),uid=(\d+)\s*$")
+#: "Task in %s killed as a result of limit of %s" (mem_cgroup_print_oom_info, 3.x-4.18).
 _TASK_IN = re.compile(r"Task in (.*) killed as a result of limit of (\S+)")
+#: "Tasks in %s are going to be killed due to memory.oom.group set" (4.19+, cgroup v2).
 _TASKS_IN = re.compile(r"Tasks in (.*) are going to be killed due to memory\.oom\.group set")
-_OLD_CPUSET = re.compile(r".* cpuset=(\S*) mems_allowed=\S*$")
+#: Call-trace frames of the memory cgroup OOM path (3.x-6.x): a memcg OOM whatever else is cut.
+_MEMCG_FRAMES = ("mem_cgroup_out_of_memory", "mem_cgroup_oom_synchronize")
 
 # Printing order of a record's parts: a part earlier than the last one seen starts a new record.
 _HEADER, _CPU_LINE, _TASK_IN_LINE, _COUNTERS, _STATS, _TASKS, _DECISION, _KILL, _REAP = range(9)
 
-#: Task-table column → OomTask field.
+#: Task-table column → OomTask field. Tables: "[ pid ] uid tgid total_vm rss nr_ptes swapents
+#: oom_score_adj name" (3.x-4.0; nr_pmds added 4.1-4.14), pgtables_bytes for nr_ptes (4.15+),
+#: "Tasks state (memory values in pages):" above it (4.19+), rss_anon rss_file rss_shmem (6.8+).
 _COLUMN_FIELDS = {
     "uid": "uid",
     "tgid": "tgid",
@@ -106,24 +130,10 @@ _OLD_COLUMNS = ["uid", "tgid", "total_vm", "rss", "pgtables_bytes", "swapents", 
 
 
 @dataclass(slots=True)
-class _Line:
-    """A kernel message with what its prefix said."""
-
-    msg: str
-    fmt: LineFormat
-    host: str | None
-    mono: float | None
-    time_text: str | None
-    seq: int | None
-    #: Seconds since some origin, for gap detection (monotonic, or the time of day of a human stamp).
-    clock: float | None
-
-
-@dataclass(slots=True)
 class _Builder:
     """One record being assembled, with the parser's position inside it."""
 
-    first: _Line
+    first: Line
     stage: int = -1
     header: bool = False
     fields: dict[str, object] = field(default_factory=dict)
@@ -141,81 +151,27 @@ class _Builder:
     killed: dict[int, KilledProcess] = field(default_factory=dict)
     group: str | None = None
     reaped: list[ReapedProcess] = field(default_factory=list)
+    no_killable: bool = False
+    trace_memcg: bool = False
+    show_mem: bool = False
     missing: set[str] = field(default_factory=set)
     lines: int = 0
     last_clock: float | None = None
+    #: An elision mark was seen since the last line of this record.
+    cut: bool = False
 
     def substantive(self) -> bool:
-        """Enough to call it an OOM kill (not just a stray table or reaper line)."""
+        """Enough to call it an OOM record (not just a stray table or reaper line)."""
         return (
             self.header
             or self.oom_kill is not None
             or bool(self.killed)
             or self.chosen is not None
             or "task_in" in self.fields
+            or self.no_killable
+            or bool(self.counters)
+            or any(b.stat for b in self.stats)
         )
-
-
-def _split_prefix(line: str, prev: _Line | None) -> _Line | None:
-    """Strip quoting and the timestamp/host prefix; None for lines that carry no kernel message."""
-    while line.startswith(">"):
-        line = line[2:] if line.startswith("> ") else line[1:]
-    if not line:
-        return None
-    first = line[0]
-    if first == " " or first == "\t":
-        if _KMSG_DICT.match(line) and prev is not None and prev.fmt == "kmsg":
-            return None  # a /dev/kmsg dictionary line (SUBSYSTEM=…, DEVICE=…)
-        msg = line.strip()
-        if prev is not None:
-            # dmesg shows a multi-line message with indented continuation lines.
-            return _Line(msg, prev.fmt, prev.host, prev.mono, prev.time_text, None, prev.clock)
-        return _Line(msg, "plain", None, None, None, None, None)
-    fmt: LineFormat = "plain"
-    host = None
-    mono = None
-    time_text = None
-    seq = None
-    clock = None
-    rest = line
-    if first.isdigit():
-        m = _KMSG.match(line)
-        if m is not None:
-            seq = int(m.group(2))
-            mono = int(m.group(3)) / 1e6
-            return _Line(line[m.end() :].strip(), "kmsg", None, mono, None, seq, mono)
-        m = _ISO.match(line)
-        if m is not None:
-            fmt, time_text, rest = "iso", m.group(1), line[m.end() :]
-    elif first == "[":
-        m = _DMESG_MONO.match(line)
-        if m is not None:
-            fmt, mono, rest = "dmesg", float(m.group(1)), line[m.end() :]
-        else:
-            m = _DMESG_T.match(line)
-            if m is not None:
-                fmt, time_text, rest = "dmesg-T", m.group(1), line[m.end() :]
-    elif first.isalpha():
-        m = _SYSLOG.match(line)
-        if m is not None:
-            fmt, time_text, host, rest = "syslog", m.group(1), m.group(2), line[m.end() :]
-    if fmt in ("iso", "dmesg"):
-        # journalctl -o short-iso / short-monotonic: "<stamp> host kernel: msg"
-        m = _HOST_KERNEL.match(rest)
-        if m is not None:
-            host, rest = m.group(1), rest[m.end() :]
-            fmt = "syslog"
-    if fmt == "syslog" and rest.startswith("["):
-        m = _MONO_AFTER.match(rest)
-        if m is not None:
-            mono, rest = float(m.group(1)), rest[m.end() :]
-    if mono is not None:
-        clock = mono
-    elif time_text is not None:
-        c = _CLOCK.search(time_text)
-        if c is not None:
-            clock = int(c.group(1)) * 3600 + int(c.group(2)) * 60 + int(c.group(3))
-    return _Line(rest.strip(), fmt, host, mono, time_text, seq, clock)
 
 
 def _parse_int(text: str) -> int | None:
@@ -228,30 +184,68 @@ def _parse_int(text: str) -> int | None:
 class OomParser:
     """Incremental parser: ``feed`` lines (any size of input, streamed), then ``finish``.
 
-    ``parse_text``/``parse_lines`` wrap it for whole inputs.
+    ``join_wraps``: hold each line back until the next one shows whether a terminal or mail
+    client wrapped it (pasted text); the node agent reads the kernel's own buffer, where lines
+    never wrap, and keeps it off so a record completes without waiting for another line.
+    ``parse_text``/``parse_lines`` wrap it for whole inputs, with wraps joined.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, join_wraps: bool = False) -> None:
         self._open: dict[str | None, _Builder] = {}
         self._last_done: dict[str | None, OomKillRecord] = {}
-        self._prev: _Line | None = None
+        self._prev: Line | None = None
         self._last_seq: int | None = None
         self._done: list[OomKillRecord] = []
+        self._join_wraps = join_wraps
+        self._held: tuple[str, Line] | None = None
 
     # -- public ------------------------------------------------------------------------------------
 
     def feed(self, raw: str) -> None:
         """One line of text, with or without its newline. Never raises on odd text."""
+        raw = raw.rstrip("\r\n")
         if "\\x0a" in raw:
             # /dev/kmsg escapes newlines inside one record (multi-line memory.stat on some kernels).
-            head, *more = raw.rstrip("\r\n").split("\\x0a")
+            head, *more = raw.split("\\x0a")
             self.feed(head)
             for extra in more:
                 self.feed(" " + extra)
             return
-        line = _split_prefix(raw.rstrip("\r\n"), self._prev)
+        held = self._held
+        if held is not None:
+            held_raw, held_line = held
+            if raw and log_lines.continues(held_raw, held_line, raw):
+                self._held = (raw, log_lines.join(held_line, raw))
+                return
+            self._held = None
+            self._dispatch(held_line)
+        line = log_lines.split(raw, self._prev)
         if line is None:
+            if not raw.strip():
+                self._prev = None if self._prev is None or self._prev.fmt == "plain" else self._prev
             return
+        if self._join_wraps and line.fmt not in ("kmsg", "plain"):
+            self._held = (raw, line)
+            return
+        self._dispatch(line)
+
+    def take(self) -> list[OomKillRecord]:
+        """Records completed so far (a later header, out-of-order part or pause closed them)."""
+        done, self._done = self._done, []
+        return done
+
+    def finish(self) -> list[OomKillRecord]:
+        """Close every open record and return all not yet taken, in order of their first line."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._dispatch(held[1])
+        for key in list(self._open):
+            self._close(key)
+        return self.take()
+
+    # -- dispatch ----------------------------------------------------------------------------------
+
+    def _dispatch(self, line: Line) -> None:
         self._prev = line
         if line.seq is not None:
             last = self._last_seq
@@ -264,20 +258,7 @@ class OomParser:
         if line.msg:
             self._message(line)
 
-    def take(self) -> list[OomKillRecord]:
-        """Records completed so far (a later header, out-of-order part or pause closed them)."""
-        done, self._done = self._done, []
-        return done
-
-    def finish(self) -> list[OomKillRecord]:
-        """Close every open record and return all not yet taken, in order of their first line."""
-        for key in list(self._open):
-            self._close(key)
-        return self.take()
-
-    # -- dispatch ----------------------------------------------------------------------------------
-
-    def _message(self, line: _Line) -> None:
+    def _message(self, line: Line) -> None:
         msg = line.msg
         key = line.host
         b = self._open.get(key)
@@ -291,6 +272,9 @@ class OomParser:
                     and (value.isdigit() or (value[:1] == "-" and value[1:].isdigit()))
                     and key.isidentifier()
                 ):
+                    if line.cut:
+                        b.missing.add("truncated-line")
+                        return
                     b.lines += 1
                     block.stat[key] = int(value)
                     return
@@ -298,123 +282,140 @@ class OomParser:
             if (b.columns is not None or b.task_header_seen) and msg[:1] == "[" and msg[1:2] != "<":
                 m = _TASK_ROW.match(msg)
                 if m is not None:
-                    self._touch(b, line)
-                    self._task_row(b, int(m.group(1)), m.group(2))
-                    return
+                    b = self._bridge(b, line)
+                    if b is not None:
+                        self._touch(b, line)
+                        self._task_row(b, int(m.group(1)), m.group(2), line.cut)
+                        return
         self._classify(line)
 
-    def _classify(self, line: _Line) -> None:
+    def _classify(self, line: Line) -> None:
         msg = line.msg
-        if " invoked oom-killer:" in msg:
-            self._header(line)
-        elif msg.startswith("CPU: ") and " PID: " in msg:
-            b = self._part(line, _CPU_LINE, new_only_if_open=True)
-            if b is not None:
-                m = _CPU.match(msg)
-                if m is not None:
-                    b.fields.setdefault("trigger_pid", int(m.group(1)))
-                    b.fields.setdefault("trigger_comm", m.group(2))
-                    rest = msg[m.end() :]
-                    v = _KVER.search(rest)
-                    if v is not None:
-                        b.fields["kernel_version"] = v.group(1)
-        elif ": usage " in msg and "failcnt" in msg:
+        first = msg[:1]
+        if msg in ELISIONS or (first == "." and msg.strip(".") == ""):
+            # An elision mark (grep's "--", a poster's "...") carries no host: it cuts every open record.
+            for cut in self._open.values():
+                cut.missing.add("elided")
+                cut.cut = True
+            return
+        invoked = msg.find(_INVOKED, 0, _COMM_MAX + len(_INVOKED))
+        if invoked > 0:
+            self._header(line, invoked)
+        elif first == "C" and msg.startswith("CPU: ") and " PID: " in msg[:40]:
+            self._cpu(line)
+        elif ": usage " in msg[:24] and "failcnt" in msg:
             m = _COUNTER.match(msg)
             if m is not None:
                 name = m.group(1)
                 b = self._open.get(line.host)
-                if b is not None and name in b.counters:
+                if b is not None and (name in b.counters or b.stage > _COUNTERS):
                     self._close(line.host)
                 b = self._part(line, _COUNTERS)
                 if b is not None:
                     b.counters[name] = MemoryCounter(
                         usage_kb=int(m.group(2)), limit_kb=int(m.group(3)), failcnt=int(m.group(4))
                     )
-        elif msg.startswith("Memory cgroup stats for "):
+        elif first == "M" and msg.startswith("Memory cgroup stats for "):
             self._stats_header(line)
-        elif msg.startswith("Tasks state"):
+        elif first == "T" and msg.startswith("Tasks state"):
             b = self._open.get(line.host)
             if b is not None and (b.tasks or b.task_header_seen):
                 self._close(line.host)
             b = self._part(line, _TASKS)
             if b is not None:
                 b.task_header_seen = True
-        elif msg[:1] == "[" and "pid" in msg[:14] and msg.endswith("name"):
+        elif first == "[" and "pid" in msg[:14] and msg.endswith("name"):
             self._task_header(line)
-        elif msg[:1] == "[" and msg[1:2] != "<" and self._open.get(line.host) is None:
+        elif first == "[" and msg[1:2] != "<" and self._open.get(line.host) is None:
             m = _TASK_ROW.match(msg)
-            if m is not None and len(m.group(2).split()) >= 7:
+            if m is not None and len(m.group(2).split(None, 8)) >= 7:
                 # A task row with no table open: the record's head was cut (grep -A, truncation).
                 b = self._part(line, _TASKS)
                 if b is not None:
                     b.missing.add("header")
-                    self._task_row(b, int(m.group(1)), m.group(2))
-        elif msg.startswith("oom-kill:"):
+                    self._task_row(b, int(m.group(1)), m.group(2), line.cut)
+        elif first == "o" and msg.startswith("oom-kill:"):
             self._oom_kill_line(line)
-        elif "Killed process " in msg:
-            self._killed(line)
-        elif "Kill process " in msg and "out of memory" in msg.lower():
-            m = _CHOSEN.search(msg)
-            if m is not None:
-                b = self._open.get(line.host)
-                if b is not None and b.chosen is not None:
-                    self._close(line.host)
-                b = self._part(line, _DECISION)
-                if b is not None:
-                    self._scope(b, msg)
-                    b.chosen = ChosenVictim(
-                        pid=int(m.group(1)),
-                        comm=m.group(2),
-                        score=_parse_int(m.group(3)) if m.group(3) else None,
-                    )
-        elif msg.startswith("Task in ") and " killed as a result of limit of " in msg:
+        elif first == "o" and msg.startswith("oom_reaper: reaped process "):
+            self._reaped(line)
+        elif first in "KMO" and (m := _KILL_PREFIX.match(msg)) is not None:
+            if m.group(2) == "Killed":
+                self._killed(line, m)
+            else:
+                self._chosen(line, m)
+        elif first == "O" and msg.startswith("Out of memory and no killable processes"):
+            b = self._part(line, _KILL)
+            if b is not None:
+                b.no_killable = True
+                self._close(line.host)
+        elif first == "T" and msg.startswith("Task in ") and " killed as a result of limit of " in msg:
             m = _TASK_IN.match(msg)
             if m is not None:
+                b = self._open.get(line.host)
+                if b is not None and "task_in" in b.fields:
+                    self._close(line.host)  # each OOM prints this line once (grep may keep only these)
                 b = self._part(line, _TASK_IN_LINE)
                 if b is not None:
                     b.fields["task_in"] = m.group(1)
                     b.fields["limit_of"] = m.group(2)
-        elif msg.startswith("Tasks in ") and "memory.oom.group" in msg:
+        elif first == "T" and msg.startswith("Tasks in ") and "memory.oom.group" in msg:
             m = _TASKS_IN.match(msg)
             if m is not None:
                 b = self._part(line, _KILL)
                 if b is not None:
                     b.group = m.group(1)
-        elif msg.startswith("oom_reaper: reaped process "):
-            self._reaped(line)
-        elif msg == "--" or msg.startswith("..."):
-            # An elision mark (grep's "--", a poster's "...") carries no host: it cuts every open record.
-            for b in self._open.values():
-                b.missing.add("elided")
         elif " cpuset=" in msg and " mems_allowed=" in msg:
+            # "%s cpuset=%s mems_allowed=%*pbl" (cpuset_print_current_mems_allowed, up to 4.18).
             b = self._open.get(line.host)
             if b is not None and b.stage <= _CPU_LINE:
-                m = _OLD_CPUSET.match(msg)
-                if m is not None:
-                    b.fields["cpuset"] = m.group(1)
+                start = msg.rfind(" cpuset=")
+                value, _, _ = msg[start + 8 :].partition(" ")
+                b.fields["cpuset"] = value
+        else:
+            b = self._open.get(line.host)
+            if b is not None and b.header and b.stage <= _CPU_LINE and not b.cut:
+                if msg == "Mem-Info:":
+                    b.show_mem = True  # show_mem(): printed for OOMs outside a memory cgroup only
+                elif "mem_cgroup_o" in msg and any(f in msg for f in _MEMCG_FRAMES):
+                    b.trace_memcg = True
 
     # -- record boundaries -------------------------------------------------------------------------
 
-    def _touch(self, b: _Builder, line: _Line) -> None:
+    def _touch(self, b: _Builder, line: Line) -> None:
         b.lines += 1
         if line.clock is not None:
             b.last_clock = line.clock
 
-    def _gap(self, b: _Builder, line: _Line) -> bool:
+    def _delta(self, b: _Builder, line: Line) -> float | None:
         if line.clock is None or b.last_clock is None:
-            return False
+            return None
         delta = abs(line.clock - b.last_clock)
         if line.mono is None:
             delta = min(delta, 86400 - delta)  # a time of day wraps at midnight
-        return delta > RECORD_GAP_S
+        return delta
 
-    def _part(self, line: _Line, stage: int, *, new_only_if_open: bool = False) -> _Builder | None:
+    def _bridge(self, b: _Builder, line: Line) -> _Builder | None:
+        """``b`` if this line may continue it; after an elision only when the timestamps say so."""
+        if not b.cut:
+            return b
+        delta = self._delta(b, line)
+        if delta is not None and delta <= CUT_BRIDGE_S:
+            b.cut = False
+            return b
+        self._close(line.host)
+        return None
+
+    def _part(self, line: Line, stage: int, *, new_only_if_open: bool = False) -> _Builder | None:
         """The open record this part belongs to, opening a new (partial) one where needed."""
         key = line.host
         b = self._open.get(key)
-        if b is not None and (stage < b.stage or self._gap(b, line)):
-            self._close(key)
-            b = None
+        if b is not None:
+            delta = self._delta(b, line)
+            if stage < b.stage or (delta is not None and delta > RECORD_GAP_S):
+                self._close(key)
+                b = None
+            else:
+                b = self._bridge(b, line)
         if b is None:
             if new_only_if_open:
                 return None
@@ -423,6 +424,8 @@ class OomParser:
         if stage > b.stage:
             b.stage = stage
         self._touch(b, line)
+        if line.cut:
+            b.missing.add("truncated-line")
         return b
 
     def _close(self, key: str | None) -> None:
@@ -436,15 +439,17 @@ class OomParser:
 
     # -- parts -------------------------------------------------------------------------------------
 
-    def _header(self, line: _Line) -> None:
+    def _header(self, line: Line, invoked: int) -> None:
         msg = line.msg
         self._close(line.host)
         b = self._part(line, _HEADER)
         assert b is not None
         b.header = True
-        idx = msg.index(" invoked oom-killer:")
-        b.fields["trigger_comm"] = msg[:idx]
-        for k, v in _HEADER_FIELD.findall(msg, idx + 20):
+        b.fields["trigger_comm"] = msg[:invoked]
+        for item in msg[invoked + len(_INVOKED) :].split(","):
+            k, eq, v = item.strip().partition("=")
+            if not eq:
+                continue
             if k == "gfp_mask":
                 b.fields["gfp_mask"] = v
             elif k == "order":
@@ -452,7 +457,20 @@ class OomParser:
             elif k == "oom_score_adj":
                 b.fields["trigger_oom_score_adj"] = _parse_int(v)
 
-    def _stats_header(self, line: _Line) -> None:
+    def _cpu(self, line: Line) -> None:
+        b = self._part(line, _CPU_LINE, new_only_if_open=True)
+        if b is None:
+            return
+        m = _CPU.match(line.msg)
+        if m is None:
+            return
+        b.fields.setdefault("trigger_pid", int(m.group(1)))
+        b.fields.setdefault("trigger_comm", m.group(2))
+        v = _KVER.search(line.msg, m.end(), m.end() + 160)
+        if v is not None:
+            b.fields["kernel_version"] = v.group(1)
+
+    def _stats_header(self, line: Line) -> None:
         b = self._open.get(line.host)
         if b is not None and b.stage > _STATS:
             self._close(line.host)
@@ -469,8 +487,11 @@ class OomParser:
         b.stats.append(block)
         b.stat_open = block
         if tokens:
-            # Old kernels: the whole block on one line, "cache:0KB rss:123552KB …".
-            for tok in tokens.split():
+            # Old kernels (3.x-5.x, v1): the whole block on one line, "cache:0KB rss:123552KB …".
+            parts = tokens.split()
+            if line.cut and parts:
+                parts.pop()  # the last token is not whole
+            for tok in parts:
                 k, _, v = tok.partition(":")
                 if v.endswith("KB"):
                     n = _parse_int(v[:-2])
@@ -499,7 +520,7 @@ class OomParser:
             b.stat_headers_without_keys += 1
         block.version = detect_version(block.stat)
 
-    def _task_header(self, line: _Line) -> None:
+    def _task_header(self, line: Line) -> None:
         b = self._open.get(line.host)
         if b is not None and b.tasks:
             self._close(line.host)
@@ -514,12 +535,12 @@ class OomParser:
         b.task_header_seen = True
         b.table_format = "new" if "rss_anon" in columns else "old"
 
-    def _task_row(self, b: _Builder, pid: int, rest: str) -> None:
+    def _task_row(self, b: _Builder, pid: int, rest: str, cut: bool) -> None:
         columns = b.columns
         if columns is None:
             # No header: guess from the number of numeric columns.
             numeric = 0
-            for tok in rest.split():
+            for tok in rest.split(None, 12):
                 if tok.lstrip("-").isdigit():
                     numeric += 1
                 else:
@@ -528,7 +549,7 @@ class OomParser:
             b.columns = columns
             b.table_format = "new" if columns is _NEW_COLUMNS else "old"
         parts = rest.split(None, len(columns) - 1)
-        if len(parts) < len(columns):
+        if len(parts) < len(columns) or (cut and len(parts) == len(columns) and parts[-1].isdigit()):
             b.missing.add("truncated-line")
             return
         values: dict[str, Any] = {"pid": pid, "name": parts[-1]}
@@ -545,7 +566,9 @@ class OomParser:
         # Every value is an int converted above: skip validation on the hottest path.
         b.tasks.append(OomTask.model_construct(**values))
 
-    def _oom_kill_line(self, line: _Line) -> None:
+    def _oom_kill_line(self, line: Line) -> None:
+        """"oom-kill:constraint=%s,nodemask=%*pbl,cpuset=…,mems_allowed=…,oom_memcg=…,task_memcg=…,
+        task=%s,pid=%d,uid=%d" (4.19+; global_oom instead of oom_memcg for node-wide OOMs)."""
         b = self._open.get(line.host)
         if b is not None and b.oom_kill is not None:
             self._close(line.host)
@@ -554,10 +577,18 @@ class OomParser:
             return
         body = line.msg[len("oom-kill:") :]
         out: dict[str, object] = {}
-        m = _OOM_KILL_TAIL.search(body)
-        if m is not None:
-            out["task"], out["pid"], out["uid"] = m.group(1), int(m.group(2)), int(m.group(3))
-            body = body[: m.start()]
+        # The tail "task=%s,pid=%d,uid=%d" is read from the right: a comm may hold commas.
+        uid_at = body.rfind(",uid=")
+        pid_at = body.rfind(",pid=", 0, uid_at) if uid_at >= 0 else -1
+        task_at = body.rfind(",task=", 0, pid_at) if pid_at >= 0 else -1
+        tail_ok = False
+        if task_at >= 0:
+            pid = _parse_int(body[pid_at + 5 : uid_at])
+            uid = _parse_int(body[uid_at + 5 :].strip())
+            if pid is not None and uid is not None:
+                out["task"], out["pid"], out["uid"] = body[task_at + 6 : pid_at], pid, uid
+                body = body[:task_at]
+                tail_ok = True
         for item in body.split(","):
             k, eq, v = item.partition("=")
             if not eq:
@@ -572,18 +603,32 @@ class OomParser:
                     out[k] = n
             elif k == "task":
                 out[k] = v
-        if m is None and "pid" not in out:
+        if not tail_ok and "pid" not in out:
             b.missing.add("truncated-line")
         b.oom_kill = OomKillLine.model_validate(out)
 
-    def _scope(self, b: _Builder, msg: str) -> None:
-        if msg.startswith("Memory cgroup out of memory"):
+    def _scope(self, b: _Builder, prefix: str | None) -> None:
+        if prefix == "Memory cgroup out of memory":
             b.scope = "memcg"
-        elif msg.startswith("Out of memory"):
+        elif prefix is not None:
             b.scope = b.scope or "global"
 
-    def _killed(self, line: _Line) -> None:
-        m = _KILLED.search(line.msg)
+    def _chosen(self, line: Line, prefix: re.Match[str]) -> None:
+        m = _CHOSEN.match(line.msg, prefix.end())
+        if m is None:
+            return
+        b = self._open.get(line.host)
+        if b is not None and (b.chosen is not None or b.killed):
+            self._close(line.host)
+        b = self._part(line, _DECISION)
+        if b is not None:
+            self._scope(b, prefix.group(1))
+            b.chosen = ChosenVictim(
+                pid=int(m.group(1)), comm=m.group(2), score=_parse_int(m.group(3)) if m.group(3) else None
+            )
+
+    def _killed(self, line: Line, prefix: re.Match[str]) -> None:
+        m = _KILLED.match(line.msg, prefix.end())
         if m is None:
             return
         pid = int(m.group(1))
@@ -593,25 +638,31 @@ class OomParser:
         b = self._part(line, _KILL)
         if b is None:
             return
-        self._scope(b, line.msg)
+        self._scope(b, prefix.group(1))
         if pid in b.killed:
             return  # memory.oom.group repeats the line for the same process
         g = m.groups()
         if line.msg[m.end() :].strip():
             b.missing.add("truncated-line")  # e.g. "total-vm:99236" cut before its unit
+        values = [_opt(x) for x in g[4:11]]
+        if line.cut:
+            # The last number printed may be cut ("anon-rss:12>"): drop it rather than trust it.
+            last = max((i for i, v in enumerate(values) if v is not None), default=None)
+            if last is not None:
+                values[last] = None
         b.killed[pid] = KilledProcess(
             pid=pid,
-            comm=g[1],
-            total_vm_kb=_opt(g[2]),
-            anon_rss_kb=_opt(g[3]),
-            file_rss_kb=_opt(g[4]),
-            shmem_rss_kb=_opt(g[5]),
-            uid=_opt(g[6]),
-            pgtables_kb=_opt(g[7]),
-            oom_score_adj=_opt(g[8]),
+            comm=g[2],
+            total_vm_kb=values[0],
+            anon_rss_kb=values[1],
+            file_rss_kb=values[2],
+            shmem_rss_kb=values[3],
+            uid=_opt(g[1] or g[3] or g[7]),
+            pgtables_kb=values[5],
+            oom_score_adj=values[6],
         )
 
-    def _reaped(self, line: _Line) -> None:
+    def _reaped(self, line: Line) -> None:
         m = _REAPED.match(line.msg)
         if m is None:
             return
@@ -623,7 +674,8 @@ class OomParser:
             shmem_rss_kb=_opt(m.group(5)),
         )
         b = self._open.get(line.host)
-        if b is not None and reaped.pid in b.killed:
+        if b is not None and (reaped.pid in b.killed or (not b.killed and b.oom_kill is None)):
+            # Raw /dev/kmsg readers may keep only the reaper's line: then it names the victim.
             self._touch(b, line)
             b.reaped.append(reaped)
             return
@@ -638,7 +690,7 @@ class OomParser:
         missing = set(b.missing)
         if not b.header:
             missing.add("header")
-        if not b.killed:
+        if not b.killed and not b.no_killable:
             missing.add("kill")
         if b.stat_headers_without_keys:
             missing.add("cgroup-stats")
@@ -672,6 +724,9 @@ class OomParser:
             killed=list(b.killed.values()),
             oom_group_memcg=b.group,
             reaped=b.reaped,
+            no_killable=b.no_killable,
+            trace_memcg=b.trace_memcg,
+            show_mem=b.show_mem,
             missing=sorted(missing),
             lines=b.lines,
         )
@@ -690,8 +745,8 @@ def _int(value: object) -> int | None:
 
 
 def parse_lines(lines: Iterable[str]) -> list[OomKillRecord]:
-    """Every OOM-kill record in these lines, in order. Never raises on odd text."""
-    parser = OomParser()
+    """Every OOM-kill record in these lines, in order, wrapped lines joined. Never raises on odd text."""
+    parser = OomParser(join_wraps=True)
     for line in lines:
         parser.feed(line)
     return parser.finish()
@@ -699,7 +754,7 @@ def parse_lines(lines: Iterable[str]) -> list[OomKillRecord]:
 
 def iter_records(lines: Iterable[str]) -> Iterator[OomKillRecord]:
     """Like `parse_lines`, yielding records as soon as they are complete (for streams)."""
-    parser = OomParser()
+    parser = OomParser(join_wraps=True)
     for line in lines:
         parser.feed(line)
         yield from parser.take()

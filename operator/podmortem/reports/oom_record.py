@@ -149,6 +149,13 @@ class OomKillRecord(BaseModel):
     #: ``Tasks in PATH are going to be killed due to memory.oom.group set``.
     oom_group_memcg: str | None = None
     reaped: list[ReapedProcess] = Field(default_factory=list)
+    #: ``Out of memory and no killable processes...``: the kernel found nothing it could kill.
+    no_killable: bool = False
+    #: The call trace went through the memory cgroup OOM path (``mem_cgroup_out_of_memory``,
+    #: ``mem_cgroup_oom_synchronize``): a memcg OOM even when no other line says so.
+    trace_memcg: bool = False
+    #: ``Mem-Info:`` (show_mem) was printed: the kernel prints it only for OOMs outside a memory cgroup.
+    show_mem: bool = False
 
     # -- completeness ---------------------------------------------------------------------------
     #: What the text did not have: "header", "kill", "cgroup-stats", "task-rows", "elided",
@@ -169,16 +176,24 @@ class OomKillRecord(BaseModel):
 
     @property
     def memcg_evidence(self) -> bool:
-        """The record itself says a memory cgroup limit was hit, whatever the constraint field says."""
-        if self.scope == "memcg" or self.limit_of_memcg is not None:
+        """The record itself says a memory cgroup limit was hit, whatever the constraint field says.
+
+        Besides the words, dump_header prints the memcg counters and ``Memory cgroup stats`` only for
+        memcg OOMs (3.x to 6.x), and the memcg OOM path shows in the call trace.
+        """
+        if self.scope == "memcg" or self.limit_of_memcg is not None or self.oom_group_memcg is not None:
             return True
         line = self.oom_kill
-        return line is not None and not line.global_oom and line.oom_memcg is not None
+        if line is not None:
+            return not line.global_oom and line.oom_memcg is not None
+        if self.scope == "global" or self.show_mem:
+            return False
+        return bool(self.counters) or any(b.stat for b in self.cgroup_stats) or self.trace_memcg
 
     @property
     def global_evidence(self) -> bool:
         line = self.oom_kill
-        return self.scope == "global" or (line is not None and line.global_oom)
+        return self.scope == "global" or self.show_mem or (line is not None and line.global_oom)
 
     @property
     def constraint_effective(self) -> str | None:
@@ -216,7 +231,13 @@ class OomKillRecord(BaseModel):
             else "'killed as a result of limit of'"
             if self.limit_of_memcg
             else "oom_memcg in the oom-kill line"
+            if self.oom_kill is not None and self.memcg_evidence
+            else "the memory cgroup's usage lines, which the kernel prints only for memcg OOMs"
+            if self.memcg_evidence and (self.counters or self.cgroup_stats)
+            else "the memory cgroup OOM path in the call trace"
             if self.memcg_evidence
+            else "'Mem-Info', which the kernel prints only for OOMs outside a memory cgroup"
+            if self.show_mem and self.scope is None
             else "'Out of memory' (a node-wide kill)"
         )
         return f"inferred {self.constraint_effective} from {why}; the kernel printed {said}"
@@ -229,7 +250,11 @@ class OomKillRecord(BaseModel):
         if self.limit_of_memcg is not None:
             return self.limit_of_memcg
         if self.memcg_evidence and self.cgroup_stats:
-            return self.cgroup_stats[0].path
+            # The first block is the limited cgroup's when the counters printed just before it are in the
+            # text, or on cgroup v2, which prints that one cgroup only; else the head may be cut.
+            first = self.cgroup_stats[0]
+            if self.counters or first.version == 2:
+                return first.path
         return None
 
     @property
@@ -244,12 +269,17 @@ class OomKillRecord(BaseModel):
 
     @property
     def victim_pid(self) -> int | None:
-        """The killed pid: the ``Killed process`` line's (a tgid) over the oom-kill line's (maybe a tid)."""
+        """The killed pid: the ``Killed process`` line's (a tgid) over the oom-kill line's (maybe a tid).
+
+        Else the reaper's (raw /dev/kmsg readers may keep only that line). Never the ``Kill process …
+        or sacrifice child`` choice: the kernel may kill a child instead, so without the Killed line
+        the victim is unknown.
+        """
         if self.killed:
             return self.killed[0].pid
         if self.oom_kill is not None and self.oom_kill.pid is not None:
             return self.oom_kill.pid
-        return self.chosen.pid if self.chosen is not None else None
+        return self.reaped[0].pid if self.reaped else None
 
     @property
     def victim_comm(self) -> str | None:
@@ -257,7 +287,7 @@ class OomKillRecord(BaseModel):
             return self.killed[0].comm
         if self.oom_kill is not None and self.oom_kill.task is not None:
             return self.oom_kill.task
-        return self.chosen.comm if self.chosen is not None else None
+        return self.reaped[0].comm if self.reaped else None
 
     @property
     def cgroup_version(self) -> CgroupVersion | None:
