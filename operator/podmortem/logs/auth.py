@@ -4,13 +4,17 @@ The log server holds every followed pod's log, of every namespace, so it must
 answer exactly as the apiserver would for ``kubectl logs``: a bearer token is
 authenticated with a TokenReview, and the user it names must be allowed ``get``
 on ``pods/log`` in the pod's namespace (a SubjectAccessReview). Nothing is
-decided locally. Positive answers are cached for ``cache_ttl_s``; negative ones
-never are, so a fixed RoleBinding works at once. If the Kubernetes API cannot
-answer, the request fails with 503, never with access.
+decided locally. Positive answers are cached for ``cache_ttl_s``; a token the
+TokenReview rejected is remembered for ``rejected_ttl_s`` (a client retrying a bad
+token costs one review, not one per request); a SubjectAccessReview's "no" is never
+cached, so a fixed RoleBinding works at once. At most ``max_concurrent_reviews``
+reviews are in flight. If the Kubernetes API cannot answer, the request fails with
+503, never with access.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -45,12 +49,20 @@ class AuthSettings:
     audiences: tuple[str, ...] = field(default_factory=tuple)
     #: Seconds to wait for each review call. Default 10 s: reviews are fast when the API is up.
     request_timeout_s: float = 10.0
+    #: Seconds a token the apiserver rejected is rejected again without asking. Default 10 s:
+    #: a client hammering with a bad token costs 6 reviews a minute; a token that was not
+    #: valid yet (just created) works 10 s later.
+    rejected_ttl_s: float = 10.0
+    #: Reviews in flight at once; more wait. Default 16: a burst of readers cannot flood the API.
+    max_concurrent_reviews: int = 16
 
     def __post_init__(self) -> None:
         if self.authorize and not self.authenticate:
             raise ValueError("authorize needs authenticate: there is no user to authorize without a token")
-        if self.cache_ttl_s < 0:
-            raise ValueError("cache_ttl_s must be >= 0")
+        if self.cache_ttl_s < 0 or self.rejected_ttl_s < 0:
+            raise ValueError("cache_ttl_s and rejected_ttl_s must be >= 0")
+        if self.max_concurrent_reviews < 1:
+            raise ValueError("max_concurrent_reviews must be at least 1")
 
 
 class AccessError(PodmortemError):
@@ -109,6 +121,9 @@ class Reviewer:
             raise ValueError("an ApiClient is needed when authentication is on")
         self._api = api
         self._cache: dict[tuple[str, str], tuple[float, User]] = {}
+        #: Token hash -> (expiry, why) of tokens the TokenReview rejected.
+        self._rejected: dict[str, tuple[float, str]] = {}
+        self._in_flight = asyncio.Semaphore(self.settings.max_concurrent_reviews)
         #: Reviews actually sent to the API (for tests and metrics).
         self.reviews_sent = 0
 
@@ -117,19 +132,38 @@ class Reviewer:
         if not self.settings.authenticate:
             return ANONYMOUS
         token = bearer_token(authorization)
-        key = (hashlib.sha256(token.encode()).hexdigest(), namespace)
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        key = (digest, namespace)
         now = time.monotonic()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
-        user = await self._authenticate(token)
-        if self.settings.authorize:
-            await self._authorize(user, namespace)
+        rejected = self._rejected.get(digest)
+        if rejected is not None and rejected[0] > now:
+            raise Unauthenticated(rejected[1])
+        async with self._in_flight:
+            try:
+                user = await self._authenticate(token)
+            except Unauthenticated as exc:
+                self._remember_rejected(digest, str(exc), now)
+                raise
+            if self.settings.authorize:
+                await self._authorize(user, namespace)
         if self.settings.cache_ttl_s > 0:
             if len(self._cache) >= self.settings.cache_max_entries:
                 self._evict(now)
             self._cache[key] = (now + self.settings.cache_ttl_s, user)
         return user
+
+    def _remember_rejected(self, digest: str, why: str, now: float) -> None:
+        if self.settings.rejected_ttl_s <= 0:
+            return
+        if len(self._rejected) >= self.settings.cache_max_entries:
+            for k in [k for k, (exp, _) in self._rejected.items() if exp <= now]:
+                del self._rejected[k]
+            while len(self._rejected) >= self.settings.cache_max_entries:
+                del self._rejected[next(iter(self._rejected))]
+        self._rejected[digest] = (now + self.settings.rejected_ttl_s, why)
 
     def _evict(self, now: float) -> None:
         for k in [k for k, (exp, _) in self._cache.items() if exp <= now]:

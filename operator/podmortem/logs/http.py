@@ -15,10 +15,15 @@ where they happened::
 
     --- podmortem: lines may be missing here (rotation) between <ts> and <ts> ---
     --- podmortem: 1200 earlier lines were deleted by retention ---
+    --- podmortem: 4096 bytes unreadable here (corrupt) ---
     --- podmortem: end of log (pod-deleted) ---
 
+Damaged bytes of the store (a flipped bit, a torn write at a crash) are never
+served as lines: they are set aside, and the reader gets the damage marker and
+then every intact batch after them.
+
 In jsonl every record is an object with a ``type`` of ``line``, ``gap``,
-``retention-cut`` or ``end``; a line's ``text`` is its bytes decoded as UTF-8
+``retention-cut``, ``damage``, ``end`` or ``server-stopping``; a line's ``text`` is its bytes decoded as UTF-8
 with invalid bytes as lone surrogates (``\\udcXX``), so it round-trips exactly.
 """
 
@@ -162,6 +167,8 @@ def render_text(item: reading.LogItem, *, with_timestamps: bool) -> bytes:
                f"between {_ts(item.after_ts_ns)} and {_ts(item.before_ts_ns)}{detail} ---\n")
     elif isinstance(item, reading.RetentionCut):
         msg = f"--- podmortem: {item.removed_lines} earlier lines were deleted by retention ---\n"
+    elif isinstance(item, reading.Damaged):
+        msg = f"--- podmortem: {item.length} bytes unreadable here ({item.why}) ---\n"
     else:
         msg = f"--- podmortem: end of log ({item.reason}) ---\n"
     return msg.encode()
@@ -181,6 +188,8 @@ def render_jsonl(item: reading.LogItem) -> bytes:
                   "before_ts_ns": item.before_ts_ns, "detail": item.detail}
     elif isinstance(item, reading.RetentionCut):
         record = {"type": "retention-cut", "removed_lines": item.removed_lines}
+    elif isinstance(item, reading.Damaged):
+        record = {"type": "damage", "bytes": item.length, "why": item.why}
     else:
         assert isinstance(item, LogEnd)
         record = {"type": "end", "reason": str(item.reason), "container_id": item.container_id}
@@ -368,9 +377,13 @@ def make_app(*, log_store: store.LogStore, reviewer: auth.Reviewer,
 
 
 def runner(app: web.Application, settings: HttpSettings) -> web.AppRunner:
-    """An ``AppRunner`` with the server's timeouts: the header/idle cut and the shutdown wait."""
+    """An ``AppRunner`` with the server's timeouts: the header/idle cut and the shutdown wait.
+
+    Handlers are cancelled when their client goes away: a follower waiting for new lines
+    would otherwise hold its reader slot until the log next changed.
+    """
     return web.AppRunner(app, access_log=None, keepalive_timeout=settings.header_timeout_s,
-                         shutdown_timeout=settings.shutdown_timeout_s)
+                         shutdown_timeout=settings.shutdown_timeout_s, handler_cancellation=True)
 
 
 @asynccontextmanager
