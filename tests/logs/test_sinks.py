@@ -78,6 +78,7 @@ class Counters:
     lines_total = 7
     bytes_total = 300
     gaps_total = 1
+    corrupt_bytes_total = 4096
 
 
 def test_store_counters_are_exported_when_scraped() -> None:
@@ -89,3 +90,4 @@ def test_store_counters_are_exported_when_scraped() -> None:
     assert "podmortem_logs_store_lines_total 9.0" in text
     assert "podmortem_logs_store_bytes_total 300.0" in text
     assert "podmortem_logs_store_gaps_total 1.0" in text
+    assert "podmortem_logs_store_corrupt_bytes_total 4096.0" in text

@@ -121,9 +121,18 @@ async def test_torn_tail_is_cut_and_cursor_matches_data(tmp_path: Path, cut: int
         sink = st.sink(namespace="ns", pod="pod-1")
         loaded = await sink.load_cursor("main")
         assert loaded is not None and loaded.to_json() == good_cursor
-        assert seg.stat().st_size == good_size
+        # The intact batches stay; the torn bytes are set aside and a marker takes their place.
+        repaired = seg.read_bytes()
+        assert repaired[:good_size] == full[:good_size]
+        marker = segments.scan(repaired).last
+        assert marker is not None and marker.kind is segments.BatchKind.DAMAGE
+        aside = store.quarantine_records(seg.with_name(seg.name + ".quarantine"))
+        assert aside == [{"offset": good_size, "length": len(torn) - good_size, "why": "torn"}]
         await deliver(sink, lines, loaded, batch=10)
         assert texts(await stored(st)) == [x.text for x in lines]
+        inst = st.find(namespace="ns", pod="pod-1")
+        marks = [item async for item in reading.read(inst) if isinstance(item, reading.Damaged)]
+        assert marks == [reading.Damaged("main", len(torn) - good_size, "torn")]
 
 
 async def test_corrupt_batch_is_cut_by_crc(tmp_path: Path) -> None:

@@ -81,6 +81,7 @@ class StoreCounters(Protocol):
     lines_total: int
     bytes_total: int
     gaps_total: int
+    corrupt_bytes_total: int
 
 
 class StoreCollector(Collector):
@@ -103,3 +104,7 @@ class StoreCollector(Collector):
         yield CounterMetricFamily("podmortem_logs_store_gaps",
                                   "Gap markers (possible losses) written to the durable store.",
                                   value=store.gaps_total)
+        yield CounterMetricFamily("podmortem_logs_store_corrupt_bytes",
+                                  "Bytes of stored segments found damaged (set aside and marked, never "
+                                  "served as lines); each damaged range counted once per process.",
+                                  value=store.corrupt_bytes_total)

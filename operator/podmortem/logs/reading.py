@@ -63,28 +63,66 @@ class RetentionCut:
     removed_lines: int
 
 
-LogItem = LinesBlock | GapMarker | LogEnd | RetentionCut
+@dataclass(frozen=True, slots=True)
+class Damaged:
+    """Bytes of the stored log that are no intact batch: set aside (or met by a reader), not served."""
+
+    container: str
+    length: int
+    #: ``corrupt`` or ``torn`` (a write a crash interrupted).
+    why: str = "corrupt"
 
 
-Batches = list[tuple[segments.BatchHeader, bytes]]
+LogItem = LinesBlock | GapMarker | LogEnd | RetentionCut | Damaged
+
+
+@dataclass(frozen=True, slots=True)
+class _DamageAt:
+    offset: int
+    length: int
+
+
+Batches = list[tuple[segments.BatchHeader, bytes] | _DamageAt]
 
 
 def _read_chunk(path: os.PathLike[str] | str, offset: int, limit: int) -> tuple[Batches, int]:
-    """Whole batches from ``offset`` up to ``limit`` (at least one, up to about ``READ_CHUNK``)."""
-    out: list[tuple[segments.BatchHeader, bytes]] = []
+    """Whole, CRC-checked batches from ``offset`` up to ``limit`` (at least one, up to about ``READ_CHUNK``).
+
+    Damage comes back as one ``_DamageAt`` for the bytes up to the next intact batch (found by
+    its magic and CRC), so a reader goes on after it instead of stopping or serving bad bytes.
+    """
+    out: Batches = []
     with open(path, "rb", buffering=0) as f:
         f.seek(offset)
         data = f.read(min(limit - offset, READ_CHUNK))
         pos = 0
-        while pos + segments.HEADER_SIZE <= len(data):
-            head = segments.decode_header(data[pos:pos + segments.HEADER_SIZE])
-            end = pos + head.total_len
-            if end > len(data):
-                if out or offset + end > limit:
+        while offset + pos < limit:
+            if pos + segments.HEADER_SIZE > len(data):
+                if out:
                     break
-                data += f.read(end - len(data))  # a batch bigger than a chunk: read it whole
+                if offset + pos + segments.HEADER_SIZE > limit:
+                    return [_DamageAt(offset + pos, limit - offset - pos)], limit
+                data += f.read(segments.HEADER_SIZE - (len(data) - pos))
+            try:
+                head = segments.decode_header(data[pos:pos + segments.HEADER_SIZE])
+                end = pos + head.total_len
+                if offset + end > limit:
+                    raise segments.BadBatch("a batch runs past the committed end")
                 if end > len(data):
-                    raise segments.BadBatch("torn batch below the committed size")
+                    if out:
+                        break
+                    data += f.read(end - len(data))  # a batch bigger than a chunk: read it whole
+                    if end > len(data):
+                        raise segments.BadBatch("torn batch below the committed size")
+                with memoryview(data) as view:
+                    segments.check_batch(view, pos)
+            except segments.BadBatch:
+                if out:
+                    break  # serve the good batches first; the next call starts at the damage
+                rest = data[pos:] + f.read(max(0, limit - offset - len(data)))
+                found = segments.next_batch(rest, 1)
+                length = len(rest) if found is None else found
+                return [_DamageAt(offset + pos, length)], offset + pos + length
             payload_at = pos + segments.HEADER_SIZE
             out.append((head, data[payload_at:payload_at + head.payload_len]))
             pos = end
@@ -98,6 +136,8 @@ def _first_header(path: os.PathLike[str] | str) -> segments.BatchHeader | None:
         return None
     try:
         return segments.read_first_header(fd, os.fstat(fd).st_size)
+    except segments.BadBatch:
+        return None  # damaged: its first time is unknown, so start earlier
     finally:
         os.close(fd)
 
@@ -115,21 +155,55 @@ def _tail_start(inst: Instance, seqs: list[int], tail: int) -> tuple[int, int]:
         except FileNotFoundError:
             continue
         try:
-            end = size
-            while end > len(segments.FILE_MAGIC):
-                found = segments.read_last_header(fd, end)
-                if found is None:
-                    break
-                head, start = found
-                if head.kind.has_lines:
-                    if need <= 0:
-                        return seq, end  # this batch holds only lines before the tail
-                    need -= head.n_lines
-                end = start
+            try:
+                batches = _line_batches_backwards(fd, size)
+            except segments.BadBatch:
+                batches = _line_batches_scanned(fd, size)  # damage: trailers cannot be walked past it
+            for n_lines, end in batches:
+                if need <= 0:
+                    return seq, end  # this batch holds only lines before the tail
+                need -= n_lines
             pos = (seq, len(segments.FILE_MAGIC))
         finally:
             os.close(fd)
     return pos
+
+
+def _line_batches_backwards(fd: int, size: int) -> list[tuple[int, int]]:
+    """(lines, end offset) of a segment's line batches, last first, by walking the trailers."""
+    out = []
+    end = size
+    while end > len(segments.FILE_MAGIC):
+        found = segments.read_last_header(fd, end)
+        if found is None:
+            break
+        head, start = found
+        if head.kind.has_lines:
+            out.append((head.n_lines, end))
+        end = start
+    return out
+
+
+def _line_batches_scanned(fd: int, size: int) -> list[tuple[int, int]]:
+    """`_line_batches_backwards` for a damaged segment: a forward scan that resynchronises."""
+    data = os.pread(fd, size, 0)
+    out = []
+    pos = len(segments.FILE_MAGIC)
+    with memoryview(data) as view:
+        while pos < len(data):
+            try:
+                head = segments.check_batch(view, pos)
+            except segments.BadBatch:
+                found = segments.next_batch(data, pos + 1)
+                if found is None:
+                    break
+                pos = found
+                continue
+            pos += head.total_len
+            if head.kind.has_lines:
+                out.append((head.n_lines, pos))
+    out.reverse()
+    return out
 
 
 def _since_segment(inst: Instance, seqs: list[int], since_ns: int) -> int:
@@ -185,7 +259,12 @@ async def read(
             except FileNotFoundError:
                 batches = []
                 offset = size
-            for head, payload in batches:
+            for batch in batches:
+                if isinstance(batch, _DamageAt):
+                    inst.on_damage(inst.segment_path(seq), batch.offset, batch.length)
+                    yield Damaged(container, batch.length)
+                    continue
+                head, payload = batch
                 if first:
                     first = False
                     if head.index_before > start_index:
@@ -242,6 +321,8 @@ def _item(
     if head.index_after < start_index:
         return None
     data = segments.decode_event(payload)
+    if head.kind is segments.BatchKind.DAMAGE:
+        return Damaged(container, int(data.get("bytes", 0)), str(data.get("why", "corrupt")))
     if head.kind is segments.BatchKind.GAP:
         if since_ns is not None and head.last_ts != segments.NO_TS and head.last_ts < since_ns:
             return None
@@ -263,7 +344,7 @@ async def read_lines(
     async for item in read(inst, since_ns=since_ns, tail=tail):
         if isinstance(item, LinesBlock):
             out.extend(item.lines())
-        elif isinstance(item, RetentionCut):
+        elif isinstance(item, RetentionCut | Damaged):
             continue
         else:
             out.append(item)

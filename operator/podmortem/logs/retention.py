@@ -30,6 +30,8 @@ from podmortem.logs import segments
 logger = logging.getLogger(__name__)
 
 SEGMENT_SUFFIX = ".seg"
+#: Damaged bytes of ``<segment>.seg`` set aside in ``<segment>.seg.quarantine``; they go with it.
+QUARANTINE_SUFFIX = ".quarantine"
 INSTANCE_META = "instance.json"
 TOMBSTONE = "cursor.json"
 #: A job's own limits (``LogStore.set_job_retention``), kept in its directory so sweeps honour
@@ -93,8 +95,15 @@ def _segments_of(instance_dir: Path) -> list[_Segment]:
             st = path.stat()
         except FileNotFoundError:
             continue
-        out.append(_Segment(path, st.st_size, st.st_mtime, last=i == len(names) - 1, ended=ended))
+        size = st.st_size
+        with contextlib.suppress(FileNotFoundError):
+            size += os.stat(_quarantine_of(path)).st_size
+        out.append(_Segment(path, size, st.st_mtime, last=i == len(names) - 1, ended=ended))
     return out
+
+
+def _quarantine_of(segment: Path) -> Path:
+    return segment.with_name(segment.name + QUARANTINE_SUFFIX)
 
 
 def _has_ended(path: Path) -> bool:
@@ -103,12 +112,12 @@ def _has_ended(path: Path) -> bool:
     except FileNotFoundError:
         return False
     try:
-        found = segments.read_last_header(fd, os.fstat(fd).st_size)
+        head = segments.read_last_content_header(fd, os.fstat(fd).st_size)
     except (segments.BadBatch, OSError):
         return False  # a torn tail: the writer will repair it on open
     finally:
         os.close(fd)
-    return found is not None and found[0].kind is segments.BatchKind.END
+    return head is not None and head.kind is segments.BatchKind.END
 
 
 def instance_dirs(job_dir: Path) -> list[Path]:
@@ -136,7 +145,9 @@ def save_tombstone(instance_dir: Path, last_segment: Path) -> None:
     """Keep the resume point of an instance whose last segment is about to go."""
     fd = os.open(last_segment, os.O_RDONLY)
     try:
-        found = segments.read_last_header(fd, os.fstat(fd).st_size)
+        size = os.fstat(fd).st_size
+        found = segments.read_last_header(fd, size)
+        content = segments.read_last_content_header(fd, size) if found is not None else None
     finally:
         os.close(fd)
     if found is None:
@@ -148,7 +159,7 @@ def save_tombstone(instance_dir: Path, last_segment: Path) -> None:
         "delivered": head.cursor_delivered,
         "line_crc": head.cursor_line_crc,
         "index": head.index_after,
-        "ended": head.kind is segments.BatchKind.END,
+        "ended": content is not None and content.kind is segments.BatchKind.END,
     }
     files.write_json_atomic(instance_dir / TOMBSTONE, data)
 
@@ -159,6 +170,8 @@ def _delete(seg: _Segment) -> int:
             save_tombstone(seg.path.parent, seg.path)
         except FileNotFoundError:
             return 0  # already gone
+    with contextlib.suppress(FileNotFoundError):
+        _quarantine_of(seg.path).unlink()
     try:
         seg.path.unlink()
     except FileNotFoundError:

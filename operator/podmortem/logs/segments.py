@@ -78,6 +78,8 @@ class BatchKind(enum.IntEnum):
     #: Lines exactly as the API sent them with ``timestamps=true``: ``<RFC3339> <text>\n`` each.
     #: The follower's ``LineBatch`` already holds this block, so storing it costs no per-line work.
     RAW_LINES = 4
+    #: Damaged bytes were found here and set aside (JSON: bytes, why, quarantine file).
+    DAMAGE = 5
 
     @property
     def has_lines(self) -> bool:
@@ -330,43 +332,124 @@ def decode_event(payload: bytes) -> dict[str, Any]:
     return data
 
 
+def next_batch(data: bytes, start: int) -> int | None:
+    """Offset of the first intact batch at or after ``start`` (magic, lengths and CRC check), if any.
+
+    Resynchronising after damage: a batch magic inside damaged bytes or inside a payload is
+    rejected by its CRC, so the first offset that passes is a real batch boundary.
+    """
+    view = memoryview(data)
+    try:
+        pos = data.find(BATCH_MAGIC, start)
+        while pos >= 0:
+            try:
+                check_batch(view, pos)
+                return pos
+            except BadBatch:
+                pos = data.find(BATCH_MAGIC, pos + 1)
+        return None
+    finally:
+        view.release()
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Bytes of a segment that are no intact batch."""
+
+    offset: int
+    length: int
+    #: ``torn``: the file ends inside a batch that was being written (a crash);
+    #: ``corrupt``: anything else (flipped bits, a bad disk, an overwrite).
+    why: str
+
+
 @dataclass(frozen=True, slots=True)
 class ScanResult:
-    """The intact prefix of a segment file."""
+    """What a whole segment holds: its intact batches and its damaged bytes."""
 
-    #: Bytes of the file that hold intact batches (including the file magic).
+    #: End of the last intact batch (the file magic's end if there is none; 0 without a magic).
     valid_len: int
     #: The last intact batch, or None if there is none.
     last: BatchHeader | None
     #: The first intact batch, or None if there is none.
     first: BatchHeader | None
-    #: Why the scan stopped before the end of the file, if it did.
-    problem: str | None
+    #: Damaged byte ranges, in file order; one that ends at the file's end is the tail.
+    damage: tuple[Damage, ...] = ()
+    #: The last intact batch that is not a damage marker, and its offset (an end marker there
+    #: still ends the log when a damage marker was appended after it).
+    last_content: BatchHeader | None = None
+    last_content_at: int = 0
+
+    @property
+    def tail(self) -> Damage | None:
+        """Damage that runs to the end of the file (what a writer must cut before appending)."""
+        if self.damage and self.damage[-1].offset >= self.valid_len:
+            return self.damage[-1]
+        return None
+
+    @property
+    def problem(self) -> str | None:
+        return None if not self.damage else f"{sum(d.length for d in self.damage)} bytes {self.damage[0].why}"
+
+
+def _tail_why(data: bytes, offset: int) -> str:
+    """A tail is torn when it is the start of one batch the file ends inside (or zeros after a crash)."""
+    rest = data[offset:]
+    if not rest.strip(b"\0"):
+        return "torn"
+    if len(rest) < HEADER_SIZE:
+        return "torn" if BATCH_MAGIC.startswith(rest[:4]) else "corrupt"
+    try:
+        head = decode_header(rest)
+    except BadBatch:
+        return "corrupt"
+    return "torn" if head.total_len > len(rest) else "corrupt"
 
 
 def scan(data: bytes) -> ScanResult:
-    """Walk a whole segment's bytes batch by batch, validating each, up to the first bad one."""
-    if len(data) < len(FILE_MAGIC) or data[:len(FILE_MAGIC)] != FILE_MAGIC:
-        return ScanResult(0, None, None, "bad or missing file magic" if data else None)
-    offset = len(FILE_MAGIC)
+    """Walk a whole segment's bytes batch by batch, validating each; resynchronise past damage.
+
+    Damage never hides what follows it: after a bad batch (or a bad file magic) the scan
+    looks for the next offset that holds an intact batch and goes on from there.
+    """
+    if not data:
+        return ScanResult(0, None, None)
+    damage: list[Damage] = []
+    valid_len = 0
+    if data[:len(FILE_MAGIC)] == FILE_MAGIC:
+        offset = valid_len = len(FILE_MAGIC)
+    else:
+        found = next_batch(data, 0)
+        end = len(data) if found is None else found
+        damage.append(Damage(0, end, "corrupt" if len(data) >= len(FILE_MAGIC) else "torn"))
+        offset = end
     first: BatchHeader | None = None
     last: BatchHeader | None = None
+    last_content: BatchHeader | None = None
+    last_content_at = 0
     view = memoryview(data)
-    problem: str | None = None
     try:
         while offset < len(data):
             try:
                 head = check_batch(view, offset)
-            except BadBatch as exc:
-                problem = str(exc)
-                break
+            except BadBatch:
+                found = next_batch(data, offset + 1)
+                if found is None:
+                    damage.append(Damage(offset, len(data) - offset, _tail_why(data, offset)))
+                    break
+                damage.append(Damage(offset, found - offset, "corrupt"))
+                offset = found
+                continue
             if first is None:
                 first = head
             last = head
+            if head.kind is not BatchKind.DAMAGE:
+                last_content, last_content_at = head, offset
             offset += head.total_len
+            valid_len = offset
     finally:
         view.release()
-    return ScanResult(offset, last, first, problem)
+    return ScanResult(valid_len, last, first, tuple(damage), last_content, last_content_at)
 
 
 def read_last_header(fd: int, size: int) -> tuple[BatchHeader, int] | None:
@@ -378,6 +461,20 @@ def read_last_header(fd: int, size: int) -> tuple[BatchHeader, int] | None:
     if start < len(FILE_MAGIC):
         raise BadBatch("trailer points before the file start")
     return decode_header(os.pread(fd, HEADER_SIZE, start)), start
+
+
+def read_last_content_header(fd: int, size: int) -> BatchHeader | None:
+    """The last batch of an intact file that is not a damage marker (those follow a repair)."""
+    end = size
+    for _ in range(64):
+        found = read_last_header(fd, end)
+        if found is None:
+            return None
+        head, start = found
+        if head.kind is not BatchKind.DAMAGE:
+            return head
+        end = start
+    return None
 
 
 def read_first_header(fd: int, size: int) -> BatchHeader | None:

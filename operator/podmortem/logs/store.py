@@ -129,9 +129,15 @@ class ContainerRequired(StoreError):
         self.containers = list(containers)
 
 
+#: Namespaces and containers are RFC 1123 labels: no dots, at most 63 characters.
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_LABEL_KINDS = frozenset({"namespace", "container"})
+
+
 def check_name(kind: str, name: str) -> str:
     """Accept only Kubernetes object names: they become path components."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    rule = _LABEL if kind in _LABEL_KINDS else _NAME
+    if not isinstance(name, str) or not rule.fullmatch(name):
         shown = name if not isinstance(name, str) or len(name) <= 80 else name[:80] + "..."
         raise ValueError(f"{kind} {shown!r} is not a valid Kubernetes name")
     return name
@@ -176,6 +182,10 @@ class Instance:
         self.changed = asyncio.Event()
         #: Set when a newer instance of the same container appears.
         self.superseded = False
+        #: Damage the load found (segment, range); the store counts it once.
+        self.damage_found: list[tuple[Path, segments.Damage]] = []
+        #: Called by readers for damage they meet (the store counts each range once).
+        self.on_damage: Callable[[Path, int, int], None] = lambda _path, _offset, _length: None
 
     def segment_path(self, seq: int) -> Path:
         return self.path / _segment_name(seq)
@@ -234,37 +244,57 @@ def _load_instances(cdir: Path, *, container: str, writable: bool) -> list[Insta
 
 
 def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
-    """Open an instance directory, cutting a torn tail off its last segment (crash recovery)."""
+    """Open an instance directory; repair the end of its last segment (crash recovery).
+
+    Damage never deletes what can be read: damaged bytes are copied into a quarantine file
+    next to their segment; damage inside a segment stays where it is (readers resynchronise
+    past it and mark it); damage at the end (a torn write, or corruption there) is cut, and a
+    damage marker is appended where it was, so readers see where bytes went missing.
+    """
     meta = json.loads((path / retention.INSTANCE_META).read_text())
     inst = Instance(path=path, container=container, seq=int(path.name), container_id=meta.get("container_id"))
     seqs = inst.segment_seqs()
-    last: segments.BatchHeader | None = None
+    result: segments.ScanResult | None = None
+    removed_seq = 0
+    cut: list[segments.Damage] = []
+    quarantined: list[str] = []
     while seqs:
         seg = inst.segment_path(seqs[-1])
         data = seg.read_bytes()
-        result = segments.scan(data)
-        if result.valid_len < len(data):
-            logger.warning(
-                "log store: %s: cutting %d bytes after the last intact batch (%s)",
-                seg, len(data) - result.valid_len, result.problem,
-            )
-            if writable:
-                os.truncate(seg, result.valid_len)
-        if result.last is None:
-            if writable:
+        found = segments.scan(data)
+        for damage in found.damage:
+            inst.damage_found.append((seg, damage))
+            logger.warning("log store: %s: %d bytes at offset %d are no intact batch (%s)%s",
+                           seg, damage.length, damage.offset, damage.why,
+                           "; set aside in the quarantine file" if writable else "")
+        if writable and found.damage:
+            pieces = [(d, data[d.offset:d.offset + d.length]) for d in found.damage]
+            quarantined.append(quarantine(seg, pieces))
+        tail = found.tail
+        if tail is not None and writable:
+            cut.append(tail)
+            if found.last is None:
                 seg.unlink(missing_ok=True)  # missing: a second load of the same instance got there first
-            seqs.pop()
+            else:
+                os.truncate(seg, found.valid_len)
+        if found.last is None and (writable or not found.damage):
+            removed_seq = seqs.pop()
             continue
-        last = result.last
+        result = found
         inst.active_seq = seqs[-1]
-        inst.active_size = result.valid_len
+        # A read-only store repairs nothing: its readers read up to the file's end and mark the damage.
+        inst.active_size = found.valid_len if writable else len(data)
         break
-    if last is not None:
+    last = result.last if result is not None else None
+    if last is not None and result is not None:
         inst.index = last.index_after
         inst.cursor = segments.CursorFields(last.cursor_last_ts, last.cursor_count, last.cursor_delivered,
                                             last.cursor_line_crc)
-        if last.kind is segments.BatchKind.END:
-            inst.ended = end_from_event(container, segments.decode_event(_read_payload(inst, last)))
+        content = result.last_content
+        if content is not None and content.kind is segments.BatchKind.END:
+            inst.ended = end_from_event(container, segments.decode_event(
+                _read_at(inst.segment_path(inst.active_seq or 0), result.last_content_at, content)
+            ))
     else:
         with contextlib.suppress(FileNotFoundError):
             tomb = json.loads((path / retention.TOMBSTONE).read_text())
@@ -276,14 +306,90 @@ def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
             )
             if tomb.get("ended"):
                 inst.ended = LogEnd(container, inst.container_id, EndReason.STOPPED)
+    if cut and writable:
+        _append_damage_marker(inst, cut, quarantined, removed_seq)
     return inst
 
 
-def _read_payload(inst: Instance, head: segments.BatchHeader) -> bytes:
-    assert inst.active_seq is not None
-    start = inst.active_size - head.total_len + segments.HEADER_SIZE
-    with open(inst.segment_path(inst.active_seq), "rb") as f:
-        f.seek(start)
+def quarantine(seg: Path, pieces: Sequence[tuple[segments.Damage, bytes]]) -> str:
+    """Copy damaged byte ranges into ``<segment>.quarantine`` (each once); its file name.
+
+    Each range is a line ``PMQUAR1 {"offset": .., "length": .., "why": ..}`` and then its bytes
+    and a newline: what was there, for a person (or a later tool) to look at.
+    """
+    path = seg.with_name(seg.name + retention.QUARANTINE_SUFFIX)
+    done = {(r["offset"], r["length"]) for r in quarantine_records(path)}
+    with open(path, "ab") as f:
+        for d, data in pieces:
+            if (d.offset, d.length) in done:
+                continue
+            head = json.dumps({"offset": d.offset, "length": d.length, "why": d.why}, sort_keys=True)
+            f.write(b"PMQUAR1 " + head.encode() + b"\n" + data + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return path.name
+
+
+def quarantine_range(seg: Path, offset: int, length: int) -> None:
+    """Set aside one damaged range a reader met (blocking; a vanished segment is no error)."""
+    try:
+        with open(seg, "rb") as f:
+            f.seek(offset)
+            data = f.read(length)
+    except FileNotFoundError:
+        return
+    try:
+        quarantine(seg, [(segments.Damage(offset, len(data), "corrupt"), data)])
+    except OSError as exc:
+        logger.warning("log store: cannot set aside damaged bytes of %s: %s", seg, exc)
+
+
+def quarantine_records(path: Path) -> list[dict[str, Any]]:
+    """The ranges a quarantine file holds (their headers; the bytes follow each)."""
+    out: list[dict[str, Any]] = []
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return out
+    pos = 0
+    while data.startswith(b"PMQUAR1 ", pos):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break
+        try:
+            record = json.loads(data[pos + 8:nl])
+            pos = nl + 1 + int(record["length"]) + 1
+        except (ValueError, KeyError, TypeError):
+            break
+        out.append(record)
+    return out
+
+
+def _append_damage_marker(
+    inst: Instance, cut: list[segments.Damage], quarantined: list[str], removed_seq: int
+) -> None:
+    """Record, where the cut bytes were, that they were cut: a marker batch with the last cursor."""
+    seq = inst.active_seq if inst.active_seq is not None else removed_seq
+    seg = inst.segment_path(seq)
+    why = "corrupt" if any(d.why == "corrupt" for d in cut) else "torn"
+    data = {"bytes": sum(d.length for d in cut), "why": why, "quarantine": sorted(set(quarantined))}
+    batch = segments.encode_event(segments.BatchKind.DAMAGE, data, first_ts=segments.NO_TS,
+                                  last_ts=segments.NO_TS, index=inst.index, cursor=inst.cursor)
+    fd = os.open(seg, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size == 0:
+            _write_all(fd, segments.FILE_MAGIC)
+        _write_all(fd, batch)
+        os.fsync(fd)
+        inst.active_seq = seq
+        inst.active_size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def _read_at(seg: Path, offset: int, head: segments.BatchHeader) -> bytes:
+    with open(seg, "rb") as f:
+        f.seek(offset + segments.HEADER_SIZE)
         return f.read(head.payload_len)
 
 
@@ -352,6 +458,11 @@ class LogStore:
         #: Lines and bytes stored since the store opened.
         self.lines_total = 0
         self.bytes_total = 0
+        #: Damaged bytes found in segments (at a load or by a reader), each range counted once.
+        self.corrupt_bytes_total = 0
+        self._damage_seen: set[tuple[Path, int]] = set()
+        #: Quarantine copies in flight (waited for at close).
+        self._aside: set[asyncio.Task[None]] = set()
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -392,6 +503,8 @@ class LogStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self._aside:
+            await asyncio.gather(*self._aside, return_exceptions=True)
         try:
             if not self.read_only and self.settings.fsync_interval_s is not None:
                 await self.flush()
@@ -509,10 +622,39 @@ class LogStore:
         if path not in dirs:
             dirs.append(path)
 
+    def note_damage(self, path: Path, offset: int, length: int, *, set_aside: bool = True) -> None:
+        """Count a damaged range of a segment once, however many loads and readers meet it.
+
+        A reader meets damage in older segments (a load checks only the newest): a writable
+        store sets those bytes aside too, in a worker thread, once.
+        """
+        key = (path, offset)
+        if key in self._damage_seen:
+            return
+        if len(self._damage_seen) < 100_000:
+            self._damage_seen.add(key)
+        self.corrupt_bytes_total += length
+        if set_aside and not self.read_only and self._open:
+            task = asyncio.get_running_loop().create_task(
+                asyncio.to_thread(quarantine_range, path, offset, length)
+            )
+            self._aside.add(task)
+            task.add_done_callback(self._aside.discard)
+
+    def _adopt(self, insts: list[Instance]) -> list[Instance]:
+        for inst in insts:
+            inst.on_damage = self.note_damage
+            for path, damage in inst.damage_found:
+                self.note_damage(path, damage.offset, damage.length, set_aside=False)  # the load did
+            inst.damage_found.clear()
+        return insts
+
     def _instances(self, pod: Pod, container: str) -> list[Instance]:
         insts = pod.instances.get(container)
         if insts is None:
-            insts = _load_instances(pod.path / container, container=container, writable=not self.read_only)
+            insts = self._adopt(
+                _load_instances(pod.path / container, container=container, writable=not self.read_only)
+            )
             pod.instances[container] = insts
         return insts
 
@@ -530,9 +672,9 @@ class LogStore:
         async with pod.load_lock:
             insts = pod.instances.get(container)
             if insts is None:
-                loaded = await asyncio.to_thread(
+                loaded = self._adopt(await asyncio.to_thread(
                     _load_instances, pod.path / container, container=container, writable=not self.read_only
-                )
+                ))
                 insts = pod.instances.setdefault(container, loaded)  # a reader's load on the loop won
         return insts
 
@@ -548,6 +690,7 @@ class LogStore:
         self._index_pod_dir(pod.path)
         self._dirty_dirs.add(path.parent)
         inst = Instance(path=path, container=container, seq=seq, container_id=container_id)
+        inst.on_damage = self.note_damage
         for older in insts:
             older.superseded = True
             older.notify()
