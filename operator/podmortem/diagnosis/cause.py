@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 
+from podmortem.diagnosis import limits
 from podmortem.diagnosis.facts import RecordFacts
 from podmortem.reports.failure import PodRef
 from podmortem.reports.findings import Finding, Severity
 from podmortem.reports.oom_record import CONSTRAINT_MEMCG, CONSTRAINT_NONE, OomKillRecord
-from podmortem.reports.units import human_bytes
+from podmortem.reports.units import KIB, human_bytes
 
 
 def _who(record: OomKillRecord) -> str:
@@ -22,34 +23,122 @@ def _who(record: OomKillRecord) -> str:
     return f"{comm} (pid {pid})" if pid is not None else comm
 
 
+def _outcome(record: OomKillRecord) -> str:
+    """What the kernel did, as far as the record shows it."""
+    if record.no_killable:
+        return "found no process it could kill"
+    if record.victim_pid is None:
+        return "was about to kill a process (the record is cut before its kill line: which one is not known)"
+    return f"killed {_who(record)}"
+
+
+_LEVEL_TEXT = {
+    "container": ("the container's memory cgroup reached the container's own limit", True),
+    "pod": ("the pod's memory cgroup reached the pod's limit (the sum of its containers' limits)", True),
+    "qos": ("", False),
+    "node": ("", False),
+    "system": ("", False),
+}
+_OWN_LIMIT_ACTION = (
+    "Find what grew (the findings below) before raising resources.limits.memory: "
+    "a bigger limit only moves the kill later if memory keeps growing."
+)
+_SHARED_LIMIT_ACTION = (
+    "Raising this pod's limit does not help. Set memory requests close to real use so the node is not "
+    "overcommitted (requests equal to limits gives Guaranteed QoS), spread or move large jobs to nodes with "
+    "more allocatable memory, and check the kubelet's kube-reserved, system-reserved and eviction thresholds "
+    "so it evicts before the kernel kills."
+)
+
+
+def _whose(record: OomKillRecord, level: str | None, pod: PodRef | None) -> tuple[str, str]:
+    """The sentence naming the cgroup that filled, and what to do about it."""
+    path = record.oom_memcg or "its memory cgroup"
+    if level == "qos":
+        cls = "BestEffort" if limits.best_effort(record.oom_memcg) else "Burstable"
+        extra = " (BestEffort pods have no memory limit of their own)" if cls == "BestEffort" else ""
+        return (
+            f"the {cls} QoS cgroup {path} filled: the {cls} pods on this node together used all the memory "
+            f"the kubelet allows that class, so no pod hit a limit of its own{extra}",
+            _SHARED_LIMIT_ACTION,
+        )
+    if level == "node":
+        return (
+            f"the node's pods cgroup {path} filled: all pods on this node together used the node's "
+            "allocatable memory, so no pod hit a limit of its own",
+            _SHARED_LIMIT_ACTION,
+        )
+    if level == "system":
+        return (
+            f"the cgroup {path}, which is not a pod's, reached its own limit",
+            "Check the limit set on that cgroup (a systemd MemoryMax, or the kubelet enforcing kube-reserved "
+            "or system-reserved on it) and what in it grew; pods did not hit their limits.",
+        )
+    if level in ("container", "pod"):
+        return _LEVEL_TEXT[level][0], _OWN_LIMIT_ACTION
+    named = (pod.limit_level if pod else None) or ""
+    whose = {"container": "the container's", "pod": "the pod's"}.get(named, "its")
+    return f"{whose} memory cgroup reached its own limit", _OWN_LIMIT_ACTION
+
+
+def _counter_text(hit: limits.LimitHit | None, facts: RecordFacts) -> str:
+    if hit is None:
+        return f" of {human_bytes(facts.limit_bytes)}" if facts.limit_bytes is not None else ""
+    size = human_bytes(hit.limit_kb * KIB)
+    if hit.counter == "memory+swap":
+        return (
+            f"; the full counter was memory+swap ({human_bytes(hit.usage_kb * KIB)} of {size}, failcnt "
+            f"{hit.failcnt}), not memory alone: memory and swap together were used up"
+        )
+    if hit.counter == "kmem":
+        return f"; the full counter was kernel memory (kmem, {size})"
+    return f" of {size}"
+
+
+def _swap_text(hit: limits.LimitHit | None, swap: int | None) -> str:
+    if swap is None or swap <= 0:
+        return ""
+    text = f" {human_bytes(swap)} of it was in swap"
+    if hit is not None and hit.swap_full:
+        text += " and swap.max was full, so nothing more could be swapped out"
+    return text + "."
+
+
 def memcg_limit(record: OomKillRecord, facts: RecordFacts, *, pod: PodRef | None = None) -> Finding | None:
-    """The kill was a memory cgroup's own limit (the container's or the pod's), not the node running out."""
+    """The kill was a memory cgroup's limit: the container's, the pod's, or a shared (QoS, node) one."""
     if record.constraint_effective != CONSTRAINT_MEMCG:
         return None
-    level = pod.limit_level if pod is not None else None
-    whose = {"container": "the container's", "pod": "the pod's"}.get(level or "", "its")
-    limit = f" of {human_bytes(facts.limit_bytes)}" if facts.limit_bytes is not None else ""
+    level = limits.level(record.oom_memcg) or (pod.limit_level if pod is not None else None)
+    hit = limits.limit_hit(record)
+    swap = hit.swap_bytes if hit is not None else None
+    if swap is None:
+        swap = limits.stat_swap_bytes(record)
+    whose, action = _whose(record, level, pod)
     inferred = f" ({record.constraint_note})" if record.constraint_inferred else ""
+    if hit is not None and hit.counter == "memory+swap":
+        action = (
+            "With a memory+swap limit, raising the memory limit alone changes nothing; " + action[0].lower()
+            + action[1:]
+        )
     return Finding(
         code="memcg-limit",
         severity=Severity.CRITICAL,
         message=(
-            f"The kernel killed {_who(record)} because {whose} memory cgroup reached its own "
-            f"limit{limit}, not because the node ran out{inferred}."
+            f"The kernel {_outcome(record)} because {whose}{_counter_text(hit, facts)}, not because the node "
+            f"ran out{inferred}.{_swap_text(hit, swap)}"
         ),
         evidence={
             "oom_memcg": record.oom_memcg,
             "limit_level": level,
+            "limit_hit": hit.counter if hit is not None else None,
             "limit_bytes": facts.limit_bytes,
             "usage_bytes": facts.usage_bytes,
             "failcnt": facts.failcnt,
+            "swap_bytes": swap,
             "constraint_printed": record.constraint_printed,
             "constraint_inferred": record.constraint_inferred,
         },
-        action=(
-            "Find what grew (the findings below) before raising resources.limits.memory: "
-            "a bigger limit only moves the kill later if memory keeps growing."
-        ),
+        action=action,
     )
 
 
@@ -57,13 +146,18 @@ def global_oom(record: OomKillRecord, facts: RecordFacts) -> Finding | None:
     """The whole node ran out of memory: the victim scored worst on the node, not necessarily the cause."""
     if record.constraint_effective != CONSTRAINT_NONE:
         return None
+    if record.victim_pid is None:
+        what = f"the kernel {_outcome(record)}"
+    else:
+        what = (
+            f"the kernel killed {_who(record)}, the process with the highest OOM score on the node, which "
+            "need not be the one that grew"
+        )
+    inferred = f" ({record.constraint_note})" if record.constraint_inferred else ""
     return Finding(
         code="global-oom",
         severity=Severity.CRITICAL,
-        message=(
-            f"The whole node ran out of memory and the kernel killed {_who(record)}, the process "
-            f"with the highest OOM score on the node, which need not be the one that grew."
-        ),
+        message=f"The whole node ran out of memory and {what}{inferred}.",
         evidence={
             "constraint_printed": record.constraint_printed,
             "task_memcg": record.task_memcg,
@@ -73,6 +167,35 @@ def global_oom(record: OomKillRecord, facts: RecordFacts) -> Finding | None:
             "Give large jobs memory requests equal to their limits, keep kubelet eviction "
             "thresholds and system-reserved memory so the kubelet evicts before the kernel kills, "
             "and check what else ran on the node."
+        ),
+    )
+
+
+def no_killable(record: OomKillRecord) -> Finding | None:
+    """"Out of memory and no killable processes...": the kernel could not free memory by killing."""
+    if not record.no_killable:
+        return None
+    protected = [t for t in record.tasks if t.oom_score_adj == -1000]
+    listed = ""
+    if record.tasks:
+        listed = f" {len(protected)} of the {len(record.tasks)} listed processes have oom_score_adj -1000."
+    return Finding(
+        code="no-killable-process",
+        severity=Severity.CRITICAL,
+        message=(
+            "The kernel found no process it could kill: every candidate was protected (oom_score_adj "
+            "-1000), already exiting, or otherwise not eligible, so nothing was killed and no memory was "
+            f"freed.{listed}"
+        ),
+        evidence={
+            "protected_pids": [t.pid for t in protected],
+            "listed_pids": [t.pid for t in record.tasks],
+            "trigger_comm": record.trigger_comm,
+        },
+        action=(
+            "Look for what holds the memory while being protected (runtime shims, conmon and pause run at "
+            "-998 to -1000) and for a task that keeps asking for memory; the allocation keeps failing until "
+            "memory is freed, so the workload may hang rather than restart."
         ),
     )
 

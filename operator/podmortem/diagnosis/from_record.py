@@ -22,6 +22,7 @@ def diagnose(record: OomKillRecord, *, pod: PodRef | None = None) -> FailureRepo
     found: list[Finding | None] = [
         cause.memcg_limit(record, facts, pod=pod),
         cause.global_oom(record, facts),
+        cause.no_killable(record),
         categories.dominant_category(facts),
         forks.fork_copies(view),
         forks.shared_pages_double_counted(view),
@@ -30,6 +31,7 @@ def diagnose(record: OomKillRecord, *, pod: PodRef | None = None) -> FailureRepo
         victim.page_tables(record, facts),
         victim.swapped_out(record, facts),
         victim.oom_group(record),
+        victim.kill_frees_little(record, facts),
     ]
     findings = [f for f in found if f is not None]
     verdict = codes.verdict_of([f.code for f in findings])

@@ -123,3 +123,42 @@ def oom_group(record: OomKillRecord) -> Finding | None:
         evidence={"oom_group_memcg": record.oom_group_memcg, "killed_pids": [k.pid for k in record.killed]},
         action="Expect the whole container to restart on every OOM kill (kubelet sets this on cgroup v2).",
     )
+
+
+#: The victim frees "little" when everything it maps is below this share of the cgroup's shared memory.
+FREES_LITTLE_SHARE = 0.25
+
+
+def kill_frees_little(record: OomKillRecord, facts: RecordFacts) -> Finding | None:
+    """Shared memory filled the cgroup and the victim maps little of it: the kill frees almost nothing.
+
+    tmpfs and /dev/shm pages stay charged to the cgroup after the process that wrote them dies,
+    until the files are removed, so the cgroup stays at its limit and the next allocation kills again.
+    """
+    victim = record.victim
+    breakdown = facts.breakdown
+    if victim is None or victim.anon_rss_kb is None or breakdown is None:
+        return None
+    shares = breakdown.categories()
+    total = breakdown.total_bytes()
+    shmem = shares.get("shmem", 0)
+    if total <= 0 or shmem < 0.5 * total:
+        return None
+    frees = (victim.anon_rss_kb + (victim.file_rss_kb or 0) + (victim.shmem_rss_kb or 0)) * 1024
+    if frees >= FREES_LITTLE_SHARE * shmem:
+        return None
+    return Finding(
+        code="kill-frees-little",
+        severity=Severity.WARNING,
+        message=(
+            f"Killing {victim.comm} (pid {victim.pid}) frees at most {human_bytes(frees)}, while "
+            f"{human_bytes(shmem)} of the cgroup's {human_bytes(total)} is shared memory (tmpfs, /dev/shm) "
+            "that stays charged until its files are removed: the cgroup stays at its limit and more kills "
+            "can follow."
+        ),
+        evidence={"victim_rss_bytes": frees, "shmem_bytes": shmem, "cgroup_bytes": total},
+        action=(
+            "Remove what fills /dev/shm or the memory-backed emptyDir (stale DataLoader or IPC files), or "
+            "give it a sizeLimit; killing processes does not free it."
+        ),
+    )

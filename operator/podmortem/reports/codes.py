@@ -24,6 +24,8 @@ FINDINGS: tuple[str, ...] = (
     "victim-not-largest",
     "oom-group-kill",
     "runtime-process-killed",
+    "no-killable-process",
+    "kill-frees-little",
     "stale-log",
 )
 
