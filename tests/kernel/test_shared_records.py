@@ -27,9 +27,9 @@ _FORMATS = {
 
 
 def _records(sidecar: Path) -> tuple[list[dict[str, Any]], list[OomKillRecord], list[FailureReport]]:
-    """The sidecar's truths (one per record: ``records``, or the sidecar itself), the parsed records, the reports."""
+    """The sidecar's truths (its ``records``, or the sidecar itself), the parsed records, the reports."""
     data = json.loads(sidecar.read_text())
-    truths: list[dict[str, Any]] = data["records"] if "records" in data else [data]
+    truths: list[dict[str, Any]] = data.get("records", [data])
     records = oom_parser.parse_text(sidecar.with_suffix(".log").read_text())
     reports = []
     for record in records:
@@ -70,7 +70,10 @@ def _cause(report: FailureReport) -> dict[str, Any]:
     return dict(cause.evidence) if cause is not None else {}
 
 
-def _compare(truth: dict[str, Any], record: OomKillRecord, report: FailureReport) -> dict[str, tuple[object, object]]:
+Checks = dict[str, tuple[object, object]]
+
+
+def _compare(truth: dict[str, Any], record: OomKillRecord, report: FailureReport) -> Checks:
     kill = report.kill
     assert kill is not None and report.cgroup is not None
     checks: dict[str, tuple[object, object]] = {}
@@ -135,14 +138,15 @@ def _compare(truth: dict[str, Any], record: OomKillRecord, report: FailureReport
         check("findings", sorted(f.code for f in report.findings), sorted(truth["findings"]))
     if "findings_include" in truth:
         codes = {f.code for f in report.findings}
-        check("findings_include", sorted(set(truth["findings_include"]) & codes), sorted(truth["findings_include"]))
+        expected = sorted(truth["findings_include"])
+        check("findings_include", sorted(set(expected) & codes), expected)
     return checks
 
 
 @pytest.mark.parametrize("sidecar", SIDECARS, ids=[p.stem for p in SIDECARS])
 def test_record_matches_sidecar(sidecar: Path) -> None:
     truths, records, reports = _records(sidecar)
-    assert len(records) == len(truths), f"{sidecar.stem}: {len(records)} records parsed, sidecar has {len(truths)}"
+    assert len(records) == len(truths), f"{sidecar.stem}: {len(records)} records, sidecar has {len(truths)}"
     for index, (truth, record, report) in enumerate(zip(truths, records, reports, strict=True)):
         checks = _compare(truth, record, report)
         assert len(checks) >= 4, f"too few sidecar fields compared: {sorted(checks)}"
@@ -156,7 +160,8 @@ def test_verdict_names_the_constraint(sidecar: Path) -> None:
     for truth, report in zip(truths, reports, strict=True):
         if "constraint" not in truth:
             continue
-        expected = {"CONSTRAINT_NONE": "global-oom", "CONSTRAINT_MEMCG": "memcg-limit", None: None}[truth["constraint"]]
+        verdicts = {"CONSTRAINT_NONE": "global-oom", "CONSTRAINT_MEMCG": "memcg-limit", None: None}
+        expected = verdicts[truth["constraint"]]
         assert report.verdict == expected
 
 

@@ -92,7 +92,9 @@ def limit_hit(record: OomKillRecord) -> LimitHit | None:
     chosen: tuple[str, MemoryCounter]
     # v1 charges memory+swap before memory (try_charge): when memsw is full, the charge failed there,
     # unless its failcnt says it never failed while memory's did.
-    memory_failed_alone = memsw is not None and memsw.failcnt == 0 and memory is not None and memory.failcnt > 0
+    memory_failed_alone = (
+        memsw is not None and memsw.failcnt == 0 and memory is not None and memory.failcnt > 0
+    )
     if memsw is not None and _full(memsw) and not memory_failed_alone:
         chosen = ("memory+swap", memsw)
     elif memory is not None:
