@@ -72,6 +72,8 @@ class Story:
     reached: list[str] = field(default_factory=list)
     outputs: dict[str, str] = field(default_factory=dict)
     exit_codes: dict[str, int] = field(default_factory=dict)
+    #: Component -> its process's peak resident memory (VmHWM, bytes), read just before it stopped.
+    peak_rss: dict[str, int] = field(default_factory=dict)
 
 
 def scenario_values(name: str) -> dict[str, Any]:
@@ -134,6 +136,10 @@ def _running(process: ep.Process, story: Story, component: str) -> Iterator[ep.P
     try:
         yield process
     finally:
+        with contextlib.suppress(OSError, ValueError):
+            status = Path(f"/proc/{process.proc.pid}/status").read_text()
+            line = next(x for x in status.splitlines() if x.startswith("VmHWM:"))
+            story.peak_rss[component] = int(line.split()[1]) * 1024
         story.exit_codes[component] = process.stop()
         story.outputs[component] = process.output()
 

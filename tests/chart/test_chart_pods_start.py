@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
+from podmortem_demo import quantity
+
 from . import _render, _story
 
 
@@ -30,3 +32,19 @@ def test_the_rendered_pods_start_and_work(story_of: Callable[[str], _story.Story
     assert story.reached == expected, logs
     assert story.exit_codes == {c: 0 for c in components}, logs
 
+
+
+@pytest.mark.parametrize("scenario", ["defaults", *_render.SCENARIOS])
+def test_each_process_stays_within_its_memory(story_of: Callable[[str], _story.Story], scenario: str) -> None:
+    """The peak RSS of each process through the story stays under the rendered limit, and under the
+    request where the chart's defaults set it (the defaults are sized from these figures)."""
+    story = story_of(scenario)
+    for workload in story.rendered.workloads():
+        component = workload["metadata"]["labels"]["app.kubernetes.io/component"]
+        resources = workload["spec"]["template"]["spec"]["containers"][0].get("resources", {})
+        peak = story.peak_rss[component]
+        limit = resources.get("limits", {}).get("memory")
+        if limit is not None:
+            assert peak < quantity.parse_bytes(limit), (component, peak, limit)
+        if scenario == "defaults":
+            assert peak < quantity.parse_bytes(resources["requests"]["memory"]), (component, peak)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from podmortem_demo import quantity
+
 from . import _render
 
 AGENT_CAPABILITIES = {"SYSLOG", "SYS_PTRACE"}
@@ -57,10 +59,17 @@ def test_operator_runs_as_non_root(rendered: _render.Rendered) -> None:
             assert "add" not in container["securityContext"]["capabilities"]
 
 
-def test_resources_unset_by_default(default_rendered: _render.Rendered) -> None:
+def test_memory_requests_and_limits_by_default(default_rendered: _render.Rendered) -> None:
+    """Both processes get a memory request and a limit above it (sized in values.yaml from measured RSS;
+    test_chart_pods_start checks each process's peak stays under them)."""
+    components = set()
     for component, pod in _render.pod_specs(default_rendered):
+        components.add(component)
         for container in _render.containers(pod):
-            assert "resources" not in container, component
+            resources = container["resources"]
+            memory = {k: quantity.parse_bytes(resources[k]["memory"]) for k in ("requests", "limits")}
+            assert memory["requests"] <= memory["limits"], component
+    assert components == {"operator", "agent"}
 
 
 def test_agent_adds_only_syslog_and_ptrace(rendered: _render.Rendered) -> None:

@@ -133,7 +133,14 @@ def test_log_store_volume(rendered: _render.Rendered, scenario: str) -> None:
         rwx = "ReadWriteMany" in persistence.get("accessModes", [])
         assert deployment["spec"]["strategy"]["type"] == ("RollingUpdate" if rwx else "Recreate")
     else:
-        assert logs["emptyDir"] == {} and claims == []
+        assert logs["emptyDir"] == {"sizeLimit": persistence.get("emptyDirSizeLimit", "10Gi")}
+        assert claims == []
+
+
+def test_an_empty_size_limit_leaves_the_log_emptydir_unbounded(chart: helm.Chart) -> None:
+    rendered = _render.render(chart, {"persistence": {"emptyDirSizeLimit": ""}})
+    volumes = rendered.one("Deployment", "operator")["spec"]["template"]["spec"]["volumes"]
+    assert next(v for v in volumes if v["name"] == "logs")["emptyDir"] == {}
 
 
 def test_second_replica_gets_a_disruption_budget(chart: helm.Chart) -> None:
