@@ -749,7 +749,17 @@ def parse_lines(lines: Iterable[str]) -> list[OomKillRecord]:
     parser = OomParser(join_wraps=True)
     for line in lines:
         parser.feed(line)
-    return parser.finish()
+    return drop_bare_quotes(parser.finish())
+
+
+def drop_bare_quotes(records: list[OomKillRecord]) -> list[OomKillRecord]:
+    """Bare kernel text among kernel-stamped records is a quote (``kubectl describe``, an Event), not a kill.
+
+    A whole input of bare lines is a record pasted without its stamps and stays.
+    """
+    if all(r.line_format == "plain" for r in records):
+        return records
+    return [r for r in records if r.line_format != "plain"]
 
 
 def iter_records(lines: Iterable[str]) -> Iterator[OomKillRecord]:
