@@ -4,9 +4,11 @@ A dense mask of 2,000 proposals over 1M points is 8 GB of int32; the cost floor 
 reading it once. A proposal covers a few percent of the points, so almost all of
 those bytes are zero: the pass reads each row as 64-bit words, ORs a block of them
 (eight cache lines) and tests the block once, and only a nonzero block is taken apart
-into elements, whose members add to a [K] code histogram that stays in L1. It asks
-for memory 16 KiB ahead of itself, since one core reads only as fast as it has lines
-in flight. Proposals are split among numba's threads (`count_rows`'s ``threads``).
+into elements, whose members add to a [K] code histogram that stays in L1. The blocks
+are read through a 2-D ``[n, 64]`` view, whose constant-length inner loop compiles to
+vector ORs: one thread then reads at numpy's ``count_nonzero`` speed (the floor
+``bench/evaluator.py`` measures). Proposals are split among numba's threads
+(`count_rows`'s ``threads``).
 
 Every dtype is read as the unsigned integer of its width, with a mask of the bits
 that make a value nonzero: all of them for integers and bools, all but the sign
@@ -23,47 +25,18 @@ from typing import Any
 import numba
 import numpy as np
 import numpy.typing as npt
-from llvmlite import ir  # type: ignore[import-untyped]
-from numba.core import cgutils, types
-from numba.extending import intrinsic
 
 from podmortem_runtime.insseg.columns import ColumnCodes
 
 #: 64-bit words ORed before one test: 64 words are eight 64-byte cache lines.
 _BLOCK_WORDS = 64
 _WORD_BYTES = 8
-_LINE_WORDS = 8
-#: How far ahead the pass asks for memory, in words (16 KiB). One core streams only as
-#: fast as it has lines in flight; prefetching ahead took the read from ~6 to ~10 GB/s here.
-_PREFETCH_WORDS = 2048
 
 #: Stands in for the mapped-only arrays on the direct path (never read there).
 _UNUSED = np.zeros(1, dtype=np.int64)
 
 #: The unsigned integer each element width is read as.
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def _prefetch_typing(typingctx: Any, array: Any, index: Any) -> Any:  # pragma: no cover - compiled
-    """``llvm.prefetch`` of ``array[index]`` for reading into L2: a hint, so past the end is harmless."""
-    sig = types.void(array, index)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        byte_ptr = ir.IntType(8).as_pointer()
-        address = builder.bitcast(builder.gep(data, [args[1]]), byte_ptr)
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(  # type: ignore[no-untyped-call]
-            builder.module, ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]), "llvm.prefetch.p0i8"
-        )
-        # read (0), locality 2 (keep in L2, not L1), data cache (1)
-        builder.call(fn, [address, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-_prefetch: Any = intrinsic(_prefetch_typing)
 
 
 @numba.njit(inline="always")
@@ -97,10 +70,35 @@ def _scan_elements(
             _add(hist, e - base, codes, col_ptr, counts, mapped)
 
 
+@numba.njit(inline="always")
+def _scan_words(
+    words: Any,
+    w_lo: int,
+    w_hi: int,
+    head: int,
+    per_word: int,
+    base: int,
+    elem_mask: Any,
+    word_mask: Any,
+    hist: Any,
+    codes: Any,
+    col_ptr: Any,
+    counts: Any,
+    mapped: bool,
+    elems: Any,
+) -> None:  # pragma: no cover - compiled
+    """Words ``[w_lo, w_hi)`` one at a time; a nonzero word is taken apart into its elements."""
+    for k in range(w_lo, w_hi):
+        if words[k] & word_mask:
+            e = head + k * per_word
+            _scan_elements(elems, e, e + per_word, base, elem_mask, hist, codes, col_ptr, counts, mapped)
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _count_words(
     elems: Any,
     words: Any,
+    blocks: Any,
     head: int,
     per_word: int,
     n_cols: int,
@@ -115,11 +113,15 @@ def _count_words(
 ) -> None:  # pragma: no cover - compiled
     """Rows of a C-contiguous mask, whose flat elements ``head + k*per_word ...`` form ``words[k]``.
 
-    ``elems`` is the whole mask as a flat unsigned array and ``words`` the 8-byte-aligned
-    run of it, so a row may start or end inside a word (N not a multiple of the word):
-    those edge elements are read one by one, the rest a cache line at a time.
+    ``elems`` is the whole mask as a flat unsigned array, ``words`` the 8-byte-aligned
+    run of it and ``blocks`` the same words as ``[n, _BLOCK_WORDS]``. A row may start
+    or end inside a word or a block (N not a multiple of either): its edge elements and
+    words are read one by one, the blocks between through the 2-D view, whose
+    fixed-length inner loop the compiler turns into vector ORs (a 1-D loop of the same
+    length measured 3x slower).
     """
     n_words = words.shape[0]
+    n_blocks = blocks.shape[0]
     for r in numba.prange(rows.shape[0]):
         hist = out[r]
         lo = rows[r] * n_cols
@@ -130,22 +132,32 @@ def _count_words(
             _scan_elements(elems, lo, hi, lo, elem_mask, hist, codes, col_ptr, counts, mapped)
             continue
         _scan_elements(elems, lo, head + w0 * per_word, lo, elem_mask, hist, codes, col_ptr, counts, mapped)
-        w = w0
-        while w + _BLOCK_WORDS <= w1:
-            for q in range(0, _BLOCK_WORDS, _LINE_WORDS):
-                _prefetch(words, w + _PREFETCH_WORDS + q)
-            acc = words[w]
-            for k in range(1, _BLOCK_WORDS):
-                acc |= words[w + k]
-            if acc & word_mask:
-                for k in range(w, w + _BLOCK_WORDS):
-                    if words[k] & word_mask:
-                        e = head + k * per_word
-                        _scan_elements(
-                            elems, e, e + per_word, lo, elem_mask, hist, codes, col_ptr, counts, mapped
-                        )
-            w += _BLOCK_WORDS
-        _scan_elements(elems, head + w * per_word, hi, lo, elem_mask, hist, codes, col_ptr, counts, mapped)
+        b0 = (w0 + _BLOCK_WORDS - 1) // _BLOCK_WORDS
+        b1 = min(w1 // _BLOCK_WORDS, n_blocks)
+        if b1 <= b0:
+            _scan_words(
+                words, w0, w1, head, per_word, lo, elem_mask, word_mask,
+                hist, codes, col_ptr, counts, mapped, elems,
+            )  # fmt: skip
+        else:
+            _scan_words(
+                words, w0, b0 * _BLOCK_WORDS, head, per_word, lo, elem_mask, word_mask,
+                hist, codes, col_ptr, counts, mapped, elems,
+            )  # fmt: skip
+            for b in range(b0, b1):
+                acc = blocks[b, 0]
+                for k in range(1, _BLOCK_WORDS):
+                    acc |= blocks[b, k]
+                if acc & word_mask:
+                    _scan_words(
+                        words, b * _BLOCK_WORDS, (b + 1) * _BLOCK_WORDS, head, per_word, lo, elem_mask,
+                        word_mask, hist, codes, col_ptr, counts, mapped, elems,
+                    )  # fmt: skip
+            _scan_words(
+                words, b1 * _BLOCK_WORDS, w1, head, per_word, lo, elem_mask, word_mask,
+                hist, codes, col_ptr, counts, mapped, elems,
+            )  # fmt: skip
+        _scan_elements(elems, head + w1 * per_word, hi, lo, elem_mask, hist, codes, col_ptr, counts, mapped)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -216,6 +228,7 @@ def count_rows(
             _count_words(
                 flat,
                 run,
+                run[: run.size - run.size % _BLOCK_WORDS].reshape(-1, _BLOCK_WORDS),
                 head,
                 per_word,
                 int(elems.shape[1]),
