@@ -79,6 +79,7 @@ class Counters:
     bytes_total = 300
     gaps_total = 1
     corrupt_bytes_total = 4096
+    full_since = 12.5
 
 
 def test_store_counters_are_exported_when_scraped() -> None:
@@ -91,3 +92,4 @@ def test_store_counters_are_exported_when_scraped() -> None:
     assert "podmortem_logs_store_bytes_total 300.0" in text
     assert "podmortem_logs_store_gaps_total 1.0" in text
     assert "podmortem_logs_store_corrupt_bytes_total 4096.0" in text
+    assert "podmortem_logs_store_full 1.0" in text

@@ -33,6 +33,9 @@ class GapReason(enum.StrEnum):
     #: The container restarted more than once while the follower was away (or the previous
     #: instance's log was already removed): whole instances' logs cannot be read any more.
     RESTARTS = "restarts"
+    #: The store's volume was full, and when space returned the kubelet no longer had the
+    #: lines written meanwhile (while it still had them, nothing is missing and no gap is marked).
+    DISK_FULL = "disk-full"
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,7 @@ import aiohttp
 from podmortem.errors import PodmortemError
 from podmortem.logs import errors, lines, podstate, timestamps
 from podmortem.logs.cursor import LogCursor
+from podmortem.logs.errors import SinkFull
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.metrics import LogMetrics, for_registry
@@ -136,6 +137,8 @@ class ContainerFollower:
     cursor: LogCursor = field(default_factory=LogCursor)
     #: Called at every reconnect that is not the normal end of a log (None: nobody listens).
     on_reconnect: Callable[[Reconnect], None] | None = None
+    #: Set while the sink is full (writes fail): the next replay gap is marked ``disk-full``.
+    sink_full: bool = False
     _attempt: int = 0
     _limit_growth: int = 1
 
@@ -225,7 +228,7 @@ class ContainerFollower:
             try:
                 return await self._read_state()
             except errors.ApiUnavailable as exc:
-                await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
+                await self._backoff(reason=exc.reason, retry_after=exc.retry_after_s, detail=str(exc))
 
     async def _read_state_retrying(self) -> podstate.ContainerState:
         state = await self._read_state_through_outages()
@@ -245,7 +248,7 @@ class ContainerFollower:
                 try:
                     state = await self._read_state()
                 except errors.ApiUnavailable as exc:
-                    await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s,
+                    await self._backoff(reason=exc.reason, retry_after=exc.retry_after_s,
                                         detail=str(exc))
                     continue
                 if state is not None and state.container_id not in (None, self.cursor.container_id):
@@ -259,7 +262,7 @@ class ContainerFollower:
             try:
                 result = await self.request(follow=True)
             except errors.ApiUnavailable as exc:
-                await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
+                await self._backoff(reason=exc.reason, retry_after=exc.retry_after_s, detail=str(exc))
                 continue
             except (errors.LogNotReady, errors.PodGone, InstanceChanged) as exc:
                 ended = ("not-ready" if isinstance(exc, errors.LogNotReady)
@@ -272,7 +275,7 @@ class ContainerFollower:
                 state = await self._read_state()
             except errors.ApiUnavailable as exc:
                 # Unreadable API: assume the container still runs and reconnect after a pause.
-                await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
+                await self._backoff(reason=exc.reason, retry_after=exc.retry_after_s, detail=str(exc))
                 continue
             if state is None:
                 raise errors.ApiFatal(f"container {self.container!r} is no longer in pod "
@@ -315,7 +318,7 @@ class ContainerFollower:
             try:
                 result = await self.request(follow=False, previous=previous)
             except errors.ApiUnavailable as exc:
-                await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
+                await self._backoff(reason=exc.reason, retry_after=exc.retry_after_s, detail=str(exc))
                 continue
             except errors.LogNotReady as exc:
                 if previous:  # the previous instance's log is gone already
@@ -411,7 +414,7 @@ class ContainerFollower:
             except errors.PodGone:
                 return  # nothing more can be read anyway
             except errors.ApiUnavailable as exc:
-                await self._backoff(reason="api-unavailable", retry_after=exc.retry_after_s, detail=str(exc))
+                await self._backoff(reason=exc.reason, retry_after=exc.retry_after_s, detail=str(exc))
         ours = self.cursor.container_id
         shown = (state.previous_id if previous else state.container_id) if state is not None else None
         if ours is not None and shown != ours and (previous or shown is not None):
@@ -454,12 +457,23 @@ class ContainerFollower:
                 gap_checked = True
                 if parser.replay_missed or saved.last_ts_ns is None:
                     await self._check_instance(saved, previous=previous)
-                if parser.replay_missed:
+                if parser.replay_missed and self.sink_full:
+                    await self._gap(GapReason.DISK_FULL, after_ts_ns=parser.resumed_after_ns,
+                                    before_ts_ns=batch.first_ts_ns,
+                                    detail="the log store's volume was full; when space returned the"
+                                           " kubelet no longer had the lines written meanwhile")
+                elif parser.replay_missed:
                     await self._gap(GapReason.ROTATION, after_ts_ns=parser.resumed_after_ns,
                                     before_ts_ns=batch.first_ts_ns,
                                     detail="the reconnect's replay lacks lines already delivered:"
                                            " the log file was rotated while disconnected")
-            await sink.write(container, batch, cursor)
+            try:
+                await sink.write(container, batch, cursor)
+            except SinkFull as exc:
+                raise errors.SinkPaused(str(exc)) from exc
+            if self.sink_full:
+                self.sink_full = False
+                self._note("disk-ok")
             result.new_lines += batch.n_lines
             metrics.lines.inc(batch.n_lines)
             metrics.bytes.inc(len(batch.raw))
@@ -487,6 +501,11 @@ class ContainerFollower:
                     batch = parser.finish()  # lines held while deciding replays: a clean end settles them
                     if batch is not None:
                         await deliver(batch)
+            except errors.SinkPaused:
+                # Lines before the failed batch were kept: resume from what the sink holds.
+                self.sink_full = True
+                self.cursor = await self.sink.load_cursor(container) or saved
+                raise
             except (InstanceChanged, errors.ApiUnavailable):
                 self.cursor = saved  # nothing of this stream was delivered
                 raise
@@ -596,8 +615,11 @@ class ContainerFollower:
             after_ts_ns = self.cursor.last_ts_ns
         marker = GapMarker(container=self.container, reason=reason, after_ts_ns=after_ts_ns,
                            before_ts_ns=before_ts_ns, detail=detail)
+        try:
+            await self.sink.gap(marker)
+        except SinkFull as exc:
+            raise errors.SinkPaused(str(exc)) from exc
         self.metrics.gaps.labels(reason.value).inc()
-        await self.sink.gap(marker)
 
     def _note(self, reason: str, *, delay_s: float = 0.0, detail: str = "") -> None:
         if self.on_reconnect is not None:
@@ -615,7 +637,7 @@ class ContainerFollower:
         if retry_after is not None:
             delay = max(delay, min(retry_after, s.backoff_max_s * 10))
         if reason is not None:
-            if reason == "api-unavailable":
+            if reason in ("api-unavailable", "disk-full"):
                 self.metrics.reconnects.labels(reason).inc()
             self._note(reason, delay_s=delay, detail=detail)
         await asyncio.sleep(delay)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 #: Why a stream ended and was reopened (the ``reason`` label of ``reconnects_total``).
@@ -82,6 +82,7 @@ class StoreCounters(Protocol):
     bytes_total: int
     gaps_total: int
     corrupt_bytes_total: int
+    full_since: float | None
 
 
 class StoreCollector(Collector):
@@ -108,3 +109,7 @@ class StoreCollector(Collector):
                                   "Bytes of stored segments found damaged (set aside and marked, never "
                                   "served as lines); each damaged range counted once per process.",
                                   value=store.corrupt_bytes_total)
+        yield GaugeMetricFamily("podmortem_logs_store_full",
+                                "1 while writes to the log store fail for a full volume (followers are "
+                                "paused and retry from their cursors), else 0.",
+                                value=0 if store.full_since is None else 1)

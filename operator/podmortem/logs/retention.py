@@ -282,3 +282,39 @@ def sweep(root: Path, settings: RetentionSettings, *, now: float | None = None,
             total.deleted_pods + r.deleted_pods,
         )
     return total
+
+
+def free_ratio(root: Path) -> float:
+    """Fraction of the volume holding ``root`` that is free (for unprivileged writers)."""
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return 1.0
+    return st.f_bavail / st.f_blocks if st.f_blocks else 1.0
+
+
+def free_early(root: Path, *, min_free_ratio: float, protected: frozenset[Path] = frozenset()) -> SweepResult:
+    """Delete segments, oldest first, until ``min_free_ratio`` of the volume is free.
+
+    Finished logs go first (an instance whose log ended), then the older segments of live
+    ones (readers see a retention cut); the segment a live container writes is never taken.
+    """
+    if free_ratio(root) >= min_free_ratio:
+        return SweepResult()
+    segs = [seg for job in job_dirs(root) for inst in instance_dirs(job) for seg in _segments_of(inst)]
+    candidates = sorted(
+        (s for s in segs if s.path not in protected and (s.ended or not s.last)),
+        key=lambda s: (not s.ended, s.mtime, s.path),
+    )
+    deleted = freed = 0
+    for seg in candidates:
+        if free_ratio(root) >= min_free_ratio:
+            break
+        size = _delete(seg)
+        if size:
+            deleted += 1
+            freed += size
+    if deleted:
+        logger.warning("log store volume nearly full: deleted %d segments (%d bytes) early, oldest first",
+                       deleted, freed)
+    return SweepResult(deleted, freed, 0)

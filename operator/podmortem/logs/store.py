@@ -68,6 +68,7 @@ from podmortem import files
 from podmortem.errors import PodmortemError
 from podmortem.logs import retention, segments
 from podmortem.logs.cursor import LogCursor
+from podmortem.logs.errors import SinkFull
 from podmortem.logs.events import EndReason, GapMarker, LogEnd, LogLine
 from podmortem.logs.lines import LineBatch
 
@@ -97,16 +98,30 @@ class StoreSettings:
     fsync_interval_s: float | None = 1.0
     #: Per-job limits by age and size.
     retention: retention.RetentionSettings = field(default_factory=retention.RetentionSettings)
+    #: Fraction of the volume kept free: below it (checked at every new segment, and when a
+    #: write fails for a full volume) the oldest finished logs are deleted early, before their
+    #: age or size limit. Default 5%: room for a few segments of every live container. 0: off.
+    min_free_ratio: float = 0.05
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
             raise ValueError("segment_bytes must be at least 4096")
+        if not 0 <= self.min_free_ratio < 1:
+            raise ValueError("min_free_ratio must be in [0, 1)")
         if self.fsync_interval_s is not None and self.fsync_interval_s < 0:
             raise ValueError("fsync_interval_s must be >= 0 or None")
 
 
 class StoreError(PodmortemError):
     """A problem with the log store itself."""
+
+
+class StoreFull(StoreError, SinkFull):
+    """The store's volume is full (ENOSPC or a quota); nothing of the batch was kept."""
+
+
+def _is_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class StoreLocked(StoreError):
@@ -453,6 +468,7 @@ class LogStore:
         self._retention_running: set[Path] = set()
         #: Retention runs one at a time (a job's enforcement and the sweep would race on files).
         self._retention_lock = asyncio.Lock()
+        self._freeing: asyncio.Task[None] | None = None
         #: Gap markers stored since the store opened (wired to metrics by the caller).
         self.gaps_total = 0
         #: Lines and bytes stored since the store opened.
@@ -460,6 +476,8 @@ class LogStore:
         self.bytes_total = 0
         #: Damaged bytes found in segments (at a load or by a reader), each range counted once.
         self.corrupt_bytes_total = 0
+        #: Since when (epoch seconds) writes fail for a full volume; None while they succeed.
+        self.full_since: float | None = None
         self._damage_seen: set[tuple[Path, int]] = set()
         #: Quarantine copies in flight (waited for at close).
         self._aside: set[asyncio.Task[None]] = set()
@@ -745,13 +763,27 @@ class LogStore:
             if inst.active_size == 0:
                 data = segments.FILE_MAGIC + data
             try:
-                _write_all(inst.fd, data)
-            except BaseException:
-                # e.g. ENOSPC: drop whatever part landed, so the file ends at a batch boundary.
+                try:
+                    _write_all(inst.fd, data)
+                except OSError as exc:
+                    if not _is_full(exc):
+                        raise
+                    os.ftruncate(inst.fd, inst.active_size)
+                    # The volume is full: free what retention may take early, then try once more.
+                    if not (await self._free_early()).deleted_bytes:
+                        raise
+                    _write_all(inst.fd, data)
+            except BaseException as exc:
+                # Drop whatever part landed, so the file ends at a batch boundary.
                 inst.index, inst.cursor = saved
                 with contextlib.suppress(OSError):
                     os.ftruncate(inst.fd, inst.active_size)
+                if _is_full(exc):
+                    self.full_since = self.full_since or time.time()
+                    why = exc.strerror if isinstance(exc, OSError) else exc
+                    raise StoreFull(f"the log store's volume is full ({why}): {self.root}") from exc
                 raise
+            self.full_since = None
             inst.active_size += len(data)
             inst.dirty = True
             self._job_bytes[pod.path.parent] = self._job_bytes.get(pod.path.parent, 0) + len(data)
@@ -787,6 +819,9 @@ class LogStore:
         inst.active_seq = seq
         inst.active_size = 0
         self._dirty_dirs.add(inst.path)
+        floor = self.settings.min_free_ratio
+        if floor > 0 and retention.free_ratio(self.root) < floor:
+            self._free_early_soon()
         job_dir = pod.path.parent
         limit = self._job_limit(job_dir)
         if limit is not None:
@@ -826,6 +861,33 @@ class LogStore:
                     if inst.active_seq is not None and inst.ended is None:
                         out.add(inst.segment_path(inst.active_seq))
         return frozenset(out)
+
+    async def _free_early(self) -> retention.SweepResult:
+        """Below ``min_free_ratio`` of the volume free: delete the oldest logs retention may take."""
+        if self.settings.min_free_ratio <= 0:
+            return retention.SweepResult()
+        async with self._retention_lock:
+            result = await asyncio.to_thread(
+                retention.free_early, self.root, min_free_ratio=self.settings.min_free_ratio,
+                protected=self._protected(),
+            )
+        if result.deleted_bytes:
+            self._job_bytes.clear()
+        return result
+
+    def _free_early_soon(self) -> None:
+        if self._freeing is not None and not self._freeing.done():
+            return
+
+        async def free() -> None:
+            try:
+                await self._free_early()
+            except Exception:
+                logger.exception("log store: freeing space early failed")
+
+        self._freeing = task = asyncio.create_task(free())
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
 
     async def sweep(self) -> retention.SweepResult:
         """Apply retention to every job now (also runs every ``sweep_interval_s``)."""

@@ -48,6 +48,8 @@ class PodLogFacts:
     ends: dict[str, LogEnd] = field(default_factory=dict)
     #: Set when the follower gave up (an unknown container, a refused request).
     error: str | None = None
+    #: Containers whose lines cannot be kept now (the store's volume is full): paused, retrying.
+    disk_full: set[str] = field(default_factory=set)
 
     def last_line_at_ns(self, container: str | None = None) -> int | None:
         if container is not None and container in self.last_line_ns:
@@ -75,6 +77,7 @@ class WatchingSink:
     async def write(self, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None:
         await self.inner.write(container, lines, cursor)
         facts = self.facts
+        facts.disk_full.discard(container)
         facts.lines += len(lines)
         raw: bytes | None = getattr(lines, "raw", None)
         last_ts: int | None = getattr(lines, "last_ts_ns", None)
@@ -105,7 +108,17 @@ class WatchingSink:
         self.facts.ends[end.container] = end
 
 
-def _count_reconnect(facts: PodLogFacts) -> None:
+def _on_reconnect(facts: PodLogFacts, note: follower.Reconnect) -> None:
+    if note.reason == "disk-full":
+        if note.container not in facts.disk_full:
+            logger.warning("%s/%s: the log store's volume is full; following %s is paused: %s",
+                           facts.namespace, facts.pod, note.container, note.detail)
+        facts.disk_full.add(note.container)
+    elif note.reason == "disk-ok":
+        facts.disk_full.discard(note.container)
+        logger.info("%s/%s: the log store takes lines again; following %s resumed",
+                    facts.namespace, facts.pod, note.container)
+        return
     facts.reconnects += 1
 
 
@@ -141,11 +154,23 @@ class Following:
         return self._live
 
     def ensure(self, *, namespace: str, pod: str, pod_uid: str, containers: Sequence[str] | None) -> bool:
-        """Follow this pod unless already followed (or already finished); True when started now."""
-        if self._stopping or pod_uid in self._tasks:
+        """Follow this pod unless followed now or finished cleanly; True when started now.
+
+        A follower that stopped on an error (an API refusal, a store failure) is started again:
+        it resumes from the stored cursor, so nothing is read twice.
+        """
+        if self._stopping:
             return False
-        facts = PodLogFacts(namespace=namespace, pod=pod, pod_uid=pod_uid)
-        self._facts[pod_uid] = facts
+        old = self._tasks.get(pod_uid)
+        facts = self._facts.get(pod_uid)
+        if old is not None and (not old.done() or facts is None or facts.error is None):
+            return False
+        if facts is None:
+            facts = PodLogFacts(namespace=namespace, pod=pod, pod_uid=pod_uid)
+            self._facts[pod_uid] = facts
+        elif facts.error is not None:
+            logger.info("following %s/%s again after: %s", namespace, pod, facts.error)
+            facts.error = None
         # An empty context: a follower started from a kopf handler would otherwise copy kopf's
         # context variables, whose cause object holds the pod's whole body for the follow's life.
         task = asyncio.create_task(
@@ -174,7 +199,7 @@ class Following:
                 sink=sink,
                 containers=list(containers) if containers else None,
                 settings=self.settings,
-                on_reconnect=lambda _r: _count_reconnect(facts),
+                on_reconnect=lambda note: _on_reconnect(facts, note),
             )
         except log_errors.PodGone:
             facts.error = "the pod was gone before its log could be read"

@@ -372,16 +372,22 @@ class Podmortem:
                 continue
             fields = log_status_fields(facts, log_url=self.reporter.log_url)
             changed = {k: v for k, v in fields.items() if known.written.get(k) != v}
-            if not changed:
+            conditions = []
+            full = sorted(facts.disk_full)
+            if full != known.written.get(_DISK_FULL, []):
+                conditions.append(disk_full_condition(facts, full))
+            if not changed and not conditions:
                 continue
             try:
-                await self.status.patch(namespace=target.namespace, name=target.name, fields=changed)
+                await self.status.patch(namespace=target.namespace, name=target.name, fields=changed,
+                                        conditions=conditions)
             except (kube_mod.KubeError, OSError, TimeoutError) as exc:
                 logger.warning(
                     "refreshing the log status of %s/%s failed: %s", target.namespace, target.name, exc
                 )
                 continue
             known.written.update(changed)
+            known.written[_DISK_FULL] = full
             patched += 1
         return patched
 
@@ -541,6 +547,19 @@ def pod_status_fields(pod: Mapping[str, Any]) -> dict[str, Any]:
         if exit_code is not None:
             fields["exitCode"] = exit_code
     return fields
+
+
+#: Key in ``written`` for the containers the DiskFull condition last named (not a status field).
+_DISK_FULL = "_diskFull"
+
+
+def disk_full_condition(facts: PodLogFacts, containers: list[str]) -> tuple[str, bool, str, str]:
+    """The ``DiskFull`` condition: whose log is paused because the store's volume is full."""
+    if containers:
+        return ("DiskFull", True, "LogStoreFull",
+                f"the log store's volume is full: following {facts.pod} ({', '.join(containers)}) is "
+                "paused and retries from its cursor; lines the kubelet drops meanwhile are marked as a gap")
+    return ("DiskFull", False, "LogStoreWritable", "the log store takes this job's lines again")
 
 
 def log_status_fields(facts: PodLogFacts, *, log_url: str) -> dict[str, Any]:
