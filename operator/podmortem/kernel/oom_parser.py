@@ -174,6 +174,11 @@ class _Builder:
         )
 
 
+def _quoted_comm(comm: str) -> bool:
+    """A "comm" that is really another program's quoting ('"message": "cp', '`cp', '- cp')."""
+    return '"' in comm or "`" in comm or "=" in comm or comm.startswith("- ")
+
+
 def _parse_int(text: str) -> int | None:
     try:
         return int(text)
@@ -299,7 +304,7 @@ class OomParser:
                 cut.cut = True
             return
         invoked = msg.find(_INVOKED, 0, _COMM_MAX + len(_INVOKED))
-        if invoked > 0:
+        if invoked > 0 and not _quoted_comm(msg[:invoked]):
             self._header(line, invoked)
         elif first == "C" and msg.startswith("CPU: ") and " PID: " in msg[:40]:
             self._cpu(line)
