@@ -6,7 +6,8 @@ What a kubelet would add or mount is translated, and only that:
   rendered Secret;
 - volume mounts: a ``hostPath`` volume is the host path itself (the agent reads the
   real /proc, /sys/fs/cgroup and /dev/kmsg); any other volume (emptyDir, PVC, Secret)
-  is a fresh directory, a Secret's keys written into it. A path in env or args under
+  is a fresh directory, a Secret's keys written into it (a cert-manager Certificate's
+  Secret: the test PKI's server certificate, as cert-manager would issue one). A path in env or args under
   a mount is rewritten to where that mount is here, since a test cannot mount;
 - the service account: ``KUBERNETES_SERVICE_HOST``/``_PORT`` and its token, CA and
   namespace files, found through ``PODMORTEM_SERVICE_ACCOUNT_DIR`` (the only setting
@@ -36,12 +37,18 @@ class PodProcess:
     ready_url: str
 
 
-def _secret(rendered: _render.Rendered, name: str) -> dict[str, str]:
+def _secret(rendered: _render.Rendered, name: str, *, pki: Pki | None = None) -> dict[str, str]:
     for obj in rendered.of_kind("Secret"):
         if obj["metadata"]["name"] == name:
             data = {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
             data.update(obj.get("stringData") or {})
             return data
+    for certificate in rendered.of_kind("Certificate"):
+        if certificate["spec"]["secretName"] == name:
+            # What cert-manager would store: here the test PKI's server certificate (for 127.0.0.1).
+            assert pki is not None, f"Secret {name} holds a certificate: materialize() needs the PKI"
+            return {"tls.crt": pki.server_pem.decode(), "tls.key": pki.server_key.decode(),
+                    "ca.crt": pki.ca_pem.decode()}
     # An existingSecret the chart does not render: the user made it; stand in with a token.
     return {"token": f"stand-in-for-{name}"}
 
@@ -77,7 +84,7 @@ def materialize(rendered: _render.Rendered, workload: dict[str, Any], *, podmort
             directory = tmp / "volumes" / mount["name"]
             directory.mkdir(parents=True, exist_ok=True)
             if "secret" in volume:
-                for key, value in _secret(rendered, volume["secret"]["secretName"]).items():
+                for key, value in _secret(rendered, volume["secret"]["secretName"], pki=pki).items():
                     (directory / key).write_text(value)
             target = str(directory)
         mounts.append((mount["mountPath"].rstrip("/"), target))

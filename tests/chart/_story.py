@@ -46,6 +46,8 @@ SA_TOKENS = {"operator": "operator-sa-token", "agent": "agent-sa-token"}
 ADMIN = "admin-token"
 #: A token of someone allowed to read pod logs, for ``GET /logs``.
 READER = "log-reader-token"
+#: A token meant for the apiserver: with a token audience set, the log API must refuse it.
+REPLAYABLE = "apiserver-audience-token"
 #: Kinds of the foreign resources the scenarios name (the emulated API declares each one).
 KINDS = {"jobs": "Job", "pytorchjobs": "PyTorchJob", "rayjobs": "RayJob", "jobsets": "JobSet"}
 FAILURE_REPORT = "podmortem.io/failure-report"
@@ -150,7 +152,6 @@ def run(chart: helm.Chart, pki: Pki, scenario: str, tmp: Path) -> Story:
     story = Story(scenario=scenario, rendered=rendered)
     with harness(tmp / "cluster", pki=pki, tokens={ADMIN, *SA_TOKENS.values()}, admin_token=ADMIN) as h:
         h.sync(lambda: setattr(h.api, "record_calls", True))
-        h.sync(lambda: h.api.reviews.tokens.__setitem__(READER, ReviewedToken(username="reader")))
         _operator_story(h, pki, story, tmp)
         _agent_story(h, pki, story, tmp)
         calls = h.sync(lambda: list(h.api.calls))
@@ -170,6 +171,12 @@ def _operator_story(h: Harness, pki: Pki, story: Story, tmp: Path) -> None:
     ns = watched[0] if watched else "default"
     h.sync(lambda: h.api.namespaces.update(watched))
     foreign = _declare_foreign_kinds(h, json.loads(pod.env.get("PODMORTEM_FOREIGN_KINDS") or "[]"))
+    # The reader's token, bound to the audience the operator asks TokenReviews for, if any.
+    audiences = frozenset(a.strip() for a in pod.env.get("PODMORTEM_HTTP_TOKEN_AUDIENCE", "").split(",")
+                          if a.strip())
+    reader = ReviewedToken(username="reader", audiences=audiences) if audiences else ReviewedToken("reader")
+    apiserver_token = ReviewedToken(username="replayer")  # meant for the apiserver only
+    h.sync(lambda: h.api.reviews.tokens.update({READER: reader, REPLAYABLE: apiserver_token}))
     story.foreign = [resource for _group, _version, resource in foreign]
     with _running(operator, story, "operator"):
         operator.wait_http(pod.ready_url, timeout=90)
@@ -240,6 +247,8 @@ def _operator_story(h: Harness, pki: Pki, story: Story, tmp: Path) -> None:
         assert b"trainer" in body, body[:300]
         if auth:
             assert _get_logs(url, token="not-a-token", ca_pem=ca)[0] == 401
+            expected = 401 if audiences else 200
+            assert _get_logs(url, token=REPLAYABLE, ca_pem=ca)[0] == expected, "the token audience"
         story.reached.append("logs-served")
 
 

@@ -92,7 +92,7 @@ def test_operator_and_agent_agree_on_the_wiring(rendered: _render.Rendered, scen
     secret_names = set()
     for pod, container in ((specs["operator"], op_container), (specs["agent"], agent_container)):
         mounts = {m["name"]: m for m in container["volumeMounts"]}
-        (volume,) = [v for v in pod["volumes"] if "secret" in v]
+        (volume,) = [v for v in pod["volumes"] if "secret" in v and v["name"] == "agent-token"]
         mount = mounts[volume["name"]]
         assert mount["readOnly"] is True
         path = f"{mount['mountPath']}/{volume['secret']['items'][0]['path']}"

@@ -151,6 +151,9 @@ cannot express.
 {{- fail "operator.replicaCount > 1 needs persistence.accessModes to include ReadWriteMany: replicas on different nodes must share the log store." }}
 {{- end }}
 {{- end }}
+{{- if and .Values.operator.http.tls.certManager.enabled (not .Values.operator.http.tls.certManager.issuerRef.name) }}
+{{- fail "operator.http.tls.certManager.enabled=true needs operator.http.tls.certManager.issuerRef.name: the cert-manager issuer that signs the log API's certificate." }}
+{{- end }}
 {{- if and .Values.agent.enabled (eq .Values.agent.kernelLog.source "kmsg") (not .Values.agent.kernelLog.mountDevKmsg) }}
 {{- fail "agent.kernelLog.source=kmsg needs agent.kernelLog.mountDevKmsg=true (or use source auto or syslog)." }}
 {{- end }}
@@ -166,4 +169,30 @@ The agent pods' label selector as `k=v,k=v`, for the operator to find the agent 
 {{- $pairs = append $pairs (printf "%s=%s" $key (get $labels $key)) }}
 {{- end }}
 {{- join "," $pairs }}
+{{- end }}
+
+{{/*
+The Secret with the log API's TLS certificate (tls.crt, tls.key); empty when the log API is plain HTTP.
+*/}}
+{{- define "podmortem.httpTlsSecret" -}}
+{{- $tls := .Values.operator.http.tls }}
+{{- if $tls.secretName }}
+{{- $tls.secretName }}
+{{- else if $tls.certManager.enabled }}
+{{- include "podmortem.componentName" (dict "root" . "suffix" "operator-tls") }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where the operator container reads the log API's certificate.
+*/}}
+{{- define "podmortem.httpTlsDir" -}}
+/etc/podmortem/http-tls
+{{- end }}
+
+{{/*
+The scheme of the log API: https with a certificate.
+*/}}
+{{- define "podmortem.httpScheme" -}}
+{{- if include "podmortem.httpTlsSecret" . }}https{{ else }}http{{ end }}
 {{- end }}
