@@ -123,7 +123,7 @@ def _open(path: str | None) -> tuple[IO[bytes], list[IO[bytes]]]:
 
 def run(args: argparse.Namespace) -> int:
     from podmortem.cgroups import paths
-    from podmortem.diagnosis import diagnose
+    from podmortem.diagnosis import diagnose, sequence
     from podmortem.kernel import oom_parser
 
     if args.list_examples:
@@ -181,8 +181,11 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     for record in records:
         cpuset = record.oom_kill.cpuset if record.oom_kill is not None else record.cpuset
-        pod = paths.pod_ref(task_memcg=record.task_memcg, oom_memcg=record.oom_memcg, cpuset=cpuset)
+        # With the oom-kill line cut, the memory.oom.group line still names the container's cgroup.
+        limited = record.oom_memcg or record.oom_group_memcg
+        pod = paths.pod_ref(task_memcg=record.task_memcg, oom_memcg=limited, cpuset=cpuset)
         reports.append(diagnose(record, pod=pod))
+    reports = sequence.relate(records, reports)
 
     if args.json:
         print(json.dumps({"reports": [r.model_dump(mode="json") for r in reports]}, indent=2))
@@ -196,6 +199,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 # -- human output ----------------------------------------------------------------------------------
+
+#: ``missing`` codes in words.
+_MISSING = {
+    "header": "the header (who asked for memory)",
+    "kill": "the kill line (who was killed)",
+    "cgroup-stats": "the cgroup's memory.stat",
+    "task-rows": "the task table's rows",
+    "elided": "lines left out ('--', '...')",
+    "truncated-line": "the end of a cut line",
+    "kmsg-gap": "kernel records lost from /dev/kmsg",
+}
+#: The memcg-limit finding's level in words.
+_LEVELS = {
+    "container": "the container's own memory limit",
+    "pod": "the pod's memory limit",
+    "qos": "a QoS class cgroup shared by many pods (not this pod's limit)",
+    "node": "the node's allocatable memory for all pods (not this pod's limit)",
+    "system": "the memory limit of a cgroup outside the pods",
+}
 
 
 def render(reports: list[FailureReport]) -> str:
@@ -227,9 +249,16 @@ def _render_one(report: FailureReport, index: int, count: int) -> list[str]:
     head = f"OOM kill {index} of {count}"
     lines.append(head + (f"  ({', '.join(when)})" if when else ""))
     if report.partial:
-        lines.append(f"  PARTIAL record, the text lacks: {', '.join(report.missing)}")
-    if kill is not None:
-        who = f"{kill.comm or '?'} (pid {kill.pid if kill.pid is not None else '?'})"
+        lacks = [_MISSING.get(m, m) for m in report.missing]
+        lines.append(f"  PARTIAL record: the text lacks {', '.join(lacks)}; what they would tell is unknown")
+    no_victim = any(f.code == "no-killable-process" for f in report.findings)
+    if kill is not None and kill.pid is None:
+        if no_victim:
+            lines.append("  killed    nothing: the kernel found no process it could kill")
+        else:
+            lines.append("  killed    unknown: the record has no kill line (it is cut before it)")
+    if kill is not None and kill.pid is not None:
+        who = f"{kill.comm or '?'} (pid {kill.pid})"
         sizes = ""
         if kill.anon_rss_kb is not None:
             sizes = (
@@ -237,16 +266,21 @@ def _render_one(report: FailureReport, index: int, count: int) -> list[str]:
                 f" shmem {hb((kill.shmem_rss_kb or 0) * 1024)}"
             )
         lines.append(f"  killed    {who}{sizes}")
+    if kill is not None:
         if len(kill.killed_pids) > 1:
             lines.append(f"            with the whole group (memory.oom.group): pids {kill.killed_pids}")
         if kill.trigger_comm and (kill.trigger_pid is None or kill.trigger_pid != kill.pid):
             trig = f"{kill.trigger_comm}" + (f" (pid {kill.trigger_pid})" if kill.trigger_pid else "")
             lines.append(f"  trigger   {trig} asked for memory and set off the OOM killer")
         constraint = kill.constraint_effective or "unknown"
+        cause = next((f for f in report.findings if f.code == "memcg-limit"), None)
+        level = cause.evidence.get("limit_level") if cause is not None else None
         if constraint == "CONSTRAINT_MEMCG":
-            what = "memory cgroup limit"
+            what = _LEVELS.get(str(level), "memory cgroup limit")
         elif constraint == "CONSTRAINT_NONE":
             what = "the whole node ran out of memory (global OOM)"
+        elif constraint == "unknown":
+            what = "unknown: the record does not say whether a cgroup limit or the whole node ran out"
         else:
             what = constraint
         lines.append(

@@ -32,13 +32,6 @@ def _outcome(record: OomKillRecord) -> str:
     return f"killed {_who(record)}"
 
 
-_LEVEL_TEXT = {
-    "container": ("the container's memory cgroup reached the container's own limit", True),
-    "pod": ("the pod's memory cgroup reached the pod's limit (the sum of its containers' limits)", True),
-    "qos": ("", False),
-    "node": ("", False),
-    "system": ("", False),
-}
 _OWN_LIMIT_ACTION = (
     "Find what grew (the findings below) before raising resources.limits.memory: "
     "a bigger limit only moves the kill later if memory keeps growing."
@@ -51,54 +44,58 @@ _SHARED_LIMIT_ACTION = (
 )
 
 
-def _whose(record: OomKillRecord, level: str | None, pod: PodRef | None) -> tuple[str, str]:
-    """The sentence naming the cgroup that filled, and what to do about it."""
+def _whose(record: OomKillRecord, level: str | None, pod: PodRef | None, size: str) -> tuple[str, str]:
+    """The clause naming the cgroup that filled (``size``: " of 512 MiB" or ""), and what to do."""
     path = record.oom_memcg or "its memory cgroup"
+    shared_size = f" (limit{size[3:]})" if size else ""
     if level == "qos":
         cls = "BestEffort" if limits.best_effort(record.oom_memcg) else "Burstable"
         extra = " (BestEffort pods have no memory limit of their own)" if cls == "BestEffort" else ""
         return (
-            f"the {cls} QoS cgroup {path} filled: the {cls} pods on this node together used all the memory "
-            f"the kubelet allows that class, so no pod hit a limit of its own{extra}",
+            f"the {cls} QoS cgroup {path}{shared_size} filled: the {cls} pods on this node together used "
+            f"all the memory the kubelet allows that class, so no pod hit a limit of its own{extra}",
             _SHARED_LIMIT_ACTION,
         )
     if level == "node":
         return (
-            f"the node's pods cgroup {path} filled: all pods on this node together used the node's "
-            "allocatable memory, so no pod hit a limit of its own",
+            f"the node's pods cgroup {path}{shared_size} filled: all pods on this node together used the "
+            "node's allocatable memory, so no pod hit a limit of its own",
             _SHARED_LIMIT_ACTION,
         )
     if level == "system":
         return (
-            f"the cgroup {path}, which is not a pod's, reached its own limit",
+            f"the cgroup {path}, which is not a pod's, reached its own limit{size}, not because the node "
+            "ran out",
             "Check the limit set on that cgroup (a systemd MemoryMax, or the kubelet enforcing kube-reserved "
             "or system-reserved on it) and what in it grew; pods did not hit their limits.",
         )
-    if level in ("container", "pod"):
-        return _LEVEL_TEXT[level][0], _OWN_LIMIT_ACTION
-    named = (pod.limit_level if pod else None) or ""
-    whose = {"container": "the container's", "pod": "the pod's"}.get(named, "its")
-    return f"{whose} memory cgroup reached its own limit", _OWN_LIMIT_ACTION
+    if level == "container":
+        whose = "the container's memory cgroup reached the container's own limit"
+    elif level == "pod":
+        whose = "the pod's memory cgroup reached the pod's limit (the sum of its containers' limits)"
+    else:
+        named = (pod.limit_level if pod else None) or ""
+        whose = {"container": "the container's", "pod": "the pod's"}.get(named, "its") + " memory cgroup "
+        whose += "reached its own limit"
+    return f"{whose}{size}, not because the node ran out", _OWN_LIMIT_ACTION
 
 
-def _counter_text(hit: limits.LimitHit | None, facts: RecordFacts) -> str:
-    if hit is None:
-        return f" of {human_bytes(facts.limit_bytes)}" if facts.limit_bytes is not None else ""
+def _counter_text(hit: limits.LimitHit | None) -> str:
+    if hit is None or hit.counter == "memory":
+        return ""
     size = human_bytes(hit.limit_kb * KIB)
     if hit.counter == "memory+swap":
         return (
-            f"; the full counter was memory+swap ({human_bytes(hit.usage_kb * KIB)} of {size}, failcnt "
-            f"{hit.failcnt}), not memory alone: memory and swap together were used up"
+            f" The full counter was memory+swap ({human_bytes(hit.usage_kb * KIB)} of {size}, failcnt "
+            f"{hit.failcnt}), not memory alone: memory and swap together were used up."
         )
-    if hit.counter == "kmem":
-        return f"; the full counter was kernel memory (kmem, {size})"
-    return f" of {size}"
+    return f" The full counter was kernel memory (kmem, {size})."
 
 
 def _swap_text(hit: limits.LimitHit | None, swap: int | None) -> str:
     if swap is None or swap <= 0:
         return ""
-    text = f" {human_bytes(swap)} of it was in swap"
+    text = f" {human_bytes(swap)} of its memory was in swap"
     if hit is not None and hit.swap_full:
         text += " and swap.max was full, so nothing more could be swapped out"
     return text + "."
@@ -113,19 +110,23 @@ def memcg_limit(record: OomKillRecord, facts: RecordFacts, *, pod: PodRef | None
     swap = hit.swap_bytes if hit is not None else None
     if swap is None:
         swap = limits.stat_swap_bytes(record)
-    whose, action = _whose(record, level, pod)
+    size = ""
+    if hit is not None and hit.counter == "memory" and hit.limit_kb < limits.UNLIMITED_KB:
+        size = f" of {human_bytes(hit.limit_kb * KIB)}"
+    elif hit is None and facts.limit_bytes is not None:
+        size = f" of {human_bytes(facts.limit_bytes)}"
+    whose, action = _whose(record, level, pod, size)
     inferred = f" ({record.constraint_note})" if record.constraint_inferred else ""
     if hit is not None and hit.counter == "memory+swap":
-        action = (
-            "With a memory+swap limit, raising the memory limit alone changes nothing; " + action[0].lower()
-            + action[1:]
+        action = "With a memory+swap limit, raising the memory limit alone changes nothing; " + (
+            action[0].lower() + action[1:]
         )
     return Finding(
         code="memcg-limit",
         severity=Severity.CRITICAL,
         message=(
-            f"The kernel {_outcome(record)} because {whose}{_counter_text(hit, facts)}, not because the node "
-            f"ran out{inferred}.{_swap_text(hit, swap)}"
+            f"The kernel {_outcome(record)} because {whose}{inferred}.{_counter_text(hit)}"
+            f"{_swap_text(hit, swap)}"
         ),
         evidence={
             "oom_memcg": record.oom_memcg,
