@@ -1,0 +1,134 @@
+"""Each class of misreading from issue 14, shown right on a real record: verdict and wording.
+
+The records are the corpus's (tests/fixtures/oom-records, sources in SOURCES.md); the CLI's
+rendering is checked too, since that is the text a person reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from podmortem.cgroups import paths
+from podmortem.cli import diagnose as cli
+from podmortem.diagnosis import diagnose, limits, sequence
+from podmortem.kernel import oom_parser
+from podmortem.reports import FailureReport, OomKillRecord
+
+RECORDS = Path(__file__).parent.parent / "fixtures" / "oom-records"
+
+
+def _reports(stem: str) -> tuple[list[OomKillRecord], list[FailureReport]]:
+    records = oom_parser.parse_text((RECORDS / f"{stem}.log").read_text())
+    reports = []
+    for r in records:
+        limited = r.oom_memcg or r.oom_group_memcg
+        pod = paths.pod_ref(task_memcg=r.task_memcg, oom_memcg=limited, cpuset=r.cpuset)
+        reports.append(diagnose(r, pod=pod))
+    return records, sequence.relate(records, reports)
+
+
+def _finding(report: FailureReport, code: str) -> str:
+    return next(f.message + " " + (f.action or "") for f in report.findings if f.code == code)
+
+
+def test_quotes_of_the_kernel_by_other_tools_are_not_kills() -> None:
+    # kubectl describe's bare Event text above the syslog, node-problem-detector after it.
+    records, _ = _reports("62-aks-node-allocatable-burstable-describe-quote")
+    assert [r.victim_pid for r in records] == [68061]
+    records, _ = _reports("63-aks-node-allocatable-besteffort-oomgroup-npd")
+    assert [r.victim_pid for r in records] == [7788]
+    for stem in ("29-npd-766-event-json-quotes-kernel", "30-kubernikus-321-describe-node-event"):
+        assert _reports(stem)[0] == []
+
+
+def test_node_allocatable_limit_is_not_called_the_pods_own() -> None:
+    _, [report] = _reports("63-aks-node-allocatable-besteffort-oomgroup-npd")
+    text = _finding(report, "memcg-limit")
+    assert "the node's pods cgroup /kubepods.slice (limit 7.1 GiB) filled" in text
+    assert "no pod hit a limit of its own" in text and "Raising this pod's limit does not help" in text
+    assert "reached its own limit" not in text and "before raising resources.limits.memory" not in text
+    assert "allocatable memory for all pods (not this pod's limit)" in cli.render([report])
+
+
+def test_levels_named_from_the_paths_the_kubelet_uses() -> None:
+    assert limits.level("/kubepods.slice") == limits.level("/kubepods") == "node"
+    assert limits.level("/kubepods/burstable") == "qos"
+    assert limits.level("/kubepods.slice/kubepods-besteffort.slice") == "qos"
+    assert limits.level("/kubepods/pod0f5eb28f-6722-4cf5-ab0f-b62748c018d4") == "pod"
+    assert limits.level("/podruntime.slice") == "system"
+
+
+def test_memory_plus_swap_limit_is_named_with_the_swap_used() -> None:
+    _, [report] = _reports("22-k8s-56891-v1-dmesgT-memsw-full-3.10")
+    text = _finding(report, "memcg-limit")
+    assert "The full counter was memory+swap (1.0 GiB of 1.0 GiB, failcnt 17), not memory alone" in text
+    assert "512.2 MiB of its memory was in swap" in text
+    assert "raising the memory limit alone changes nothing" in text
+    _, [report] = _reports("24-istio-42734-v1-syslog-taskin-docker-scope")  # memory failed, memsw never did
+    assert "memory+swap" not in _finding(report, "memcg-limit")
+
+
+def test_no_killable_process_is_not_a_kill() -> None:
+    records, reports = _reports("46-lkml-longman-crio-no-killable-mailwrap")
+    first = reports[0]
+    assert first.kill is not None and first.kill.pid is None and first.kill.killed_pids == []
+    assert "found no process it could kill" in _finding(first, "memcg-limit")
+    assert "2 of the 3 listed processes have oom_score_adj -1000" in _finding(first, "no-killable-process")
+    text = cli.render([first])
+    assert "killed    nothing: the kernel found no process it could kill" in text and "pid ?" not in text
+    assert records[1].trigger_comm == "node" and records[1].missing == ["kill"]
+
+
+def test_a_header_cut_before_its_kill_line_says_the_victim_is_unknown() -> None:
+    _, [report] = _reports("32-kata-972-azure-5.4-header-cut")
+    assert report.kill is not None and report.kill.pid is None
+    assert "which one is not known" in _finding(report, "memcg-limit")
+    assert not any(f.code == "no-killable-process" for f in report.findings)
+    text = cli.render([report])
+    assert "killed    unknown" in text and "the kill line (who was killed)" in text
+
+
+def test_sacrifice_child_victim_is_the_killed_child_not_the_choice() -> None:
+    [record], _ = _reports("40-crio-1975-nr_pmds-runc-sacrifice-child")
+    assert record.chosen is not None and record.chosen.pid == 387941
+    assert (record.victim_pid, record.victim_comm) == (387951, "runc:[2:INIT]")
+    records, _ = _reports("26-ltp-1080-rhel7-uid-form-sacrifice")
+    assert records[-1].chosen is not None and records[-1].victim_pid is None  # its Killed line was cut
+
+
+def test_task_in_lines_alone_are_one_oom_each() -> None:
+    records, reports = _reports("47-zh-dmesgT-locale-grep-taskin-only")
+    assert len(records) == 3 and {r.time_text for r in records} == {"四 3月 18 18:47:12 2021"}
+    assert all(rep.kill is not None and rep.kill.container_id and rep.kill.pid is None for rep in reports)
+
+
+def test_reaper_line_alone_names_the_victim() -> None:
+    [record], _ = _reports("49-ebpf-agent-kmsg-reaper-only-guaranteed-pod")
+    assert (record.victim_pid, record.victim_comm) == (2292670, "main") and not record.killed
+
+
+def test_a_trigger_is_never_attached_across_a_grep_cut() -> None:
+    records, _ = _reports("45-openshift-gpu-grepC-crio-el8")
+    assert [r.trigger_pid for r in records] == [128187, 160296, None]
+    assert records[2].victim_pid == 184260 and "header" in records[2].missing
+
+
+def test_a_number_split_by_a_wrap_is_joined_not_cut() -> None:
+    [record], _ = _reports("23-kubedirector-356-v1-hardwrap-memsw-dirty")
+    assert record.cgroup_stats[0].stat["rss"] == 448 * 1024
+    records, _ = _reports("46-lkml-longman-crio-no-killable-mailwrap")
+    assert [(t.pid, t.rss_pages, t.pgtables_bytes) for t in records[0].tasks][-1] == (1703345, 0, 2125824)
+
+
+def test_arm64_trace_and_mem_info_make_a_node_wide_oom() -> None:
+    [record], [report] = _reports("51-rpi3-arm64-5.10-global-vmalloc")
+    assert (record.trigger_comm, record.kernel_version) == ("insmod", "5.10.75-v8+")
+    assert report.verdict == "global-oom" and "Mem-Info" in (record.constraint_note or "")
+
+
+def test_kills_close_together_name_the_later_larger_victim() -> None:
+    _, reports = _reports("27-k8s-50632-mailquote-syslog-node-kills")
+    first = next(f for f in reports[0].findings if f.code == "victim-not-largest")
+    assert first.evidence["later_pid"] == 799889 and first.evidence["seconds_later"] == 2
+    _, reports = _reports("28-docker-1001-global-reaper-paren-comm")
+    assert not any(f.code == "victim-not-largest" for r in reports for f in r.findings)
