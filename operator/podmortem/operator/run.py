@@ -85,12 +85,31 @@ def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
     return ks
 
 
+@dataclass
+class Servers:
+    """The operator's HTTP servers, running; :meth:`stop` may come early (at kopf's cleanup)."""
+
+    metrics_url: str
+    health_url: str
+    log_url: str
+    runners: list[web.AppRunner]
+
+    async def stop(self) -> None:
+        """Stop every server, the log server first: its following readers get their end marker.
+
+        Called from kopf's cleanup activity, before kopf waits for (and then cancels) every
+        task started after it: stopping here ends the servers' connection tasks at once.
+        """
+        while self.runners:
+            await self.runners.pop().cleanup()
+
+
 @contextlib.asynccontextmanager
 async def probe_servers(
     settings: OperatorSettings, *, is_ready: Any, is_alive: Any, log_app: web.Application | None = None
-) -> AsyncIterator[tuple[str, str, str]]:
+) -> AsyncIterator[Servers]:
     """``/metrics`` on the metrics port; ``/healthz`` and ``/readyz`` on the health port; the log
-    API (``log_app``) on the log HTTP port. Their base URLs, in that order."""
+    API (``log_app``) on the log HTTP port."""
 
     async def metrics_view(_: web.Request) -> web.Response:
         body = generate_latest(REGISTRY)
@@ -133,11 +152,10 @@ async def probe_servers(
                 real_port = int(address[1])
             host = "127.0.0.1" if settings.listen_host in ("0.0.0.0", "") else settings.listen_host
             urls.append(f"{'https' if tls is not None else 'http'}://{host}:{real_port}")
-        yield urls[0], urls[1], (urls[2] if log_app is not None else "")
+        servers = Servers(urls[0], urls[1], urls[2] if log_app is not None else "", runners)
+        yield servers
     finally:
-        # The log server first: its following readers get their end marker while the store is open.
-        for runner in reversed(runners):
-            await runner.cleanup()
+        await Servers("", "", "", runners).stop()
 
 
 def job_retention(asked: Retention, *, settings: OperatorSettings) -> RetentionSettings:
@@ -250,10 +268,13 @@ async def run_operator(
         )
         log_app = log_http.make_app(log_store=store, reviewer=reviewer, settings=settings.log_server)
         registry = registry_mod.build(service=service, settings=settings, connection=connection)
-        async with probe_servers(settings, is_ready=is_ready, is_alive=is_alive, log_app=log_app) as urls:
-            handles.metrics_url, handles.health_url, handles.log_url = urls
+        async with probe_servers(settings, is_ready=is_ready, is_alive=is_alive, log_app=log_app) as servers:
+            service.on_stopped = servers.stop
+            handles.metrics_url, handles.health_url, handles.log_url = (
+                servers.metrics_url, servers.health_url, servers.log_url
+            )
             logger.info("serving stored pod logs on %s/logs/{namespace}/{pod} (auth: %s)",
-                        urls[2], "kubernetes" if settings.log_http_auth else "none")
+                        servers.log_url, "kubernetes" if settings.log_http_auth else "none")
             if running is not None:
                 running.append(handles)
             checking = asyncio.create_task(connection.run(), name="podmortem-api-connection")
@@ -329,8 +350,12 @@ async def _lead_and_run(
                 name="podmortem-log-status",
             ))
 
+        # Every task is created before kopf starts: kopf takes tasks created after it for its own,
+        # and at its stop waits 5 s for them before cancelling them.
+        waits = [asyncio.create_task(stop.wait(), name="podmortem-stop-wait"),
+                 asyncio.create_task(lost.wait(), name="podmortem-lease-lost-wait")]
+
         async def relay() -> None:
-            waits = [asyncio.create_task(stop.wait()), asyncio.create_task(lost.wait())]
             try:
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -339,6 +364,16 @@ async def _lead_and_run(
             kopf_stop.set()
 
         background.append(asyncio.create_task(relay(), name="podmortem-stop-relay"))
+        then = service.on_stopped
+
+        async def stopped() -> None:
+            # A signal stops kopf by itself; its waiter on our stop flag would hold its exit 5 s.
+            kopf_stop.set()
+            if then is not None:
+                await then()
+
+        service.on_stopped = stopped
+        background.extend(waits)  # type: ignore[arg-type]
         try:
             await kopf.operator(
                 registry=registry,

@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -73,6 +73,8 @@ class Podmortem:
         self.kube = kube
         self.settings = settings
         self.following = following
+        #: Awaited at the end of :meth:`stop` (the operator stops its HTTP servers there).
+        self.on_stopped: Callable[[], Awaitable[None]] | None = None
         self.reporter = reporter
         self.status = status
         self.defaults = opts.WatchOptions(
@@ -506,6 +508,8 @@ class Podmortem:
         await self.reporter.stop()
         if self.following is not None:
             await self.following.stop()
+        if self.on_stopped is not None:
+            await self.on_stopped()
 
 
 def _has_started_containers(pod: Mapping[str, Any]) -> bool:
