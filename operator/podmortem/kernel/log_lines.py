@@ -34,6 +34,7 @@ _HOST_KERNEL = re.compile(r"(\S{1,255}) kernel: ?")
 _KMSG_DICT = re.compile(r" [A-Z][A-Z0-9_]*=")
 _CLOCK = re.compile(r"(\d\d):(\d\d):(\d\d)")
 
+_CUT_MARKS = frozenset(">…")
 #: Lines that stand for lines left out: grep's "--", a poster's "...", "…", ":" or "[...]".
 ELISIONS = frozenset({"--", "...", "....", ".....", "…", ":", "[...]", "[…]", "<snip>", "<...>", "[snip]"})
 #: How long a single printed line may reasonably be: printk lines are at most 1 KiB in the kernel;
@@ -67,17 +68,24 @@ def strip_quote(line: str) -> str:
     return line[m.end() :] if m is not None else line
 
 
+_last_clock: tuple[str, float | None] = ("", None)
+
+
 def _clock(time_text: str) -> float | None:
+    """Seconds of the day of a human stamp; consecutive lines share one stamp, so the last is kept."""
+    global _last_clock
+    if _last_clock[0] == time_text:
+        return _last_clock[1]
     c = _CLOCK.search(time_text)
-    if c is None:
-        return None
-    return int(c.group(1)) * 3600 + int(c.group(2)) * 60 + int(c.group(3))
+    value = None if c is None else int(c.group(1)) * 3600 + int(c.group(2)) * 60 + int(c.group(3))
+    _last_clock = (time_text, value)
+    return value
 
 
 def split(raw: str, prev: Line | None) -> Line | None:
     """Strip quoting and the prefix; None for lines that carry no message at all."""
-    line = strip_quote(raw[:MAX_LINE])
-    if not line.strip():
+    line = strip_quote(raw if len(raw) <= MAX_LINE else raw[:MAX_LINE])
+    if not line or line.isspace():
         return None
     soft_end = line[-1:] in (" ", "\t")
     first = line[0]
@@ -129,7 +137,10 @@ def split(raw: str, prev: Line | None) -> Line | None:
         if m is not None:
             mono, rest = float(m.group(1)), rest[m.end() :]
     clock = mono if mono is not None else _clock(time_text) if time_text is not None else None
-    return _finish(rest, fmt, host, mono, time_text, None, clock, soft_end)
+    msg = rest.strip()
+    if msg[-1:] in _CUT_MARKS:
+        return _finish(msg, fmt, host, mono, time_text, None, clock, soft_end)
+    return Line(msg, fmt, host, mono, time_text, None, clock, False, soft_end)
 
 
 def _finish(

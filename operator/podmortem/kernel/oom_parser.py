@@ -219,7 +219,9 @@ class OomParser:
         held = self._held
         if held is not None:
             held_raw, held_line = held
-            if raw and log_lines.continues(held_raw, held_line, raw):
+            # Fast path: a line opening like the held one (same stamp shape) is never its wrapped part.
+            wrapped = raw and raw[0] != "[" and raw[:3] != held_raw[:3]
+            if wrapped and log_lines.continues(held_raw, held_line, raw):
                 self._held = (raw, log_lines.join(held_line, raw))
                 return
             self._held = None
@@ -297,7 +299,7 @@ class OomParser:
     def _classify(self, line: Line) -> None:
         msg = line.msg
         first = msg[:1]
-        if msg in ELISIONS or (first == "." and msg.strip(".") == ""):
+        if len(msg) <= 6 and (msg in ELISIONS or msg.strip(".") == ""):
             # An elision mark (grep's "--", a poster's "...") carries no host: it cuts every open record.
             for cut in self._open.values():
                 cut.missing.add("elided")
@@ -758,13 +760,14 @@ def parse_lines(lines: Iterable[str]) -> list[OomKillRecord]:
 
 
 def drop_bare_quotes(records: list[OomKillRecord]) -> list[OomKillRecord]:
-    """Bare kernel text among kernel-stamped records is a quote (``kubectl describe``, an Event), not a kill.
+    """A lone bare kernel line among kernel-stamped records is a quote (``kubectl describe``, an Event).
 
-    A whole input of bare lines is a record pasted without its stamps and stays.
+    A record of several bare lines, or an input of bare lines only, was pasted without its stamps
+    and stays.
     """
     if all(r.line_format == "plain" for r in records):
         return records
-    return [r for r in records if r.line_format != "plain"]
+    return [r for r in records if r.line_format != "plain" or r.lines > 1]
 
 
 def iter_records(lines: Iterable[str]) -> Iterator[OomKillRecord]:
