@@ -73,6 +73,8 @@ def _whose(record: OomKillRecord, level: str | None, pod: PodRef | None, size: s
         whose = "the container's memory cgroup reached the container's own limit"
     elif level == "pod":
         whose = "the pod's memory cgroup reached the pod's limit (the sum of its containers' limits)"
+    elif record.oom_memcg is None and pod is None:
+        whose = "a memory cgroup (the text does not name it) reached its limit"
     else:
         named = (pod.limit_level if pod else None) or ""
         whose = {"container": "the container's", "pod": "the pod's"}.get(named, "its") + " memory cgroup "
