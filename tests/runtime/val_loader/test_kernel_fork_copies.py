@@ -119,3 +119,33 @@ def test_a_limit_between_the_peaks_kills_only_fresh_fork(
             assert cg.oom_kills() == 0, detail
             assert run.returncode == 0, detail
             assert len(run.memory_lines) == 3
+
+
+LATE_ARGS = ("--heap-mib", "600", "--evals", "3", "--workers", "2", "--items", "12", "--late")
+LATE_ARGS += ("--trainer-mmap-threshold", str(128 * 1024))
+
+
+def test_a_loader_built_after_the_heap_grew_gets_no_copies() -> None:
+    """Built (and first iterated) with 200 MiB of masks held, then growing to 600: "auto" must not fork.
+
+    Deciding at construction time forked from the grown trainer (the issue measured 0.94x of
+    fresh fork); deciding when the workers start picks the fork server here.
+    """
+    try:
+        root = sandbox.find_root()
+    except sandbox.CgroupUnavailable as exc:
+        pytest.skip(f"needs a writable memory cgroup: {exc}")
+
+    def run(variant: str) -> harness.Run:
+        with sandbox.MemoryCgroup(root=root, prefix="podmortem-test") as cg:
+            return harness.run_variant(cg, variant, args=LATE_ARGS)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        fresh, auto = pool.map(run, ("fresh-fork", "auto"))
+    for result in (fresh, auto):
+        assert result.returncode == 0, f"{result.variant}: {result.stderr}"
+    chosen = [line for line in auto.lines if line.startswith("policy ")]
+    assert chosen and chosen[0].startswith("policy forkserver:"), chosen
+    assert fresh.cgroup_peak_bytes is not None and auto.cgroup_peak_bytes is not None
+    ratio = auto.cgroup_peak_bytes / fresh.cgroup_peak_bytes
+    assert ratio <= 0.8, f"auto peaked at {ratio:.2f}x fresh fork ({auto.memory_lines[-1]})"

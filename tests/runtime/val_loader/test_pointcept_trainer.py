@@ -63,8 +63,11 @@ def test_policy_none_and_default_auto() -> None:
     none.before_train()
     assert [int(i) for batch in none.val_loader for i in batch["index"]] == list(range(6))
     auto = trainer_mod.PodmortemTrainer(_cfg(None))  # no key in the config: "auto"
-    # This test process is far below the 1 GiB fork budget, so auto forks persistent workers.
-    assert auto.val_loader.persistent_workers
+    # "auto" is decided when the workers are about to start (before_train), not when the loader is built.
+    assert auto.val_loader.choice is None
+    auto.before_train()
+    assert auto.val_loader.choice is not None
+    assert auto.val_loader.persistent_workers == (auto.val_loader.choice.policy == "persistent")
 
 
 @pytest.mark.usefixtures("pointcept_standin")
