@@ -121,7 +121,7 @@ def pod(**status: object) -> dict[str, object]:
     }
 
 
-def test_termination_found_for_137_oomkilled_and_evicted_only() -> None:
+def test_termination_found_for_every_failed_exit_oomkilled_and_evicted() -> None:
     oom = pod(
         containerStatuses=[
             {
@@ -150,9 +150,12 @@ def test_termination_found_for_137_oomkilled_and_evicted_only() -> None:
     )
     assert [t.container_id for t in termination.find(restarted)] == ["x://1"]
     assert (
-        termination.find(pod(containerStatuses=[{"name": "c", "state": {"terminated": {"exitCode": 1}}}]))
+        termination.find(pod(containerStatuses=[{"name": "c", "state": {"terminated": {"exitCode": 0}}}]))
         == []
     )
+    exit_1 = pod(containerStatuses=[{"name": "c", "state": {"terminated": {"exitCode": 1}}}])
+    [failed] = termination.find(exit_1)
+    assert failed.exit_code == 1
     [evicted] = termination.find(pod(reason="Evicted", message="The node was low on resource: memory."))
     assert evicted.pod_reason == "Evicted" and evicted.container == "c"
 

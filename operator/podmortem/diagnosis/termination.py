@@ -1,9 +1,11 @@
-"""Spot the terminations worth a failure report in a pod's status: exit 137, OOMKilled, eviction.
+"""Spot the terminations worth a failure report in a pod's status: every failed exit, OOMKilled, eviction.
 
 The kubelet reports a cgroup OOM kill as reason ``OOMKilled`` (exit 137); a
 plain SIGKILL (deletion, preemption, a failed liveness probe) is exit 137 with
 another reason or none; an eviction is the *pod's* reason ``Evicted``, often
-with containers that never got a terminated state. Pure: takes the pod as a dict.
+with containers that never got a terminated state. Any other non-zero exit (a CUDA OOM's 1,
+SIGBUS's 135, SIGSEGV's 139) gets a report too, read from the log tail
+(`podmortem.diagnosis.exit_causes`). Pure: takes the pod as a dict.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from podmortem.diagnosis import exit_causes
 
 SIGKILL_EXIT = 137
 
@@ -37,6 +41,10 @@ class Termination:
     finished_at: datetime | None
     #: The pod had a deletionTimestamp when it was seen: the kill may be the deletion's.
     deleting: bool
+    #: The pod's DisruptionTarget condition (reason, message) when True: preemption, taint, drain.
+    disruption: tuple[str, str] | None = None
+    #: The container's /dev/shm size, for a shm-full finding.
+    shm: exit_causes.ShmSize | None = None
 
     @property
     def key(self) -> str:
@@ -70,11 +78,12 @@ def find(pod: Mapping[str, Any]) -> list[Termination]:
         "pod_reason": pod_reason,
         "pod_message": status.get("message"),
         "deleting": bool(meta.get("deletionTimestamp")),
+        "disruption": exit_causes.disruption_of(pod),
     }
     for cs, term in _terminated_states(status):
         code = term.get("exitCode")
         reason = term.get("reason")
-        if code == SIGKILL_EXIT or reason == "OOMKilled" or pod_reason == "Evicted":
+        if code not in (None, 0) or reason == "OOMKilled" or pod_reason == "Evicted":
             found.append(
                 Termination(
                     container=cs.get("name", ""),
@@ -83,6 +92,7 @@ def find(pod: Mapping[str, Any]) -> list[Termination]:
                     reason=reason,
                     started_at=parse_time(term.get("startedAt")),
                     finished_at=parse_time(term.get("finishedAt")),
+                    shm=exit_causes.shm_size(pod, cs.get("name", "")),
                     **base,
                 )
             )

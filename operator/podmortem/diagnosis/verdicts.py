@@ -10,10 +10,12 @@ kill time, says whether the log tail can be trusted. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from podmortem import diagnosis
-from podmortem.diagnosis import cause
+from podmortem.diagnosis import cause, exit_causes, training_log
+from podmortem.diagnosis import termination as termination_mod
 from podmortem.diagnosis.termination import Termination
 from podmortem.reports import codes as verdict_codes
 from podmortem.reports.evidence import PodEvidence
@@ -67,8 +69,13 @@ def diagnose_termination(
     last_line_ns: int | None,
     stale_after_s: float,
     record_pending: bool = False,
+    log_tail: Sequence[str] = (),
 ) -> FailureReport:
-    """The report for one termination; ``record_pending``: the kernel record is still being sought."""
+    """The report for one termination; ``record_pending``: the kernel record is still being sought.
+
+    ``log_tail``: the container's last log lines, for the deaths only the log tells (a CUDA OOM,
+    a full /dev/shm, a Python exception).
+    """
     t = termination
     records = evidence.kernel_records if evidence is not None else []
     record = pick_record(records, t.container_id)
@@ -77,8 +84,15 @@ def diagnose_termination(
     codes = {f.code for f in findings}
 
     if not codes & set(verdict_codes.VERDICTS):
+        told = training_log.read(log_tail)
+        from_status = exit_causes.preempted(disruption=t.disruption, pod_reason=t.pod_reason) or (
+            exit_causes.eviction_by_resource(pod_reason=t.pod_reason, message=t.pod_message)
+        )
         evicted = cause.eviction(reason=t.pod_reason, message=t.pod_message)
-        if evicted is not None:
+        from_log = _log_causes(t, told)
+        if from_status is not None:
+            findings.insert(0, from_status)
+        elif evicted is not None:
             findings.insert(0, evicted)
         elif t.reason == "OOMKilled":
             why = (
@@ -87,6 +101,8 @@ def diagnose_termination(
                 else "the agent has no OOM record of this pod"
             )
             findings.insert(0, oomkilled_without_record(t, why, pending=record_pending))
+        elif from_log and t.exit_code != termination_mod.SIGKILL_EXIT:
+            findings[0:0] = from_log
         else:
             sigkill = cause.sigkill_not_oom(
                 exit_code=t.exit_code, reason=t.reason, oom_record_found=record is not None
@@ -109,6 +125,18 @@ def diagnose_termination(
     if verdict is None:
         verdict = verdict_codes.verdict_of([f.code for f in findings])
     return report.model_copy(update={"findings": findings, "verdict": verdict})
+
+
+def _log_causes(t: Termination, told: training_log.LogFacts) -> list[Finding]:
+    """The cause the log tail and exit code show, most specific first (a CUDA OOM before its traceback)."""
+    oom = exit_causes.cuda_oom(told)
+    if oom:
+        return oom
+    for rule in (exit_causes.shm_full(exit_code=t.exit_code, facts=told, shm=t.shm),
+                 exit_causes.segfault(exit_code=t.exit_code, facts=told)):
+        if rule is not None:
+            return [rule]
+    return exit_causes.python_exception(exit_code=t.exit_code, facts=told)
 
 
 def _at(ns: int | None) -> datetime | None:

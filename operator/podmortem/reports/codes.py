@@ -9,7 +9,21 @@ listed, or the CRD's description of ``failureReport.verdict`` disagrees.
 from __future__ import annotations
 
 #: Cause codes, in the order a report picks its verdict (the first cause finding wins).
-VERDICTS: tuple[str, ...] = ("memcg-limit", "global-oom", "eviction", "sigkill-not-oom")
+VERDICTS: tuple[str, ...] = (
+    "memcg-limit",
+    "global-oom",
+    "eviction",
+    "sigkill-not-oom",
+    # Deaths that are not the kernel OOM killer's (diagnosis.exit_causes), read from the log tail
+    # and the pod status: ``eviction`` stays the node-memory-pressure eviction it always was.
+    "ephemeral-storage-eviction",
+    "node-pressure-eviction",
+    "preempted",
+    "cuda-oom",
+    "shm-full",
+    "segfault",
+    "python-exception",
+)
 
 #: Finding codes that add to the verdict.
 FINDINGS: tuple[str, ...] = (
@@ -27,6 +41,8 @@ FINDINGS: tuple[str, ...] = (
     "no-killable-process",
     "kill-frees-little",
     "stale-log",
+    "cuda-fragmentation",
+    "exception-chain",
 )
 
 ALL: frozenset[str] = frozenset(VERDICTS + FINDINGS)

@@ -1,0 +1,314 @@
+"""Deaths that are not the kernel OOM killer's: CUDA OOM, a full /dev/shm, evictions, preemption, crashes.
+
+Most failed training pods never meet the OOM killer: ``torch.OutOfMemoryError`` exits 1, a
+DataLoader that fills ``/dev/shm`` dies of SIGBUS, the kubelet evicts for disk, the scheduler
+preempts, a node is reclaimed. Each rule here takes plain facts (exit code, pod status, the
+`training_log.LogFacts` of the container's tail, the pod's /dev/shm size) and returns a
+`Finding` whose code is a verdict, or None. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from podmortem.diagnosis.training_log import LogFacts
+from podmortem.reports.findings import Finding, Severity
+from podmortem.reports.units import human_bytes
+
+SIGBUS_EXIT = 135
+SIGSEGV_EXIT = 139
+SIGTERM_EXIT = 143
+#: Docker's, containerd's and CRI-O's /dev/shm when the pod mounts nothing there.
+RUNTIME_SHM_DEFAULT = 64 * 2**20
+
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)([KMGTPE]i?|[kmgtpe])?$")
+_SUFFIX = {
+    "": 1,
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+
+
+def quantity_bytes(text: str) -> int | None:
+    """A Kubernetes quantity (``1Gi``, ``512M``, ``64Mi``) in bytes; None if it is not one."""
+    m = _QUANTITY.match(str(text).strip())
+    if m is None:
+        return None
+    return int(float(m.group(1)) * _SUFFIX[m.group(2) or ""])
+
+
+@dataclass(frozen=True)
+class ShmSize:
+    """How big the container's /dev/shm is, and where that comes from."""
+
+    bytes: int | None
+    source: str
+
+
+def shm_size(pod: Mapping[str, Any], container: str) -> ShmSize:
+    """/dev/shm of ``container``: a memory-backed emptyDir mounted there, else the runtime's 64 MiB."""
+    spec = pod.get("spec") or {}
+    volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+    for c in spec.get("containers") or []:
+        if c.get("name") != container:
+            continue
+        for mount in c.get("volumeMounts") or []:
+            if str(mount.get("mountPath", "")).rstrip("/") != "/dev/shm":
+                continue
+            empty = (volumes.get(mount.get("name")) or {}).get("emptyDir")
+            if empty is None:
+                return ShmSize(None, f"volume {mount.get('name')!r} mounted at /dev/shm (size not known)")
+            limit = empty.get("sizeLimit")
+            if limit is not None:
+                return ShmSize(
+                    quantity_bytes(str(limit)), f"emptyDir {mount.get('name')!r} sizeLimit {limit}"
+                )
+            return ShmSize(
+                None,
+                f"emptyDir {mount.get('name')!r} without sizeLimit (bounded by the pod's "
+                "memory limit, and counted in it)",
+            )
+    return ShmSize(RUNTIME_SHM_DEFAULT, "the container runtime's default (no volume mounted at /dev/shm)")
+
+
+def _size(n: int | None) -> str:
+    return human_bytes(n) if n is not None else "?"
+
+
+def cuda_oom(facts: LogFacts) -> list[Finding]:
+    """``CUDA out of memory``: the allocator's numbers; fragmentation when the reserve would have held it."""
+    oom = facts.cuda_oom
+    if oom is None:
+        return []
+    device = f"GPU {oom.device}" if oom.device is not None else "a GPU"
+    parts = [f"PyTorch could not allocate {_size(oom.tried)} on {device}"]
+    if oom.total is not None:
+        parts.append(f"of {_size(oom.total)} ({_size(oom.free)} free)")
+    held = []
+    if oom.allocated is not None:
+        held.append(f"{_size(oom.allocated)} allocated by PyTorch")
+    if oom.reserved_unallocated is not None:
+        held.append(f"{_size(oom.reserved_unallocated)} reserved but unallocated")
+    if oom.other_processes:
+        held.append(
+            f"{len(oom.other_processes)} other process(es) on the device holding "
+            f"{_size(sum(b for _, b in oom.other_processes))}"
+        )
+    message = " ".join(parts) + ("; " + ", ".join(held) if held else "") + "."
+    if oom.device is not None:
+        message += (
+            f" GPU {oom.device} is the index as this process sees it (after CUDA_VISIBLE_DEVICES), "
+            "not necessarily the node's."
+        )
+    findings = [
+        Finding(
+            code="cuda-oom",
+            severity=Severity.CRITICAL,
+            message=message,
+            evidence={
+                "device": oom.device,
+                "tried_bytes": oom.tried,
+                "total_bytes": oom.total,
+                "free_bytes": oom.free,
+                "process_in_use_bytes": oom.process_in_use,
+                "allocated_bytes": oom.allocated,
+                "reserved_unallocated_bytes": oom.reserved_unallocated,
+                "other_pids": [pid for pid, _ in oom.other_processes],
+                "form": oom.form,
+                "line": oom.line[:300],
+            },
+            action=(
+                "Lower the batch size or sequence length, use activation checkpointing or mixed precision, "
+                "or shard the model (FSDP/ZeRO); a bigger resources.limits.memory does not help GPU memory."
+            ),
+        )
+    ]
+    if oom.fragmented:
+        findings.append(
+            Finding(
+                code="cuda-fragmentation",
+                severity=Severity.WARNING,
+                message=(
+                    f"{_size(oom.reserved_unallocated)} were reserved by PyTorch's allocator but not in use, "
+                    f"at least the {_size(oom.tried)} requested: the memory was there but fragmented."
+                ),
+                evidence={"reserved_unallocated_bytes": oom.reserved_unallocated, "tried_bytes": oom.tried},
+                action="Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the container's environment.",
+            )
+        )
+    return findings
+
+
+def shm_full(*, exit_code: int | None, facts: LogFacts, shm: ShmSize | None) -> Finding | None:
+    """/dev/shm filled: exit 135 (SIGBUS), a worker killed by SIGBUS, or torch's "No space left" on shm.
+
+    A bare "Bus error" printed by the program is not evidence: only the exit code, torchrun's
+    -7 (SIGBUS) for a worker, or torch's own DataLoader and shared-memory messages count.
+    """
+    child_sigbus = facts.child is not None and facts.child.exit_code == -7
+    if exit_code != SIGBUS_EXIT and facts.shm is None and not child_sigbus:
+        return None
+    if facts.shm is not None:
+        shown = facts.shm.line
+    elif child_sigbus:
+        shown = "torchrun: a worker exited with -7 (SIGBUS)"
+    else:
+        shown = "exit code 135 (SIGBUS)"
+    size = f" The pod's /dev/shm is {_size(shm.bytes)} ({shm.source})." if shm is not None else ""
+    return Finding(
+        code="shm-full",
+        severity=Severity.CRITICAL,
+        message=f"Shared memory (/dev/shm) ran out: {shown[:300]}.{size}",
+        evidence={
+            "exit_code": exit_code,
+            "shm_bytes": shm.bytes if shm else None,
+            "shm_source": shm.source if shm else None,
+            "worker_pid": facts.shm.worker_pid if facts.shm else None,
+            "line": shown[:300],
+        },
+        action=(
+            "Mount an emptyDir with medium: Memory at /dev/shm (a sizeLimit that fits the DataLoader's "
+            "batches times num_workers times prefetch_factor, counted in the memory limit), or lower "
+            "num_workers."
+        ),
+    )
+
+
+def segfault(*, exit_code: int | None, facts: LogFacts) -> Finding | None:
+    """Exit 139 (SIGSEGV), or torchrun's -11 for the worker that failed first."""
+    child_segv = facts.child is not None and facts.child.exit_code == -11
+    if exit_code != SIGSEGV_EXIT and not child_segv:
+        return None
+    line = facts.segfault_line or (
+        "torchrun: a worker exited with -11 (SIGSEGV)" if child_segv else "exit code 139 (SIGSEGV)"
+    )
+    return Finding(
+        code="segfault",
+        severity=Severity.CRITICAL,
+        message=f"The process crashed with a segmentation fault (SIGSEGV): {line}.",
+        evidence={"exit_code": exit_code, "line": line[:300]},
+        action=(
+            "Run once with PYTHONFAULTHANDLER=1 (and CUDA_LAUNCH_BLOCKING=1 for GPU code) to get the "
+            "Python stack; check native extensions built for another torch or CUDA version."
+        ),
+    )
+
+
+def python_exception(*, exit_code: int | None, facts: LogFacts) -> list[Finding]:
+    """A non-zero exit after a traceback: the exception line is the finding, its chain a second one."""
+    exc = facts.exception
+    if exc is None or exit_code in (None, 0):
+        return []
+    findings = [
+        Finding(
+            code="python-exception",
+            severity=Severity.CRITICAL,
+            message=f"The program ended with an exception (exit {exit_code}): {exc.line[:400]}",
+            evidence={"exit_code": exit_code, "exception": exc.name, "line": exc.line[:400]},
+            action="Read the traceback in the log above this line.",
+        )
+    ]
+    if exc.chain:
+        findings.append(
+            Finding(
+                code="exception-chain",
+                severity=Severity.INFO,
+                message=f"It was raised while handling an earlier exception, where the trouble began: "
+                f"{exc.origin[:400]}",
+                evidence={"chain": len(exc.chain) + 1, "origin": exc.origin[:400]},
+                action="Fix the first exception of the chain; the last one only reports it.",
+            )
+        )
+    return findings
+
+
+#: DisruptionTarget reasons (Kubernetes 1.26+), in words.
+DISRUPTIONS = {
+    "PreemptionByScheduler": "the scheduler preempted it for a higher-priority pod",
+    "PreemptionByKubeScheduler": "the scheduler preempted it for a higher-priority pod",
+    "DeletionByTaintManager": "its node got a NoExecute taint it does not tolerate (the node became "
+    "unreachable or not ready, or is being reclaimed)",
+    "EvictionByEvictionAPI": "it was evicted through the Eviction API (a node drain or an autoscaler "
+    "scaling the node down)",
+    "DeletionByPodGC": "its node no longer exists (a reclaimed spot or preemptible node)",
+    "TerminationByKubelet": "the kubelet terminated it (a node shutdown, or node-pressure eviction)",
+}
+
+
+def disruption_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The pod's ``DisruptionTarget`` condition, when True: (reason, message)."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
+            return str(c.get("reason") or ""), str(c.get("message") or "")
+    return None
+
+
+def preempted(*, disruption: tuple[str, str] | None, pod_reason: str | None) -> Finding | None:
+    """A DisruptionTarget condition: preemption, a taint, a drain, a vanished node, a shutdown."""
+    if disruption is None or pod_reason == "Evicted":
+        return None
+    reason, message = disruption
+    why = DISRUPTIONS.get(reason, f"Kubernetes disrupted it ({reason})")
+    return Finding(
+        code="preempted",
+        severity=Severity.CRITICAL,
+        message=f"The pod was stopped from outside: {why}." + (f" ({message})" if message else ""),
+        evidence={"disruption_reason": reason, "disruption_message": message[:300]},
+        action=(
+            "Checkpoint often enough to lose little, set a PriorityClass for training jobs, and for spot "
+            "nodes let the job restart (backoffLimit, or a podFailurePolicy that ignores DisruptionTarget)."
+        ),
+    )
+
+
+_EPHEMERAL = re.compile(r"ephemeral-storage|ephemeral local storage|EmptyDir volume", re.IGNORECASE)
+_RESOURCE = re.compile(r"low on resource: ([\w.-]+)")
+
+
+def eviction_by_resource(*, pod_reason: str | None, message: str | None) -> Finding | None:
+    """An eviction for disk (ephemeral storage) or another node resource than memory.
+
+    Memory-pressure evictions keep the older ``eviction`` verdict (`cause.eviction`).
+    """
+    if pod_reason != "Evicted":
+        return None
+    text = message or ""
+    if _EPHEMERAL.search(text):
+        return Finding(
+            code="ephemeral-storage-eviction",
+            severity=Severity.CRITICAL,
+            message=(
+                f"The kubelet evicted the pod for ephemeral storage (node disk, container logs, "
+                f"writable layers, emptyDirs): {text.strip()[:400]}"
+            ),
+            evidence={"reason": pod_reason, "status_message": text[:400]},
+            action=(
+                "Write checkpoints and datasets to a persistent volume, not the container's filesystem or "
+                "an emptyDir on disk; set resources.requests.ephemeral-storage to what the pod writes."
+            ),
+        )
+    m = _RESOURCE.search(text)
+    resource = m.group(1).rstrip(".") if m is not None else "memory"
+    if resource != "memory":
+        return Finding(
+            code="node-pressure-eviction",
+            severity=Severity.CRITICAL,
+            message=f"The kubelet evicted the pod: the node ran low on {resource}: {text.strip()[:300]}",
+            evidence={"reason": pod_reason, "resource": resource, "status_message": text[:400]},
+            action="Check what else uses that resource on the node; set requests so this pod is not first.",
+        )
+    return None

@@ -1,0 +1,217 @@
+"""Deaths beyond the kernel OOM killer, on the real torch/NCCL/torchrun/kubelet texts of tests/fixtures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podmortem.diagnosis import exit_causes, termination, training_log, verdicts
+from podmortem.reports.failure import FailureReport
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "training-logs"
+MESSAGES = json.loads((LOGS / "pod-status-messages.json").read_text())
+GIB = 2**30
+MIB = 2**20
+
+
+def lines(name: str) -> list[str]:
+    return (LOGS / name).read_text().splitlines()
+
+
+def pod(
+    exit_code: int | None = 1,
+    *,
+    reason: str | None = "Error",
+    status: dict[str, Any] | None = None,
+    spec: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    term = {
+        "exitCode": exit_code,
+        "reason": reason,
+        "containerID": "containerd://c1",
+        "finishedAt": "2024-05-01T12:00:00Z",
+    }
+    st: dict[str, Any] = {"containerStatuses": [{"name": "trainer", "state": {"terminated": term}}]}
+    if exit_code is None:
+        st = {}
+    st.update(status or {})
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+        "spec": spec or {"nodeName": "n1", "containers": [{"name": "trainer"}]},
+        "status": st,
+    }
+
+
+def report(p: dict[str, Any], tail: list[str]) -> FailureReport:
+    [t] = termination.find(p)
+    return verdicts.diagnose_termination(
+        termination=t, evidence=None, last_line_ns=None, stale_after_s=600, log_tail=tail
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "device", "tried", "reserved_free", "fragmented"),
+    [
+        ("cuda-oom-expandable.log", 0, 30.29 * GIB, 396.58 * MIB, False),
+        ("cuda-oom-fragmented.log", 0, 22.78 * GIB, 9.35 * GIB, False),
+        ("cuda-oom-capacty-other-process.log", 0, 132 * MIB, 353.02 * MIB, True),
+        ("cuda-oom-torch1-gpu1.log", 1, 130 * MIB, (6.09 - 5.91) * GIB, True),
+        ("cuda-oom-torch1-cached.log", 0, 12.5 * MIB, None, False),
+    ],
+)
+def test_cuda_oom_reads_the_allocators_numbers(
+    name: str, device: int, tried: float, reserved_free: float | None, fragmented: bool
+) -> None:
+    oom = training_log.cuda_oom(lines(name))
+    assert oom is not None and oom.device == device
+    assert oom.tried == pytest.approx(tried, rel=1e-3)
+    if reserved_free is None:
+        assert oom.reserved_unallocated is None
+    else:
+        assert oom.reserved_unallocated == pytest.approx(reserved_free, rel=2e-3)
+    assert oom.fragmented is fragmented
+    r = report(pod(1), lines(name))
+    assert r.verdict == "cuda-oom"
+    assert f"GPU {device}" in r.findings[0].message
+    assert (r.finding("cuda-fragmentation") is not None) is fragmented
+    if fragmented:
+        assert "expandable_segments:True" in r.findings[1].action
+
+
+def test_cuda_oom_numbers_in_the_finding() -> None:
+    r = report(pod(1), lines("cuda-oom-capacty-other-process.log"))
+    f = r.findings[0]
+    assert f.evidence["other_pids"] == [250345]
+    assert "132.0 MiB" in f.message or "132 MiB" in f.message, f.message
+    assert f.evidence["total_bytes"] == int(23.64 * GIB)
+
+
+def test_a_cuda_oom_inside_a_chain_is_the_cause_not_the_last_exception() -> None:
+    tail = lines("cuda-oom-fragmented.log")
+    exc = training_log.python_exception(tail)
+    assert exc is not None
+    assert exc.line == "RuntimeError: DataLoader worker (pid(s) 3216) exited unexpectedly"
+    assert exc.origin.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB")
+    assert report(pod(1), tail).verdict == "cuda-oom"
+
+
+def test_python_exception_with_a_traceback_inside_a_traceback() -> None:
+    tail = [line for line in lines("cuda-oom-fragmented.log") if "CUDA" not in line] + []
+    tail.insert(
+        3, "ValueError: bad shape (3, 4)"
+    )  # the first traceback's own exception, as CPython prints it
+    r = report(pod(1), tail)
+    assert r.verdict == "python-exception"
+    assert r.findings[0].evidence["exception"] == "RuntimeError"
+    chain = r.finding("exception-chain")
+    assert chain is not None and "ValueError: bad shape" in chain.message
+
+
+def test_an_exception_only_counts_when_the_container_failed() -> None:
+    tail = ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>', "KeyError: 'a'"]
+    assert report(pod(1), tail).findings[0].message.endswith("KeyError: 'a'")
+    assert termination.find(pod(0)) == []
+
+
+@pytest.mark.parametrize("name", ["dataloader-bus-error.log", "dataloader-shm-worker.log"])
+def test_shm_full_from_torchs_own_words_with_exit_1(name: str) -> None:
+    r = report(pod(1), lines(name))
+    assert r.verdict == "shm-full"
+    assert "64.0 MiB" in r.findings[0].message and "runtime's default" in r.findings[0].message
+
+
+def test_shm_full_names_the_emptydir_size_limit() -> None:
+    spec = {
+        "containers": [{"name": "trainer", "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}],
+    }
+    r = report(pod(135, spec=spec), ["Bus error (core dumped)"])
+    assert r.verdict == "shm-full"
+    assert r.findings[0].evidence["shm_bytes"] == 2 * GIB
+    assert "sizeLimit 2Gi" in r.findings[0].message
+
+
+def test_a_bus_error_printed_by_user_code_is_not_shm_full() -> None:
+    tail = [
+        "CAN adapter: Bus error on channel 2, retrying",
+        "Traceback (most recent call last):",
+        '  File "can.py", line 9, in <module>',
+        "can.CanError: Bus error",
+    ]
+    r = report(pod(1), tail)
+    assert r.verdict == "python-exception"
+    assert r.finding("shm-full") is None
+
+
+def test_segfault_from_exit_139_and_from_torchruns_minus_11() -> None:
+    assert report(pod(139), ["Segmentation fault (core dumped)"]).verdict == "segfault"
+    child = [
+        "Root Cause (first observed failure): [0]: time : 2024-12-23_05:18:02 host : h rank : 0 "
+        "(local_rank: 0) exitcode : -11 (pid: 3304209) error_file: <N/A>"
+    ]
+    assert report(pod(1), child).verdict == "segfault"
+
+
+@pytest.mark.parametrize(
+    ("key", "verdict"),
+    [
+        ("memory-eviction", "eviction"),
+        ("ephemeral-eviction-new", "ephemeral-storage-eviction"),
+        ("ephemeral-eviction-old", "ephemeral-storage-eviction"),
+        ("ephemeral-eviction-threshold-only", "ephemeral-storage-eviction"),
+    ],
+)
+def test_evictions_by_resource(key: str, verdict: str) -> None:
+    msg = MESSAGES[key]
+    r = report(pod(None, status={"phase": "Failed", **msg}), [])
+    assert r.verdict == verdict
+
+
+def test_node_pressure_eviction_for_other_resources() -> None:
+    status = {"reason": "Evicted", "message": "The node was low on resource: pids. "}
+    assert report(pod(None, status=status), []).verdict == "node-pressure-eviction"
+
+
+@pytest.mark.parametrize("reason", sorted(exit_causes.DISRUPTIONS))
+def test_disruption_target_is_preempted(reason: str) -> None:
+    cond = {"type": "DisruptionTarget", "status": "True", "reason": reason, "message": "m"}
+    r = report(pod(143, status={"conditions": [cond]}), [])
+    assert r.verdict == "preempted"
+    assert r.findings[0].evidence["disruption_reason"] == reason
+
+
+def test_kubelet_oomkilled_still_wins_over_the_log() -> None:
+    r = report(pod(137, reason="OOMKilled"), lines("cuda-oom-expandable.log"))
+    assert r.verdict == "memcg-limit"
+
+
+def test_nothing_in_the_tail_gives_no_verdict_for_exit_1() -> None:
+    assert report(pod(1), ["epoch 3 loss 0.12"]).verdict is None
+
+
+def test_rank_prefixes_are_read_through() -> None:
+    tail = ["[rank2]: " + line for line in lines("cuda-oom-torch1-gpu1.log")]
+    oom = training_log.cuda_oom(tail)
+    assert oom is not None and oom.device == 1
+    assert training_log.python_exception(tail) is not None
+
+
+def test_peer_signals_and_child_failures_on_real_texts() -> None:
+    kinds = {s.kind for s in training_log.peer_signals(lines("nccl-watchdog-old.log"))}
+    assert kinds == {"nccl-timeout", "nccl-abort"}
+    assert [s.kind for s in training_log.peer_signals(lines("nccl-watchdog-torch25.log"))] == ["nccl-timeout"]
+    assert [s.kind for s in training_log.peer_signals(lines("nccl-remote-error.log"))] == ["peer-lost"]
+    for name in ("torchrun-sigterm.log", "torchrun-sigterm-old.log"):
+        assert [s.kind for s in training_log.peer_signals(lines(name))] == ["agent-sigterm"]
+    child = training_log.child_failure(lines("childfailed-summary.log"))
+    assert child is not None and (child.rank, child.local_rank, child.exit_code, child.pid) == (
+        0,
+        0,
+        1,
+        15724,
+    )
+    quoted = training_log.child_failure(lines("childfailed-sigkill-quoted.log"))
+    assert quoted is not None and (quoted.exit_code, quoted.pid) == (-9, 6774)
