@@ -9,9 +9,11 @@ time and every per-epoch memory line on the way, without a second read.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextvars
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -50,12 +52,20 @@ class PodLogFacts:
     error: str | None = None
     #: Containers whose lines cannot be kept now (the store's volume is full): paused, retrying.
     disk_full: set[str] = field(default_factory=set)
+    #: The last TAIL_LINES lines per container, for the deaths only the log tells (a CUDA OOM, a traceback).
+    tail: dict[str, deque[builtins.bytes]] = field(default_factory=dict)
+
+    def last_lines(self, container: str) -> list[str]:
+        return [line.decode("utf-8", "replace") for line in self.tail.get(container, ())]
 
     def last_line_at_ns(self, container: str | None = None) -> int | None:
         if container is not None and container in self.last_line_ns:
             return self.last_line_ns[container]
         return max(self.last_line_ns.values(), default=None)
 
+
+#: Log lines kept per container for the report: a traceback's end and torch's messages fit in 50.
+TAIL_LINES = 50
 
 #: Called with (facts, container, ts_ns, text) for each memory line; must not block.
 MemoryLineHook = Callable[[PodLogFacts, str, int, bytes], Awaitable[None]]
@@ -87,6 +97,10 @@ class WatchingSink:
             last_ts = lines[-1].ts_ns
         if last_ts is not None:
             facts.last_line_ns[container] = last_ts
+        tail = facts.tail.get(container)
+        if tail is None:
+            tail = facts.tail[container] = deque(maxlen=TAIL_LINES)
+        tail.extend(line.text for line in lines[-TAIL_LINES:])
         if self.on_memory_line is None:
             return
         # The cheap check first: one C-level scan of the block, per-line work only on a hit.

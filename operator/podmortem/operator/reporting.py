@@ -195,6 +195,7 @@ class Reporter:
             last_line_ns=last_line_ns,
             stale_after_s=self.settings.stale_log_threshold_s,
             record_pending=record == kernel_record.PENDING,
+            log_tail=facts.last_lines(t.container) if facts is not None else (),
         )
         document = self._document(t, agent_evidence, record, errors, working_set, facts, prom_pending)
         outcome = Outcome(
