@@ -366,17 +366,20 @@ def kill(
     reason: str = "OOMKilled",
     pod_reason: str | None = None,
     pod_message: str | None = None,
+    exit_code: int = 137,
+    finished_at: str | None = None,
 ) -> None:
-    """Exit 137 with ``reason``, as the kubelet reports it (``pod_reason``: Evicted, Preempting...)."""
+    """Exit ``exit_code`` (137) with ``reason``, as the kubelet reports it (``pod_reason``: Evicted,
+    Preempting...); ``finished_at`` (RFC 3339, default now) lets a test deliver kills out of time order."""
     container = h.sync(lambda: h.api.pods[namespace, name]).containers["trainer"]
-    h.sync(lambda: container.terminate(137))
+    h.sync(lambda: container.terminate(exit_code))
     cid = container.current.container_id
     terminated = {
-        "exitCode": 137,
+        "exitCode": exit_code,
         "reason": reason,
         "containerID": cid,
         "startedAt": "2024-05-01T10:00:00Z",
-        "finishedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "finishedAt": finished_at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     status: dict[str, Any] = {
         "phase": "Failed",

@@ -28,10 +28,10 @@ from typing import Any
 
 import aiohttp
 
-from podmortem.diagnosis import verdicts
+from podmortem.diagnosis import job_root_cause, verdicts
 from podmortem.diagnosis.termination import Termination
 from podmortem.kube import api as kube_mod
-from podmortem.operator import kernel_record, log_links, metrics, prometheus, stored_report
+from podmortem.operator import job_report, kernel_record, log_links, metrics, prometheus, stored_report
 from podmortem.operator.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.annotations import FAILURE_REPORT
 from podmortem.operator.following import PodLogFacts
@@ -129,8 +129,16 @@ def _no_record_note(evidence: PodEvidence | None, *, waited_s: float) -> str:
     return note
 
 
+@dataclass
+class JobView:
+    """A multi-pod job's root cause as last computed, and the uid of its root-cause pod."""
+
+    result: job_root_cause.JobRootCause
+    root_uid: str | None
+
+
 class Reporter:
-    """Writes one failure report per terminated container instance."""
+    """Writes one failure report per terminated container instance, and a multi-pod job's section."""
 
     def __init__(
         self,
@@ -151,6 +159,12 @@ class Reporter:
         self.log_url = log_url
         self._background: set[asyncio.Task[None]] = set()
         self.outcomes: list[Outcome] = []
+        #: The latest outcome per pod uid (a job's report shows its root-cause pod's).
+        self.by_pod: dict[str, Outcome] = {}
+        #: Target uid -> its job-level root cause, for foreign jobs with more than one pod.
+        self.jobs: dict[str, JobView] = {}
+        #: One annotation write at a time per target, each composed from the state at its turn.
+        self._target_locks: dict[str, asyncio.Lock] = {}
 
     async def report(
         self,
@@ -207,6 +221,7 @@ class Reporter:
             last_line_ns=last_line_ns,
             agent_error=agent_error,
         )
+        self.by_pod[t.pod_uid] = outcome
         await self._write(outcome)
         outcome.latency_s = time.monotonic() - seen_at
         metrics.REPORT_LATENCY.observe(outcome.latency_s)
@@ -344,12 +359,66 @@ class Reporter:
                 outcome.in_status = document
                 return "status"
             if target.role == "foreign" or self.settings.patch_pods:
-                report = json.dumps(self.annotation_document(outcome), separators=(",", ":"))
-                await self.kube.merge_patch(
-                    target.path(), {"metadata": {"annotations": {FAILURE_REPORT: report}}}
-                )
+                await self._put_annotation(target, outcome)
                 return "annotation"
             return None
+
+    async def _put_annotation(self, target: Target, outcome: Outcome | None) -> None:
+        """The annotation, composed at its turn: a job's root-cause pod's report plus the job section."""
+        lock = self._target_locks.setdefault(target.uid, asyncio.Lock())
+        async with lock:
+            document = self.job_annotation_document(target, outcome)
+            if document is None:
+                return
+            report = json.dumps(document, separators=(",", ":"))
+            patch = {"metadata": {"annotations": {FAILURE_REPORT: report}}}
+            await self.kube.merge_patch(target.path(), patch)
+
+    def job_annotation_document(self, target: Target, outcome: Outcome | None) -> dict[str, Any] | None:
+        """The annotation's summary; for a multi-pod job, of the root-cause pod, with the ``job`` section.
+
+        The section gets what the summary leaves of the size limit; when that is under a third,
+        the summary is cut to half the limit first.
+        """
+        view = self.jobs.get(target.uid)
+        if view is None:
+            return self.annotation_document(outcome) if outcome is not None else None
+        shown = self.by_pod.get(view.root_uid or "") or outcome
+        limit = self.settings.annotation_report_max_bytes
+        doc = self.annotation_document(shown) if shown is not None else {}
+        room = limit - _size(doc) - len(',"job":')
+        if room < limit // 3 and shown is not None:
+            doc = summary(shown.report, shown.document, max_bytes=limit // 2)
+            room = limit - _size(doc) - len(',"job":')
+        doc["job"] = job_report.section(view.result, max_bytes=max(room, 0))
+        return doc
+
+    async def write_job(
+        self, target: Target, view: JobView, *, event: str | None, outcome: Outcome | None
+    ) -> bool:
+        """Record the job's root cause and write the annotation; post ``event`` (root changed) if given."""
+        self.jobs[target.uid] = view
+        ok = True
+        try:
+            await self._put_annotation(target, outcome)
+            metrics.REPORTS.labels(target="annotation", outcome="ok").inc()
+        except _WRITE_ERRORS as exc:
+            ok = False
+            metrics.REPORTS.labels(target="annotation", outcome="error").inc()
+            logger.warning("writing the job report of %s/%s failed: %s", target.namespace, target.name, exc)
+        if event is not None:
+            try:
+                await self.kube.post_event(
+                    involved=target.involved(), type_="Warning", reason="JobRootCause",
+                    message=f"{event} (podmortem failure report in {FAILURE_REPORT})",
+                )
+            except _WRITE_ERRORS as exc:
+                logger.warning("posting the JobRootCause event of %s failed: %s", target.name, exc)
+        return ok
+
+    def headline_of(self, outcome: Outcome) -> tuple[str, str]:
+        """The verdict and the one-line cause of a pod's report (the job section's line for it)."""
+        return self._headline(outcome)
 
     async def _post_event(self, outcome: Outcome, *, reason: str, message: str) -> None:
         try:
@@ -435,6 +504,7 @@ class Reporter:
             in_status=dict(stored) if status else {},
         )
         self.outcomes.append(outcome)
+        self.by_pod.setdefault(termination.pod_uid, outcome)
         if not kernel_record.worth_seeking(termination, settings=self.settings.agent):
             document["evidence"]["kernelRecord"] = {
                 "state": kernel_record.NOT_FOUND,
@@ -515,6 +585,10 @@ class Reporter:
 
 
 _WRITE_ERRORS = (kube_mod.KubeError, aiohttp.ClientError, TimeoutError)
+
+
+def _size(doc: Mapping[str, Any]) -> int:
+    return len(json.dumps(doc, separators=(",", ":")).encode())
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

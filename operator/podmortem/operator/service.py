@@ -25,20 +25,24 @@ from datetime import UTC, datetime
 from typing import Any
 
 from podmortem import memory_line
-from podmortem.diagnosis import termination
+from podmortem.diagnosis import job_root_cause, termination
 from podmortem.kube import api as kube_mod
 from podmortem.kube import owners as kube_owners
 from podmortem.memory_line import early_warning
 from podmortem.memory_line import status as memory_status
 from podmortem.operator import annotations as opts
-from podmortem.operator import jobs, log_links, metrics, stored_report
+from podmortem.operator import job_report, jobs, log_links, metrics, stored_report
 from podmortem.operator.following import Following, PodLogFacts
 from podmortem.operator.jobs import Target
-from podmortem.operator.reporting import Reporter
+from podmortem.operator.reporting import JobView, Reporter
 from podmortem.operator.settings import TRAININGJOB_PLURAL, OperatorSettings
 from podmortem.operator.status import StatusWriter
 
 logger = logging.getLogger(__name__)
+
+#: Seconds a job's pod changes are gathered before its root cause is computed and written: a thousand
+#: ranks failing within a minute give a few dozen passes, not a thousand (each ~0.1-0.3 s at that size).
+JOB_REPORT_COALESCE_S = 0.2
 
 #: Seconds a terminated pod's follower gets to drain its tail before the report reads the log facts;
 #: the report cannot wait longer than this within its 2 s budget.
@@ -56,6 +60,13 @@ class _Known:
     announced: set[str] = field(default_factory=set)
     #: The last status fields written, to skip writes that change nothing.
     written: dict[str, Any] = field(default_factory=dict)
+    #: A foreign job's pods (uid -> facts), kept after a pod is deleted, for the job-level root cause.
+    job_pods: dict[str, job_root_cause.PodFacts] = field(default_factory=dict)
+    #: The root-cause pod (and whether a guess) last announced by an Event.
+    job_root: tuple[str, bool] | None = None
+    #: Pod facts changed since the job section was last computed; the task that will compute it.
+    job_dirty: bool = False
+    job_task: asyncio.Task[None] | None = None
 
 
 class Podmortem:
@@ -91,6 +102,7 @@ class Podmortem:
         self._pods: dict[str, _Known] = {}
         self._reported: set[str] = set()
         self._reporting: dict[str, asyncio.Task[None]] = {}
+        self._job_tasks: set[asyncio.Task[None]] = set()
 
     # --- TrainingJobs --------------------------------------------------------------------------
 
@@ -300,6 +312,54 @@ class Podmortem:
 
         if target.role == "trainingjob":
             await self._trainingjob_pod_status(known, pod)
+        elif target.role == "foreign" and not deleted:
+            await self._job_root_cause(known, pod)
+
+    async def _job_root_cause(self, known: _Known, pod: Mapping[str, Any]) -> None:
+        """Update a foreign job's pod facts; with two pods or more and a failure, write the job section.
+
+        Recomputed only when a pod's facts change (a running pod's do not), so a thousand pods'
+        events do not each cost a root-cause pass.
+        """
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        outcome = self.reporter.by_pod.get(uid)
+        verdict, line = self.reporter.headline_of(outcome) if outcome is not None else (None, None)
+        log = self.following.facts(uid) if self.following is not None else None
+        facts = job_report.pod_facts(
+            pod,
+            tails={c: log.last_lines(c) for c in log.tail} if log is not None else {},
+            last_lines_ns=dict(log.last_line_ns) if log is not None else {},
+            verdict=verdict if outcome is not None and outcome.report.verdict else None,
+            summary=line,
+            log_base=self.reporter.log_url,
+        )
+        if known.job_pods.get(uid) == facts:
+            return
+        known.job_pods[uid] = facts
+        known.job_dirty = True
+        if known.job_task is None or known.job_task.done():
+            known.job_task = asyncio.create_task(self._write_job(known))
+            self._job_tasks.add(known.job_task)
+            known.job_task.add_done_callback(self._job_tasks.discard)
+
+    async def _write_job(self, known: _Known) -> None:
+        """Compute and write the job section until no pod changed meanwhile (changes gathered a moment)."""
+        while known.job_dirty:
+            known.job_dirty = False
+            await asyncio.sleep(JOB_REPORT_COALESCE_S)
+            pods = list(known.job_pods.items())
+            if len(pods) < 2 or not any(p.failed for _, p in pods):
+                continue
+            result = job_root_cause.root_cause([p for _, p in pods])
+            root = result.root
+            root_uid = next((u for u, p in pods if p is root), None)
+            key = (root.pod, result.guessed) if root is not None else None
+            event = job_report.headline(result) if key != known.job_root else None
+            known.job_root = key
+            await self.reporter.write_job(
+                known.target, JobView(result=result, root_uid=root_uid), event=event,
+                outcome=self.reporter.by_pod.get(root_uid or ""),
+            )
 
     async def _report(self, found: termination.Termination, known: _Known, seen_at: float) -> None:
         try:
@@ -502,9 +562,9 @@ class Podmortem:
             logger.warning("posting event %s failed: %s", reason, exc)
 
     async def stop(self) -> None:
-        for task in list(self._reporting.values()):
+        for task in [*self._reporting.values(), *self._job_tasks]:
             task.cancel()
-        await asyncio.gather(*self._reporting.values(), return_exceptions=True)
+        await asyncio.gather(*self._reporting.values(), *self._job_tasks, return_exceptions=True)
         await self.reporter.stop()
         if self.following is not None:
             await self.following.stop()

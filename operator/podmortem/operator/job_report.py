@@ -1,0 +1,163 @@
+"""The job-level section of a multi-pod job's failure report: which rank failed first, and why the rest did.
+
+The operator keeps one `PodFacts` per pod of a followed job (`pod_facts`, built at each pod
+event), hands them to `podmortem.diagnosis.job_root_cause`, and writes the result
+(`section`) next to the root-cause pod's own report. The section must fit the report's size
+cap (an annotation holds 4 KiB by default) even for a thousand pods, so rows are trimmed in
+order of least value (pods that did not fail, then consequences, then long lines) and the
+section says how many were left out. Pure: dicts in, dicts out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from podmortem.diagnosis import job_root_cause as jrc
+from podmortem.diagnosis import termination as term_mod
+from podmortem.operator import log_links
+
+#: Characters of a row's line kept before any other trimming.
+LINE_CHARS = 240
+#: Row order when trimming: the last kinds go first.
+_KEEP_ORDER = {"root-cause": 0, "unrelated": 1, "consequence": 2, "not-failed": 3}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else None
+
+
+def pod_facts(
+    pod: Mapping[str, Any],
+    *,
+    tails: Mapping[str, Sequence[str]],
+    last_lines_ns: Mapping[str, int],
+    verdict: str | None,
+    summary: str | None,
+    log_base: str,
+) -> jrc.PodFacts:
+    """One pod's facts from its object, its containers' log tails and its own report's verdict and headline.
+
+    The container is the first that failed (the one the pod's report is about), else the first.
+    A pod that has not failed keeps no log facts: its row does not need them, and facts that do
+    not change at each event let the caller skip recomputing the job.
+    """
+    meta = pod.get("metadata") or {}
+    ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    found = term_mod.find(pod)
+    first = found[0] if found else None
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    container = first.container if first is not None else str(containers[0].get("name", ""))
+    failed = first is not None
+    last_line_ns = last_lines_ns.get(container) if failed else None
+    return jrc.PodFacts(
+        pod=name,
+        container=container,
+        rank=jrc.rank_of(pod),
+        exit_code=first.exit_code if first is not None else None,
+        reason=(first.reason or first.pod_reason) if first is not None else None,
+        finished_at=first.finished_at if first is not None else None,
+        last_line_at=(
+            datetime.fromtimestamp(last_line_ns / 1e9, UTC) if last_line_ns is not None else None
+        ),
+        verdict=verdict,
+        summary=summary,
+        last_lines=tuple(tails.get(container, ())) if failed else (),
+        log_url=log_links.log_url(log_base, namespace=ns, pod=name, container=container),
+        failed=failed,
+    )
+
+
+def _row(r: jrc.PodRow) -> dict[str, Any]:
+    p = r.facts
+    row: dict[str, Any] = {"pod": p.pod, "rank": p.rank, "role": r.role}
+    if p.failed:
+        row.update(exitCode=p.exit_code, reason=p.reason, finishedAt=_iso(p.finished_at))
+    if r.line and r.role != "root-cause":  # the root's line is in ``rootCause``
+        row["line"] = r.line[:LINE_CHARS]
+    row["logUrl"] = p.log_url
+    return row
+
+
+def _size(doc: Mapping[str, Any]) -> int:
+    return len(json.dumps(doc, separators=(",", ":")).encode())
+
+
+def section(result: jrc.JobRootCause, *, max_bytes: int) -> dict[str, Any]:
+    """The ``job`` section: root cause, counts by role, and one row per pod, within ``max_bytes``.
+
+    Rows are sorted by rank. Trimmed when too big: not-failed rows first, then consequences
+    (the counts keep them), then unrelated ones, each time the highest ranks first; ``rowsOmitted``
+    and ``note`` say so. The root cause is never cut.
+    """
+    roles = Counter(r.role for r in result.rows)
+    doc: dict[str, Any] = {"pods": len(result.rows), "roles": dict(sorted(roles.items()))}
+    root = result.root
+    if root is not None:
+        root_row = next(r for r in result.rows if r.facts is root)
+        doc["rootCause"] = _row(root_row) | {
+            "container": root.container, "verdict": root.verdict, "line": root_row.line[:LINE_CHARS]
+        }
+        doc["guessed"] = result.guessed
+        if result.guessed:
+            doc["note"] = (
+                "no failed pod shows a cause of its own yet (each names a peer's failure): "
+                "the earliest failure is named, a guess"
+            )
+    rows = [_row(r) for r in result.rows]
+    doc["rows"] = rows
+    if _size(doc) <= max_bytes:
+        return doc
+    # Drop rows by least value; keep rank order among the rest.
+    order = sorted(range(len(rows)), key=lambda i: (_KEEP_ORDER[rows[i]["role"]], i))
+    lo, hi = 0, len(order)
+    # Binary search the most rows that fit (each row's size varies little).
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        trial = _with_rows(doc, rows, order[:mid])
+        if _size(trial) <= max_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    trimmed = _with_rows(doc, rows, order[:lo])
+    if _size(trimmed) > max_bytes:  # even the root alone is too big: drop the lines, then the rows
+        for row in trimmed["rows"]:
+            row.pop("line", None)
+        if "rootCause" in trimmed and "line" in trimmed["rootCause"]:
+            trimmed["rootCause"]["line"] = trimmed["rootCause"]["line"][:80]
+        if _size(trimmed) > max_bytes:
+            trimmed["rows"] = []
+    return trimmed
+
+
+def _with_rows(doc: Mapping[str, Any], rows: list[dict[str, Any]], picked: Sequence[int]) -> dict[str, Any]:
+    out = dict(doc)
+    out["rows"] = [rows[i] for i in sorted(picked)]
+    omitted = len(rows) - len(picked)
+    if omitted:
+        out["rowsOmitted"] = omitted
+        out["note"] = (
+            (str(doc["note"]) + "; " if "note" in doc else "")
+            + f"{omitted} of {len(rows)} rows left out to fit the report's size limit "
+            "(not-failed pods first, then consequences); the role counts cover every pod"
+        )
+    return out
+
+
+def headline(result: jrc.JobRootCause) -> str | None:
+    """The Event's message: the root-cause pod and its line, and how the others were read."""
+    root = result.root
+    if root is None:
+        return None
+    roles = Counter(r.role for r in result.rows)
+    rank = f"rank {root.rank}" if root.rank is not None else "rank unknown"
+    line = next((r.line for r in result.rows if r.facts is root), "")
+    first = "failed first (a guess: every failed pod names a peer)" if result.guessed else "failed first"
+    return (
+        f"{root.pod} ({rank}) {first}: {line[:300]}; "
+        f"{roles['consequence']} consequence(s), {roles['unrelated']} unrelated failure(s), "
+        f"{roles['not-failed']} pod(s) not failed"
+    )

@@ -1,0 +1,174 @@
+"""End to end on kmock: a 4-pod PyTorchJob where rank 2 is OOM-killed and the other ranks fail after it.
+
+Ranks 0, 1 and 3 print real NCCL and torchrun failure texts (tests/fixtures/training-logs) and
+exit 1 or 143 a minute later; the kills reach the operator in shuffled order. The job's
+``podmortem.io/failure-report`` annotation must name rank 2 as the root cause every time, and
+once it has, no later failure may take its place.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podmortem.kernel import oom_parser
+from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS
+from podmortem_demo import harness as harness_mod
+from podmortem_demo.emulated.kubelet import LineText
+from podmortem_demo.harness import Harness, harness, kill, run_pod
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+LOGS = FIXTURES / "training-logs"
+RECORD = FIXTURES / "oom-records" / "01-k3s-v1-dmesgT-stress-4.15.log"
+PTJ_PATH = "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs"
+LOG_BASE = "http://podmortem.podmortem.svc:8080"
+TRAINING_LINES = 20
+
+#: (replica type, index, rank, log fixture or None, exit code, reason, finishedAt)
+RANKS = [
+    ("master", 0, 0, "nccl-watchdog-torch25.log", 1, "Error", "2024-05-01T10:06:00Z"),
+    ("worker", 0, 1, "nccl-remote-error.log", 1, "Error", "2024-05-01T10:06:01Z"),
+    ("worker", 1, 2, None, 137, "OOMKilled", "2024-05-01T10:05:00Z"),
+    ("worker", 2, 3, "torchrun-sigterm.log", 143, "Error", "2024-05-01T10:06:05Z"),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    with harness(tmp_path_factory.mktemp("jobs")) as h:
+        h.add_agent_pod()
+        settings = h.settings(log_http_auth=False, log_base_url=LOG_BASE, foreign_kinds=DEFAULT_FOREIGN_KINDS)
+        h.start_operator(settings)
+        yield h
+        assert h.operator_error is None, h.operator_error
+
+
+def text_then(fixture: str | None) -> Callable[[str, int], LineText]:
+    """Training steps, then the fixture's lines (a rank's last words)."""
+    tail = (LOGS / fixture).read_bytes().splitlines() if fixture else []
+
+    def factory(container: str, instance: int) -> LineText:
+        def text(seq: int) -> bytes:
+            if seq < TRAINING_LINES:
+                return b"step %d loss=0.%04d" % (seq, seq * 37 % 9973)
+            return tail[seq - TRAINING_LINES]
+
+        return text
+
+    return factory
+
+
+def pod_name(job: str, kind: str, index: int) -> str:
+    return f"{job}-{kind}-{index}"
+
+
+def start_job(h: Harness, job: str) -> dict[str, str]:
+    """The PyTorchJob and its 4 running pods (as the training operator makes them); pod name -> uid."""
+    owner = h.create(
+        PTJ_PATH,
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": job, "namespace": "default", "annotations": {"podmortem.io/watch": "true"}},
+            "spec": {"pytorchReplicaSpecs": {}},
+        },
+    )
+    ref = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": job,
+           "uid": owner["metadata"]["uid"], "controller": True}
+    uids: dict[str, str] = {}
+    for kind, index, _rank, fixture, *_ in RANKS:
+        name = pod_name(job, kind, index)
+        labels = {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": kind,
+                  "training.kubeflow.org/replica-index": str(index)}
+        h.create(
+            "/api/v1/namespaces/default/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name, "namespace": "default", "labels": labels, "ownerReferences": [ref]
+                },
+                "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+            },
+        )
+        uids[name] = run_pod(h, name=name, text=text_then(fixture))
+    return uids
+
+
+def write_last_words(h: Harness, job: str, uids: dict[str, str]) -> None:
+    """Each rank writes its steps and its fixture; waits until the operator has read them all."""
+    service = h.running[0].service
+    for kind, index, _rank, fixture, *_ in RANKS:
+        name = pod_name(job, kind, index)
+        n = TRAINING_LINES + (len((LOGS / fixture).read_bytes().splitlines()) if fixture else 0)
+        h.sync(lambda name=name, n=n: h.api.pods["default", name].containers["trainer"].write(n))
+
+        def read_all(uid: str = uids[name], n: int = n) -> bool | None:
+            facts = service.following.facts(uid) if service.following is not None else None
+            return True if facts is not None and facts.lines >= n else None
+
+        h.wait(read_all, what=f"{name}'s lines in the operator")
+
+
+def job_report(h: Harness, job: str) -> dict[str, Any] | None:
+    raw = ((h.get(f"{PTJ_PATH}/{job}") or {}).get("metadata", {}).get("annotations") or {}).get(
+        "podmortem.io/failure-report"
+    )
+    return json.loads(raw) if raw else None
+
+
+def failed_rows(report: dict[str, Any] | None) -> int:
+    return (report or {}).get("job", {}).get("roles", {}).get("root-cause", 0) + sum(
+        (report or {}).get("job", {}).get("roles", {}).get(role, 0) for role in ("consequence", "unrelated")
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 5])  # rank 2 delivered 1st, 3rd, 2nd, last
+def test_rank_2_oom_is_the_root_cause_whatever_the_event_order(cluster: Harness, seed: int) -> None:
+    h = cluster
+    job = f"ddp-{seed}"
+    uids = start_job(h, job)
+    oom_pod = pod_name(job, "worker", 1)
+    record = oom_parser.parse_text(RECORD.read_text())[0]
+    evidence = harness_mod.evidence_for(uids[oom_pod], record)
+    h.sync(lambda: h.agent.evidence.__setitem__(uids[oom_pod], evidence))
+    write_last_words(h, job, uids)
+
+    order = list(RANKS)
+    random.Random(seed).shuffle(order)
+    root_seen = False
+    for delivered, (kind, index, rank, _fixture, code, reason, finished) in enumerate(order, start=1):
+        kill(h, name=pod_name(job, kind, index), exit_code=code, reason=reason, finished_at=finished)
+
+        def after(n: int = delivered, pod: str = pod_name(job, kind, index)) -> dict[str, Any] | None:
+            r = job_report(h, job)
+            if n == 1:  # one failed pod: its own report, no job section yet
+                return r if r is not None and r["pod"]["name"] == pod else None
+            return r if failed_rows(r) >= n else None
+
+        report = h.wait(after, what=f"the job report after {delivered} failure(s)")
+        if "job" not in report:  # one failed pod so far: the pod's own report, no job section yet
+            continue
+        root = report["job"]["rootCause"]
+        root_seen = root_seen or rank == 2
+        if root_seen:  # rank 2's failure is known: it is the root cause, and stays so
+            assert (root["pod"], root["rank"], report["job"]["guessed"]) == (oom_pod, 2, False), report
+
+    final = report["job"]
+    assert final["rootCause"]["exitCode"] == 137 and final["rootCause"]["verdict"] == "memcg-limit"
+    assert final["rootCause"]["logUrl"] == f"{LOG_BASE}/logs/default/{oom_pod}?container=trainer"
+    assert report["pod"]["name"] == oom_pod and report["verdict"] == "memcg-limit"
+    rows = {row["rank"]: row for row in final["rows"]}
+    assert [rows[r]["role"] for r in range(4)] == ["consequence", "consequence", "root-cause", "consequence"]
+    assert "Watchdog caught collective operation timeout" in rows[0]["line"]
+    assert "remote process exited" in rows[1]["line"] or "Connection reset by peer" in rows[1]["line"]
+    assert "closing signal SIGTERM" in rows[3]["line"] and rows[3]["exitCode"] == 143
+    assert final["roles"] == {"consequence": 3, "root-cause": 1}
+    assert len(json.dumps(report, separators=(",", ":")).encode()) <= 4096
+    events = [e for e in h.events_for(job) if e["reason"] == "JobRootCause"]
+    assert events and oom_pod in events[-1]["message"] and "(rank 2) failed first" in events[-1]["message"]
