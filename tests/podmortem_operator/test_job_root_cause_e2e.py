@@ -63,28 +63,49 @@ def text_then(fixture: str | None) -> Callable[[str, int], LineText]:
     return factory
 
 
+def indexed(job: str) -> bool:
+    return job.startswith("indexed")
+
+
 def pod_name(job: str, kind: str, index: int) -> str:
+    """A PyTorchJob's ``<job>-master-0``/``<job>-worker-i``; an indexed Job's ``<job>-<rank>-<suffix>``."""
+    if indexed(job):
+        rank = next(r[2] for r in RANKS if (r[0], r[1]) == (kind, index))
+        return f"{job}-{rank}-x7k2{rank}"
     return f"{job}-{kind}-{index}"
 
 
 def start_job(h: Harness, job: str) -> dict[str, str]:
-    """The PyTorchJob and its 4 running pods (as the training operator makes them); pod name -> uid."""
+    """The PyTorchJob (or indexed batch Job) and its 4 running pods, as their controllers make them.
+
+    The PyTorchJob's pods carry the training operator's replica labels; the indexed Job's pods
+    the completion-index label and ``JOB_COMPLETION_INDEX`` as a fieldRef to it. Pod name -> uid.
+    """
+    api, kind_, path = (
+        ("batch/v1", "Job", "/apis/batch/v1/namespaces/default/jobs") if indexed(job)
+        else ("kubeflow.org/v1", "PyTorchJob", PTJ_PATH)
+    )
     owner = h.create(
-        PTJ_PATH,
+        path,
         {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "PyTorchJob",
+            "apiVersion": api,
+            "kind": kind_,
             "metadata": {"name": job, "namespace": "default", "annotations": {"podmortem.io/watch": "true"}},
-            "spec": {"pytorchReplicaSpecs": {}},
+            "spec": {"completionMode": "Indexed", "completions": 4} if indexed(job) else {},
         },
     )
-    ref = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": job,
-           "uid": owner["metadata"]["uid"], "controller": True}
+    ref = {"apiVersion": api, "kind": kind_, "name": job, "uid": owner["metadata"]["uid"], "controller": True}
     uids: dict[str, str] = {}
-    for kind, index, _rank, fixture, *_ in RANKS:
+    for kind, index, rank, fixture, *_ in RANKS:
         name = pod_name(job, kind, index)
-        labels = {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": kind,
-                  "training.kubeflow.org/replica-index": str(index)}
+        container: dict[str, Any] = {"name": "trainer", "image": "x"}
+        if indexed(job):
+            labels = {"batch.kubernetes.io/job-completion-index": str(rank)}
+            container["env"] = [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+                "fieldPath": "metadata.labels['batch.kubernetes.io/job-completion-index']"}}}]
+        else:
+            labels = {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": kind,
+                      "training.kubeflow.org/replica-index": str(index)}
         h.create(
             "/api/v1/namespaces/default/pods",
             {
@@ -93,7 +114,7 @@ def start_job(h: Harness, job: str) -> dict[str, str]:
                 "metadata": {
                     "name": name, "namespace": "default", "labels": labels, "ownerReferences": [ref]
                 },
-                "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+                "spec": {"containers": [container]},
             },
         )
         uids[name] = run_pod(h, name=name, text=text_then(fixture))
@@ -116,7 +137,8 @@ def write_last_words(h: Harness, job: str, uids: dict[str, str]) -> None:
 
 
 def job_report(h: Harness, job: str) -> dict[str, Any] | None:
-    raw = ((h.get(f"{PTJ_PATH}/{job}") or {}).get("metadata", {}).get("annotations") or {}).get(
+    path = f"/apis/batch/v1/namespaces/default/jobs/{job}" if indexed(job) else f"{PTJ_PATH}/{job}"
+    raw = ((h.get(path) or {}).get("metadata", {}).get("annotations") or {}).get(
         "podmortem.io/failure-report"
     )
     return json.loads(raw) if raw else None
@@ -128,10 +150,13 @@ def failed_rows(report: dict[str, Any] | None) -> int:
     )
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 5])  # rank 2 delivered 1st, 3rd, 2nd, last
-def test_rank_2_oom_is_the_root_cause_whatever_the_event_order(cluster: Harness, seed: int) -> None:
+@pytest.mark.parametrize(
+    ("job", "seed"),
+    # rank 2 delivered 1st, 3rd, 2nd, last; in the indexed Job 3rd
+    [("ddp-0", 0), ("ddp-1", 1), ("ddp-2", 2), ("ddp-5", 5), ("indexed-3", 3)],
+)
+def test_rank_2_oom_is_the_root_cause_whatever_the_event_order(cluster: Harness, job: str, seed: int) -> None:
     h = cluster
-    job = f"ddp-{seed}"
     uids = start_job(h, job)
     oom_pod = pod_name(job, "worker", 1)
     record = oom_parser.parse_text(RECORD.read_text())[0]
