@@ -133,6 +133,7 @@ def test_printer_columns_point_at_schema_fields() -> None:
         "Epoch",
         "Peak/Limit",
         "Verdict",
+        "Root-Cause-Pod",
         "Age",
     ]
     for column in columns:
@@ -156,6 +157,7 @@ def test_printer_columns_show_the_story() -> None:
     assert shown["Epoch"] == 57
     assert shown["Peak/Limit"] == "31.8Gi/32Gi (99%)"
     assert shown["Verdict"] == "memcg-limit"
+    assert shown["Root-Cause-Pod"] == "pointgroup-scannet-trainer"
 
 
 def test_failure_report_documents_its_size_limit(chart_values: dict[str, Any]) -> None:
