@@ -84,7 +84,9 @@ def _clock(time_text: str) -> float | None:
 
 def split(raw: str, prev: Line | None) -> Line | None:
     """Strip quoting and the prefix; None for lines that carry no message at all."""
-    line = strip_quote(raw if len(raw) <= MAX_LINE else raw[:MAX_LINE])
+    line = raw if len(raw) <= MAX_LINE else raw[:MAX_LINE]
+    if line[:1] == ">":
+        line = strip_quote(line)
     if not line or line.isspace():
         return None
     soft_end = line[-1:] in (" ", "\t")
@@ -108,7 +110,10 @@ def split(raw: str, prev: Line | None) -> Line | None:
         m = _KMSG.match(line)
         if m is not None:
             mono = int(m.group(3)) / 1e6
-            return _finish(line[m.end() :], "kmsg", None, mono, None, int(m.group(2)), mono, soft_end)
+            msg = line[m.end() :].strip()
+            if msg[-1:] in _CUT_MARKS:
+                return _finish(msg, "kmsg", None, mono, None, int(m.group(2)), mono, soft_end)
+            return Line(msg, "kmsg", None, mono, None, int(m.group(2)), mono, False, soft_end)
         m = _ISO.match(line)
         if m is not None:
             fmt, time_text, rest = "iso", m.group(1), line[m.end() :]
@@ -116,6 +121,12 @@ def split(raw: str, prev: Line | None) -> Line | None:
         m = _DMESG_MONO.match(line)
         if m is not None:
             fmt, mono, rest = "dmesg", float(m.group(1)), line[m.end() :]
+            if rest.find(" kernel:", 0, 264) < 0:
+                # Plain dmesg, the commonest form: nothing more to strip.
+                msg = rest.strip()
+                if msg[-1:] in _CUT_MARKS:
+                    return _finish(msg, "dmesg", None, mono, None, None, mono, soft_end)
+                return Line(msg, "dmesg", None, mono, None, None, mono, False, soft_end)
         else:
             m = _DMESG_T.match(line)
             if m is not None:
@@ -126,7 +137,7 @@ def split(raw: str, prev: Line | None) -> Line | None:
             fmt, time_text, host, rest = "syslog", m.group(1), m.group(2), line[m.end() :]
         elif line.startswith("kernel: "):
             rest = line[8:]  # journalctl -o cat with the identifier kept, or a trimmed syslog line
-    if fmt in ("iso", "dmesg"):
+    if (fmt == "dmesg" or fmt == "iso") and rest.find(" kernel:", 0, 264) > 0:
         # journalctl -o short-iso / short-monotonic: "<stamp> host kernel: msg"
         m = _HOST_KERNEL.match(rest)
         if m is not None:

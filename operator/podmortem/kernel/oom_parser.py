@@ -26,8 +26,10 @@ rule next to the others.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +144,8 @@ class _Builder:
     stat_open: CgroupMemoryStat | None = None
     stat_headers_without_keys: int = 0
     columns: list[str] | None = None
+    #: OomTask field per numeric column of ``columns``, worked out at the table's first row.
+    targets: tuple[str, ...] | None = None
     table_format: str | None = None
     task_header_seen: bool = False
     tasks: list[OomTask] = field(default_factory=list)
@@ -258,15 +262,13 @@ class OomParser:
             last = self._last_seq
             if last is not None and line.seq > last + 1:
                 # /dev/kmsg records were lost (overwritten, or filtered out) inside open records.
-                for b in self._open.values():
-                    if b.first.fmt == "kmsg" and b.stage < _KILL:
-                        b.missing.add("kmsg-gap")
+                for gapped in self._open.values():
+                    if gapped.first.fmt == "kmsg" and gapped.stage < _KILL:
+                        gapped.missing.add("kmsg-gap")
             self._last_seq = line.seq
-        if line.msg:
-            self._message(line)
-
-    def _message(self, line: Line) -> None:
         msg = line.msg
+        if not msg:
+            return
         key = line.host
         b = self._open.get(key)
         if b is not None:
@@ -289,9 +291,12 @@ class OomParser:
             if (b.columns is not None or b.task_header_seen) and msg[:1] == "[" and msg[1:2] != "<":
                 m = _TASK_ROW.match(msg)
                 if m is not None:
-                    b = self._bridge(b, line)
+                    if b.cut:
+                        b = self._bridge(b, line)
                     if b is not None:
-                        self._touch(b, line)
+                        b.lines += 1
+                        if line.clock is not None:
+                            b.last_clock = line.clock
                         self._task_row(b, int(m.group(1)), m.group(2), line.cut)
                         return
         self._classify(line)
@@ -310,7 +315,7 @@ class OomParser:
             self._header(line, invoked)
         elif first == "C" and msg.startswith("CPU: ") and " PID: " in msg[:40]:
             self._cpu(line)
-        elif ": usage " in msg[:24] and "failcnt" in msg:
+        elif msg.find(": usage ", 0, 24) >= 0 and "failcnt" in msg:
             m = _COUNTER.match(msg)
             if m is not None:
                 name = m.group(1)
@@ -417,11 +422,15 @@ class OomParser:
         key = line.host
         b = self._open.get(key)
         if b is not None:
-            delta = self._delta(b, line)
-            if stage < b.stage or (delta is not None and delta > RECORD_GAP_S):
+            if stage < b.stage:
                 self._close(key)
                 b = None
-            else:
+            elif line.clock is not None and b.last_clock is not None:
+                delta = self._delta(b, line)
+                if delta is not None and delta > RECORD_GAP_S:
+                    self._close(key)
+                    b = None
+            if b is not None and b.cut:
                 b = self._bridge(b, line)
         if b is None:
             if new_only_if_open:
@@ -430,7 +439,9 @@ class OomParser:
             self._open[key] = b
         if stage > b.stage:
             b.stage = stage
-        self._touch(b, line)
+        b.lines += 1
+        if line.clock is not None:
+            b.last_clock = line.clock
         if line.cut:
             b.missing.add("truncated-line")
         return b
@@ -498,25 +509,22 @@ class OomParser:
             parts = tokens.split()
             if line.cut and parts:
                 parts.pop()  # the last token is not whole
+            stat = block.stat
+            in_kb = False
             for tok in parts:
                 k, _, v = tok.partition(":")
                 if v.endswith("KB"):
                     n = _parse_int(v[:-2])
                     if n is not None:
-                        self._add_stat(b, k, n * 1024, "KB")
+                        stat[k] = n * 1024
+                        in_kb = True
                 else:
                     n = _parse_int(v)
                     if n is not None:
-                        self._add_stat(b, k, n, "bytes")
+                        stat[k] = n
+            if in_kb:
+                block.printed_unit = "KB"
             self._end_stat(b)
-
-    def _add_stat(self, b: _Builder, key: str, value: int, unit: str) -> None:
-        block = b.stat_open
-        if block is None:
-            return
-        block.stat[key] = value
-        if unit == "KB":
-            block.printed_unit = "KB"
 
     def _end_stat(self, b: _Builder) -> None:
         block = b.stat_open
@@ -539,6 +547,7 @@ class OomParser:
         if not columns or columns[-1] != "name":
             return
         b.columns = columns
+        b.targets = None
         b.task_header_seen = True
         b.table_format = "new" if "rss_anon" in columns else "old"
 
@@ -555,23 +564,25 @@ class OomParser:
             columns = _NEW_COLUMNS if numeric >= 10 else _OLD_COLUMNS
             b.columns = columns
             b.table_format = "new" if columns is _NEW_COLUMNS else "old"
-        parts = rest.split(None, len(columns) - 1)
-        if len(parts) < len(columns) or (cut and len(parts) == len(columns) and parts[-1].isdigit()):
+        targets = b.targets
+        if targets is None:
+            # Field per numeric column ("" for a column no field keeps, which must still be a number).
+            targets = b.targets = tuple(_COLUMN_FIELDS.get(col, "") for col in columns[:-1])
+        parts = rest.split(None, len(targets))
+        if len(parts) <= len(targets) or (cut and len(parts) == len(columns) and parts[-1].isdigit()):
             b.missing.add("truncated-line")
             return
-        values: dict[str, Any] = {"pid": pid, "name": parts[-1]}
+        name = parts.pop()
         try:
-            for col, tok in zip(columns, parts, strict=False):
-                target = _COLUMN_FIELDS.get(col)
-                if target is not None:
-                    values[target] = int(tok)
-                elif col != "name":
-                    int(tok)  # an unknown numeric column must still be a number
+            values: dict[str, Any] = dict(zip(targets, map(int, parts), strict=True))
         except ValueError:
             b.missing.add("truncated-line")
             return
-        # Every value is an int converted above: skip validation on the hottest path.
-        b.tasks.append(OomTask.model_construct(**values))
+        values.pop("", None)
+        values["pid"] = pid
+        values["name"] = name
+        # Validation in pydantic-core is cheaper than model_construct's Python loop over defaults.
+        b.tasks.append(OomTask(**values))
 
     def _oom_kill_line(self, line: Line) -> None:
         """"oom-kill:constraint=%s,nodemask=%*pbl,cpuset=…,mems_allowed=…,oom_memcg=…,task_memcg=…,
@@ -651,7 +662,7 @@ class OomParser:
         g = m.groups()
         if line.msg[m.end() :].strip():
             b.missing.add("truncated-line")  # e.g. "total-vm:99236" cut before its unit
-        values = [_opt(x) for x in g[4:11]]
+        values = [None if x is None else int(x) for x in g[4:11]]
         if line.cut:
             # The last number printed may be cut ("anon-rss:12>"): drop it rather than trust it.
             last = max((i for i, v in enumerate(values) if v is not None), default=None)
@@ -754,9 +765,31 @@ def _int(value: object) -> int | None:
 def parse_lines(lines: Iterable[str]) -> list[OomKillRecord]:
     """Every OOM-kill record in these lines, in order, wrapped lines joined. Never raises on odd text."""
     parser = OomParser(join_wraps=True)
-    for line in lines:
-        parser.feed(line)
-    return drop_bare_quotes(parser.finish())
+    with _collector_paused():
+        for line in lines:
+            parser.feed(line)
+        records = parser.finish()
+    return drop_bare_quotes(records)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a whole input is parsed.
+
+    Why: every record holds a dozen small models, each tracked by the collector, and its full
+    passes walk all records kept so far; on a log of 10,000 records that was a quarter of the
+    parse time (measured with bench/diagnose.py). The parser makes no reference cycles, so
+    nothing is left for the collector to free meanwhile; reference counting frees the rest.
+    The previous state is restored, and a collector paused by someone else stays paused.
+    """
+    was_enabled = gc.isenabled()
+    if was_enabled:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def drop_bare_quotes(records: list[OomKillRecord]) -> list[OomKillRecord]:
