@@ -1,0 +1,497 @@
+"""The failure report as one HTML page a person reads: verdict, findings, timeline, kill, processes, log.
+
+Pure: a stored report (the JSON the operator writes into ``status.failureReport`` or the
+``podmortem.io/failure-report`` annotation) and what the caller could add (log lines around
+the kill, per-epoch peaks, samples) in, one self-contained HTML document out. No JavaScript,
+no external fonts, styles or scripts: it opens from a ticket attachment, on a phone and on
+paper the same. Everything that came from a pod, a log or the kernel is escaped; what the
+stored report does not hold is said on the page, never drawn from guesses.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from podmortem.reports import timeline as tl_mod
+from podmortem.reports.memory import MemorySample
+from podmortem.reports.units import human_bytes
+
+#: Seconds after which a page whose evidence is pending reloads itself.
+REFRESH_S = 10
+
+_CSS = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:60rem;
+padding:0 .8rem 2rem;color:#111;background:#fff}
+h1{font-size:1.35rem;margin:.8rem 0 .2rem}
+h2{font-size:1.1rem;margin:1.4rem 0 .4rem;border-bottom:1px solid #ddd}
+.verdict{font-size:1.1rem;padding:.6rem .8rem;border-left:5px solid #c00;background:#fff4f4}
+.pending{padding:.5rem .8rem;background:#fff8e0;border-left:5px solid #d90}
+.finding{margin:.5rem 0;padding:.4rem .7rem;border:1px solid #ddd;border-radius:4px}
+.sev{font-size:.75rem;font-weight:bold;text-transform:uppercase;padding:0 .3rem;border-radius:3px}
+.critical{background:#c00;color:#fff}.warning{background:#d90;color:#000}.info{background:#ccc}
+.action{margin:.2rem 0 0}.meta{color:#555;font-size:.85rem}.note{color:#555;font-style:italic}
+.scroll{overflow-x:auto}table{border-collapse:collapse;font-size:.85rem}
+td,th{border:1px solid #ddd;padding:.15rem .4rem;text-align:left;vertical-align:top}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+svg.timeline{width:100%;height:auto;max-height:22rem}
+.legend span{display:inline-block;margin-right:.8rem;font-size:.8rem}
+.legend i{display:inline-block;width:.8rem;height:.8rem;margin-right:.25rem;vertical-align:middle}
+.bar{display:flex;height:1.4rem;border:1px solid #999;margin:.3rem 0}.bar div{height:100%}
+pre,code{font:12px/1.35 ui-monospace,Menlo,Consolas,monospace}
+pre{white-space:pre-wrap;word-break:break-all;background:#f6f6f6;padding:.5rem}
+.log td{font:12px/1.35 ui-monospace,Menlo,Consolas,monospace;white-space:pre-wrap;word-break:break-all}
+.log tr.gap td{background:#fff0c0;font-style:italic}.log tr.kill td{background:#fdd;font-weight:bold}
+.killed{background:#fdd}
+@media print{body{max-width:none}details>*{display:block}a{color:#000}}
+"""
+
+_BAR_COLOURS = {"anon": "#4c78a8", "shmem": "#f58518", "kernel": "#e45756", "file": "#72b7b2"}
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of the log near the kill, or a marker (``kind="gap"``) where lines may be missing."""
+
+    text: str
+    at: datetime | None = None
+    kind: str = "line"
+
+
+@dataclass
+class PageInput:
+    """What one page shows; only ``title`` and ``report`` are needed, the rest says what else is known."""
+
+    title: str
+    report: Mapping[str, Any]
+    log_lines: list[LogLine] = field(default_factory=list)
+    #: Why the log part is what it is (e.g. "the last 40 of 1,038 stored lines").
+    log_note: str = ""
+    epochs: list[tl_mod.EpochPeak] = field(default_factory=list)
+    samples: list[MemorySample] = field(default_factory=list)
+    restarts: list[datetime] = field(default_factory=list)
+    projection: tl_mod.Projection | None = None
+    #: A kernel record as pasted (``podmortem diagnose --html``), shown collapsed.
+    kernel_text: str | None = None
+    #: Said under the timeline when there is none (e.g. "a pasted kernel record has no timeline").
+    no_timeline_reason: str = ""
+    #: When the page was made (shown; a page is a snapshot).
+    generated_at: datetime | None = None
+    #: Where the JSON form of the same report is, if served.
+    json_url: str | None = None
+
+
+def esc(value: object) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def safe_url(url: object) -> str | None:
+    """A link target only when it is a path on this server or an http(s) URL; escaped for an attribute."""
+    if not isinstance(url, str) or not url:
+        return None
+    if (url.startswith("/") and not url.startswith("//")) or url.startswith(("http://", "https://")):
+        return esc(url)
+    return None
+
+
+def parse_time(value: object) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _utc(at: datetime | None) -> str:
+    return "unknown" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _evidence(report: Mapping[str, Any]) -> Mapping[str, Any]:
+    ev = report.get("evidence")
+    return ev if isinstance(ev, Mapping) else {}
+
+
+def kernel_state(report: Mapping[str, Any]) -> str | None:
+    """``attached``, ``pending``, ``not-found``, ``not-sought``, from a status report or a summary."""
+    if isinstance(report.get("kernelRecord"), str):
+        return str(report["kernelRecord"])
+    record = _evidence(report).get("kernelRecord")
+    state = record.get("state") if isinstance(record, Mapping) else None
+    return state if isinstance(state, str) else None
+
+
+def pending_parts(report: Mapping[str, Any]) -> list[str]:
+    """The evidence still coming: the kernel record, the Prometheus series."""
+    out = []
+    if kernel_state(report) == "pending":
+        out.append("the kernel's OOM record")
+    ws = _evidence(report).get("workingSet")
+    if isinstance(ws, Mapping) and ws.get("pending"):
+        out.append("the Prometheus working-set series")
+    return out
+
+
+def verdict_sentence(report: Mapping[str, Any]) -> str:
+    """One sentence: who died, the verdict, and the cause finding's message."""
+    pod = report.get("pod") if isinstance(report.get("pod"), Mapping) else {}
+    assert isinstance(pod, Mapping)
+    who = "/".join(str(p) for p in (pod.get("name"), pod.get("container")) if p) or "the pod"
+    verdict = report.get("verdict")
+    findings = [f for f in report.get("findings") or [] if isinstance(f, Mapping)]
+    cause = next((f for f in findings if f.get("code") == verdict), None)
+    if cause is not None:
+        return f"{who}: {verdict}. {cause.get('message', '')}"
+    exit_code, reason = pod.get("exitCode"), pod.get("reason") or pod.get("podReason")
+    if verdict:
+        return f"{who}: {verdict} (exit {exit_code}, reason {reason})."
+    return f"{who} ended with exit {exit_code}, reason {reason}; no verdict was reached."
+
+
+def timeline_of(data: PageInput) -> tuple[tl_mod.Timeline, list[str]]:
+    """The timeline from what the report and the caller hold, and notes on what it lacks."""
+    report = data.report
+    ev = _evidence(report)
+    pod = report.get("pod") if isinstance(report.get("pod"), Mapping) else {}
+    assert isinstance(pod, Mapping)
+    notes: list[str] = []
+    tl = tl_mod.Timeline(epochs=list(data.epochs), restarts=list(data.restarts), projection=data.projection)
+    if data.samples:
+        tl.usage = [(s.at, s.usage_bytes) for s in data.samples if s.usage_bytes is not None]
+        tl.usage_source = "node agent samples"
+        tl.processes = [
+            tl_mod.ProcessPoint(
+                at=s.at, pss={f"{p.name} ({p.pid})": p.pss_bytes for p in s.processes if p.pss_bytes}
+            )
+            for s in data.samples
+        ]
+        if not any(p.pss for p in tl.processes):
+            tl.processes = []
+            notes.append("the samples hold no per-process PSS (no /proc of the pod was readable)")
+        limits = [s.limit_bytes for s in data.samples if s.limit_bytes]
+        tl.limit_bytes = limits[-1] if limits else None
+    else:
+        ws = ev.get("workingSet")
+        if isinstance(ws, Mapping):
+            for point in ws.get("points") or []:
+                at = parse_time(point[0]) if isinstance(point, list) and len(point) == 2 else None
+                if at is not None and isinstance(point[1], int):
+                    tl.usage.append((at, point[1]))
+            tl.usage_source = str(ws.get("source") or "")
+            if ws.get("dropped"):
+                notes.append(str(ws["dropped"]))
+            if ws.get("note"):
+                notes.append(f"working set: {ws['note']}")
+        if not tl.usage:
+            notes.append("the stored report holds no memory series (no samples, no Prometheus points)")
+        notes.append(
+            "per-process PSS over time is not kept in a stored report (the agent's samples are not "
+            "stored with it), so no process bands are drawn"
+        )
+    cgroup = report.get("cgroup") if isinstance(report.get("cgroup"), Mapping) else None
+    if tl.limit_bytes is None and cgroup is not None and isinstance(cgroup.get("limit_bytes"), int):
+        tl.limit_bytes = cgroup["limit_bytes"]
+    if not tl.epochs:
+        notes.append("no per-epoch memory lines were found in the log read for this page")
+    if not data.restarts:
+        notes.append("restarts before this one are not recorded in the report")
+    if data.projection is None:
+        notes.append("no early-warning projection was made")
+    tl.kill_at = parse_time(pod.get("finishedAt"))
+    log = ev.get("log") if isinstance(ev.get("log"), Mapping) else {}
+    assert isinstance(log, Mapping)
+    tl.last_line_at = parse_time(log.get("lastLineAt") or report.get("lastLogLineAt"))
+    return tl, notes
+
+
+def _legend(tl: tl_mod.Timeline) -> str:
+    items = "".join(
+        f'<span><i style="background:{colour}"></i>{esc(words)}</span>'
+        for colour, words in tl_mod.legend_of(tl)
+    )
+    return f'<div class="legend">{items}</div>'
+
+
+def _findings(report: Mapping[str, Any]) -> str:
+    out = []
+    for f in report.get("findings") or []:
+        if not isinstance(f, Mapping):
+            continue
+        sev = str(f.get("severity") or "info")
+        sev_cls = sev if sev in ("critical", "warning", "info") else "info"
+        parts = [
+            f'<div class="finding" data-code="{esc(f.get("code"))}">'
+            f'<span class="sev {sev_cls}">{esc(sev)}</span> '
+            f"<code>{esc(f.get('code'))}</code><p>{esc(f.get('message'))}</p>"
+        ]
+        evidence = f.get("evidence")
+        if isinstance(evidence, Mapping) and evidence:
+            rows = "".join(
+                f"<tr><th>{esc(k)}</th><td>{esc(_value(k, v))}</td></tr>" for k, v in evidence.items()
+            )
+            parts.append(
+                '<details><summary>evidence</summary>'
+                f'<div class="scroll"><table>{rows}</table></div></details>'
+            )
+        if f.get("action"):
+            parts.append(f'<p class="action"><b>What to do:</b> {esc(f.get("action"))}</p>')
+        parts.append("</div>")
+        out.append("".join(parts))
+    return "".join(out) or '<p class="note">no findings</p>'
+
+
+def _value(key: str, value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and key.endswith("bytes"):
+        return f"{human_bytes(value)} ({value:,} bytes)"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _kernel(report: Mapping[str, Any], kernel_text: str | None) -> str:
+    state = kernel_state(report) or "unknown"
+    kernel = _evidence(report).get("kernelRecord")
+    note = kernel.get("note") if isinstance(kernel, Mapping) else None
+    kill = report.get("kill") if isinstance(report.get("kill"), Mapping) else None
+    rows = ""
+    if kill:
+        rows = "".join(
+            f"<tr><th>{esc(k)}</th><td>{esc(_value(k, v))}</td></tr>"
+            for k, v in kill.items()
+            if v not in (None, [], "")
+        )
+    body = (
+        f'<div class="scroll"><table>{rows}</table></div>' if rows else '<p class="note">no kill summary</p>'
+    )
+    if note:
+        body = f'<p class="note">{esc(note)}</p>' + body
+    if kernel_text:
+        body += f"<h3>as pasted</h3><pre>{esc(kernel_text)}</pre>"
+    missing = report.get("missing") or []
+    if report.get("partial"):
+        body += f'<p class="note">the record was cut short; missing: {esc(", ".join(map(str, missing)))}</p>'
+    return (
+        f'<details class="kernel"><summary>kernel OOM record: <b>{esc(state)}</b></summary>{body}</details>'
+    )
+
+
+def _cgroup_bar(report: Mapping[str, Any]) -> str:
+    cgroup = report.get("cgroup")
+    if not isinstance(cgroup, Mapping):
+        return '<p class="note">no cgroup numbers at the kill in this report</p>'
+    bd = cgroup.get("breakdown") if isinstance(cgroup.get("breakdown"), Mapping) else {}
+    assert isinstance(bd, Mapping)
+    cats = [(name, bd.get(f"{name}_bytes")) for name in ("anon", "shmem", "kernel", "file")]
+    known = [(n, v) for n, v in cats if isinstance(v, int) and v > 0]
+    limit = cgroup.get("limit_bytes") if isinstance(cgroup.get("limit_bytes"), int) else None
+    whole = max(limit or 0, sum(v for _, v in known)) or 1
+    blocks = "".join(
+        f'<div class="part-{n}" style="width:{v / whole * 100:.2f}%;background:{_BAR_COLOURS[n]}" '
+        f'title="{n} {human_bytes(v)}"></div>'
+        for n, v in known
+    )
+    words = ", ".join(f"{n} {human_bytes(v)}" for n, v in known) or "no breakdown"
+    head = f"cgroup <code>{esc(cgroup.get('path') or '?')}</code>"
+    if limit:
+        head += f", limit {human_bytes(limit)}"
+    if isinstance(cgroup.get("usage_bytes"), int):
+        head += f", usage {human_bytes(cgroup['usage_bytes'])}"
+    legend = "".join(f'<span><i style="background:{_BAR_COLOURS[n]}"></i>{n}</span>' for n, _ in known)
+    scale = "of the limit" if limit else "of the total (no limit printed)"
+    return (
+        f'<p>{head}</p><div class="bar" role="img" aria-label="{esc(words)}">{blocks}</div>'
+        f'<div class="legend">{legend}</div><p class="meta">{esc(words)}; widths are shares {scale}'
+        f"{'; ' + esc(bd.get('source')) if bd.get('source') else ''}</p>"
+    )
+
+
+def _tasks(report: Mapping[str, Any]) -> str:
+    tasks = [t for t in report.get("tasks") or [] if isinstance(t, Mapping)]
+    if not tasks:
+        return '<p class="note">no process table in this report</p>'
+    page = report.get("page_size_bytes") if isinstance(report.get("page_size_bytes"), int) else 4096
+    assert isinstance(page, int)
+
+    def pages(value: object) -> str:
+        return human_bytes(value * page) if isinstance(value, int) else "?"
+
+    rows = []
+    for t in sorted(tasks, key=lambda t: -(t.get("rss_pages") or 0)):
+        cls = ' class="killed"' if t.get("killed") else ""
+        rows.append(
+            f"<tr{cls}><td class=n>{esc(t.get('pid'))}</td><td>{esc(t.get('name'))}</td>"
+            f"<td class=n>{pages(t.get('rss_pages'))}</td><td class=n>{pages(t.get('rss_anon_pages'))}</td>"
+            f"<td class=n>{pages(t.get('rss_file_pages'))}</td>"
+            f"<td class=n>{pages(t.get('rss_shmem_pages'))}</td>"
+            f"<td class=n>{pages(t.get('swapents_pages'))}</td><td class=n>{esc(t.get('oom_score_adj'))}</td>"
+            f"<td>{esc(t.get('sharing'))}{' · killed' if t.get('killed') else ''}</td></tr>"
+        )
+    head = (
+        "<tr><th>pid</th><th>name</th><th>rss</th><th>anon</th><th>file</th><th>shmem</th><th>swap</th>"
+        "<th>oom_score_adj</th><th>pages</th></tr>"
+    )
+    return f'<div class="scroll"><table class="tasks">{head}{"".join(rows)}</table></div>'
+
+
+def _log(data: PageInput, kill_at: datetime | None) -> str:
+    ev = _evidence(data.report)
+    log = ev.get("log") if isinstance(ev.get("log"), Mapping) else {}
+    assert isinstance(log, Mapping)
+    url = safe_url(log.get("url") or data.report.get("logUrl"))
+    parts = []
+    if data.log_note:
+        parts.append(f'<p class="meta">{esc(data.log_note)}</p>')
+    if data.log_lines:
+        rows = []
+        kill_shown = False
+        for line in data.log_lines:
+            if kill_at is not None and not kill_shown and line.at is not None and line.at > kill_at:
+                rows.append(f'<tr class="kill"><td>{esc(_utc(kill_at))}</td><td>── kill ──</td></tr>')
+                kill_shown = True
+            cls = ' class="gap"' if line.kind != "line" else ""
+            at = line.at.astimezone(UTC).strftime("%H:%M:%S.%f")[:-3] if line.at is not None else ""
+            rows.append(f"<tr{cls}><td>{esc(at)}</td><td>{esc(line.text)}</td></tr>")
+        if kill_at is not None and not kill_shown:
+            rows.append(f'<tr class="kill"><td>{esc(_utc(kill_at))}</td><td>── kill ──</td></tr>')
+        parts.append(f'<div class="scroll"><table class="log">{"".join(rows)}</table></div>')
+    else:
+        parts.append('<p class="note">no log lines on this page</p>')
+    gaps = [g for g in log.get("gaps") or [] if isinstance(g, Mapping)]
+    if gaps:
+        parts.append(
+            "<p>gaps in the stored log: "
+            + "; ".join(
+                f"{esc(g.get('reason'))} between {esc(g.get('after'))} and {esc(g.get('before'))}"
+                for g in gaps
+            )
+            + "</p>"
+        )
+    if log.get("note"):
+        parts.append(f'<p class="note">{esc(log.get("note"))}</p>')
+    if url:
+        parts.append(
+            f'<p><a class="full-log" href="{url}">the full log</a> '
+            f"({esc(log.get('lines', '?'))} lines stored)</p>"
+        )
+    return "".join(parts)
+
+
+def _job(report: Mapping[str, Any]) -> str:
+    job = report.get("job")
+    if not isinstance(job, Mapping):
+        return ""
+    rows = []
+    for r in job.get("rows") or []:
+        if not isinstance(r, Mapping):
+            continue
+        link = safe_url(r.get("logUrl"))
+        pod = f'<a href="{link}">{esc(r.get("pod"))}</a>' if link else esc(r.get("pod"))
+        rows.append(
+            f'<tr class="role-{esc(r.get("role"))}"><td class=n>{esc(r.get("rank"))}</td><td>{pod}</td>'
+            f"<td>{esc(r.get('role'))}</td><td class=n>{esc(r.get('exitCode'))}</td>"
+            f"<td>{esc(r.get('reason'))}</td>"
+            f"<td>{esc(r.get('finishedAt'))}</td><td><code>{esc(r.get('line'))}</code></td></tr>"
+        )
+    root = job.get("rootCause") if isinstance(job.get("rootCause"), Mapping) else None
+    head = f"<p>{esc(job.get('pods'))} pods; "
+    if root is not None:
+        head += (
+            f"root cause: <b>{esc(root.get('pod'))}</b> (rank {esc(root.get('rank'))}, "
+            f"{esc(root.get('verdict'))}): <code>{esc(root.get('line'))}</code>"
+        )
+    head += "</p>"
+    if job.get("note"):
+        head += f'<p class="note">{esc(job.get("note"))}</p>'
+    table = (
+        '<div class="scroll"><table class="job"><tr><th>rank</th><th>pod</th><th>role</th><th>exit</th>'
+        f"<th>reason</th><th>ended</th><th>line</th></tr>{''.join(rows)}</table></div>"
+    )
+    return f'<h2 id="job">Pods of the job</h2>{head}{table}'
+
+
+def render(data: PageInput) -> str:
+    """The whole HTML document."""
+    report = data.report
+    pending = pending_parts(report)
+    pod = report.get("pod") if isinstance(report.get("pod"), Mapping) else {}
+    assert isinstance(pod, Mapping)
+    head = [
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(data.title)}: failure report</title>",
+    ]
+    if pending:
+        head.append(f'<meta http-equiv="refresh" content="{REFRESH_S}">')
+    head.append(f"<style>{_CSS}</style></head><body>")
+    body = [f"<h1>{esc(data.title)}</h1>"]
+    meta = [
+        f"pod {esc(pod.get('namespace'))}/{esc(pod.get('name'))}",
+        f"container {esc(pod.get('container'))}",
+        f"node {esc(pod.get('node'))}",
+        f"exit {esc(pod.get('exitCode'))} {esc(pod.get('reason') or pod.get('podReason'))}",
+        f"ended {esc(_utc(parse_time(pod.get('finishedAt'))))}",
+        f"reported {esc(_utc(parse_time(report.get('reportedAt'))))}",
+    ]
+    if data.generated_at is not None:
+        meta.append(f"page made {esc(_utc(data.generated_at))}")
+    body.append(f'<p class="meta">{" · ".join(meta)}</p>')
+    body.append(f'<p class="verdict" id="verdict">{esc(verdict_sentence(report))}</p>')
+    if pending:
+        body.append(
+            f'<p class="pending" id="pending">Evidence pending: {esc(", ".join(pending))}. '
+            f"This page reloads every {REFRESH_S} s until it is in.</p>"
+        )
+    errors = [e for e in _evidence(report).get("errors") or report.get("errors") or [] if e]
+    if errors:
+        body.append('<p class="note">evidence that failed: ' + "; ".join(esc(e) for e in errors) + "</p>")
+    body.append(f'<h2 id="findings">Findings</h2>{_findings(report)}')
+    body.append(_job(report))
+    body.append('<h2 id="timeline">Memory timeline</h2>')
+    if data.no_timeline_reason:
+        body.append(f'<p class="note" id="no-timeline">{esc(data.no_timeline_reason)}</p>')
+        kill_at = parse_time(pod.get("finishedAt"))
+    else:
+        tl, notes = timeline_of(data)
+        kill_at = tl.kill_at
+        if tl.empty() and tl.kill_at is None:
+            body.append('<p class="note" id="no-timeline">nothing to draw: no series and no kill time</p>')
+        else:
+            body.append(tl_mod.svg(tl, title=f"memory of {pod.get('name') or data.title}"))
+            body.append(_legend(tl))
+        if tl.kill_at is not None and tl.last_line_at is not None:
+            gap = (tl.kill_at - tl.last_line_at).total_seconds()
+            body.append(f'<p id="last-line-gap">the last log line came {gap:.0f} s before the kill</p>')
+        body.append('<ul class="meta">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
+    body.append(f'<h2 id="cgroup">Memory at the kill</h2>{_cgroup_bar(report)}')
+    body.append(f'<h2 id="processes">Processes at the kill</h2>{_tasks(report)}')
+    body.append(f'<h2 id="kernel">Kernel record</h2>{_kernel(report, data.kernel_text)}')
+    body.append(f'<h2 id="log">Log around the kill</h2>{_log(data, kill_at)}')
+    dropped = report.get("dropped") or []
+    if dropped:
+        body.append('<p class="note">trimmed to fit: ' + "; ".join(esc(d) for d in dropped) + "</p>")
+    foot = "times in UTC · made by podmortem"
+    if data.json_url:
+        link = safe_url(data.json_url)
+        if link:
+            foot += f' · <a href="{link}">this report as JSON</a>'
+    body.append(f'<p class="meta">{foot}</p></body></html>')
+    return "".join(head + body)
+
+
+def epochs_from(lines: Iterable[tuple[datetime, int, int]]) -> list[tl_mod.EpochPeak]:
+    """Per-epoch peaks from (printed at, epoch, peak bytes) triples, the last per epoch kept."""
+    by_epoch: dict[int, tl_mod.EpochPeak] = {}
+    for at, epoch, peak in lines:
+        by_epoch[epoch] = tl_mod.EpochPeak(at=at, epoch=epoch, peak_bytes=peak)
+    return sorted(by_epoch.values(), key=lambda e: e.at)
+
+
+def log_lines(records: Sequence[tuple[datetime | None, str, str]]) -> list[LogLine]:
+    """(time, text, kind) triples as page lines."""
+    return [LogLine(at=at, text=text, kind=kind) for at, text, kind in records]

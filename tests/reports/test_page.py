@@ -1,0 +1,189 @@
+"""The report page: escaping, pending refresh, the kill marker's place, what it says of missing data."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from podmortem.diagnosis import from_record
+from podmortem.kernel import oom_parser
+from podmortem.reports import page, timeline
+from podmortem.reports.memory import MemorySample, ProcessMemory
+from podmortem.reports.units import GIB, MIB
+
+KILL = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def stored_report(**over: Any) -> dict[str, Any]:
+    """A report as the operator stores it: a real diagnosis of a bundled record plus the context."""
+    path = Path(oom_parser.__file__).parents[1] / "examples" / "fork-cow-6.18.log"
+    records = oom_parser.parse_text(path.read_text(encoding="utf-8"))
+    report = from_record.diagnose(records[0]).model_dump(mode="json")
+    start = KILL - timedelta(hours=1)
+    points = [
+        [(start + timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M:%SZ"), (100 + m) * MIB]
+        for m in range(0, 61, 5)
+    ]
+    report |= {
+        "pod": {
+            "namespace": "ml",
+            "name": "train-0",
+            "container": "trainer",
+            "node": "n1",
+            "exitCode": 137,
+            "reason": "OOMKilled",
+            "startedAt": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "finishedAt": KILL.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        "reportedAt": "2026-05-01T12:00:02Z",
+        "evidence": {
+            "kernelRecord": {"state": "attached"},
+            "errors": [],
+            "workingSet": {"source": "agent samples", "points": points},
+            "log": {
+                "url": "/logs/ml/train-0?container=trainer",
+                "lastLineAt": "2026-05-01T11:58:00Z",
+                "lines": 1038,
+                "gaps": [],
+            },
+        },
+    }
+    report.update(over)
+    return report
+
+
+class _Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def parsed(doc: str) -> list[tuple[str, dict[str, str | None]]]:
+    p = _Collect()
+    p.feed(doc)
+    return p.tags
+
+
+def test_page_shows_verdict_findings_and_kill_at_its_time() -> None:
+    report = stored_report()
+    doc = page.render(page.PageInput(title="ml/train", report=report))
+    assert doc.startswith("<!DOCTYPE html>")
+    cause = next(f for f in report["findings"] if f["code"] == report["verdict"])
+    assert page.esc(cause["message"]) in doc
+    for f in report["findings"]:
+        assert f'data-code="{f["code"]}"' in doc
+    assert "http-equiv" not in doc  # nothing pending
+    tags = parsed(doc)
+    svg = next(a for t, a in tags if t == "svg")
+    kill = next(a for t, a in tags if t == "g" and a.get("class") == "kill")
+    assert kill["data-t"] == "2026-05-01T12:00:00Z"
+    line = tags[tags.index(("g", kill)) + 1][1]
+    t0, t1 = float(svg["data-t0"] or 0), float(svg["data-t1"] or 0)
+    x0, x1 = float(svg["data-x0"] or 0), float(svg["data-x1"] or 0)
+    expected = x0 + (KILL.timestamp() - t0) / (t1 - t0) * (x1 - x0)
+    assert abs(float(line["x1"] or 0) - expected) < 0.1
+    assert float(line["x1"] or 0) == x1  # the kill is the last moment of this report
+    assert "<script" not in doc.lower() and "http://" not in doc.replace(
+        'xmlns="http://www.w3.org/2000/svg"', ""
+    )
+    assert "per-process PSS over time is not kept in a stored report" in doc
+    assert "the last log line came 120 s before the kill" in doc
+
+
+def test_html_in_log_lines_comm_and_pod_names_is_escaped() -> None:
+    report = stored_report()
+    report["tasks"][0]["name"] = "<script>alert(1)</script>"
+    report["kill"]["comm"] = "<script>alert(2)</script>"
+    report["pod"]["name"] = '"><script>alert(3)</script>'
+    report["evidence"]["log"]["url"] = "javascript:alert(4)"
+    lines = [page.LogLine(at=KILL - timedelta(seconds=3), text="<script>alert(5)</script>")]
+    doc = page.render(page.PageInput(title="<b>x</b>", report=report, log_lines=lines))
+    assert "<script" not in doc
+    assert "javascript:" not in doc
+    assert "&lt;script&gt;alert(1)" in doc and "&lt;script&gt;alert(5)" in doc
+    assert "&lt;b&gt;x&lt;/b&gt;" in doc
+
+
+def test_pending_evidence_says_so_and_refreshes() -> None:
+    report = stored_report()
+    report["evidence"]["kernelRecord"] = {"state": "pending", "note": "asked again for 15 s"}
+    doc = page.render(page.PageInput(title="ml/train", report=report))
+    assert f'<meta http-equiv="refresh" content="{page.REFRESH_S}">' in doc
+    assert 'id="pending"' in doc and "the kernel&#x27;s OOM record" in doc
+
+
+def test_annotation_summary_and_job_rows() -> None:
+    summary = {
+        "verdict": "memcg-limit",
+        "pod": {"namespace": "ml", "name": "w-1", "exitCode": 137},
+        "findings": [{"code": "memcg-limit", "severity": "critical", "message": "hit its limit"}],
+        "kernelRecord": "not-found",
+        "logUrl": "/logs/ml/w-1?container=c",
+        "job": {
+            "pods": 2,
+            "rootCause": {"pod": "w-1", "rank": 1, "verdict": "memcg-limit", "line": "x"},
+            "rows": [
+                {
+                    "pod": "m-0",
+                    "rank": 0,
+                    "role": "consequence",
+                    "exitCode": 1,
+                    "line": "<NCCL>",
+                    "logUrl": "/logs/ml/m-0",
+                },
+                {"pod": "w-1", "rank": 1, "role": "root-cause", "exitCode": 137, "logUrl": "/logs/ml/w-1"},
+            ],
+        },
+    }
+    doc = page.render(page.PageInput(title="ml/ddp", report=summary))
+    assert doc.count('<tr class="role-') == 2 and "&lt;NCCL&gt;" in doc
+    assert "w-1: memcg-limit. hit its limit" in doc
+    assert "the stored report holds no memory series" in doc
+    assert 'href="/logs/ml/w-1?container=c"' in doc
+
+
+def test_samples_draw_stacked_pss_bands_and_binary_axis() -> None:
+    t0 = KILL - timedelta(minutes=10)
+    samples = [
+        MemorySample(
+            at=t0 + timedelta(minutes=i),
+            usage_bytes=(1 + i // 3) * GIB,
+            limit_bytes=4 * GIB,
+            processes=[ProcessMemory(pid=1, name="python3", pss_bytes=GIB)]
+            + ([ProcessMemory(pid=2, name="pt_worker", pss_bytes=GIB)] if i >= 5 else []),
+        )
+        for i in range(10)
+    ]
+    doc = page.render(page.PageInput(title="t", report=stored_report(), samples=samples))
+    assert doc.count('class="pss"') == 2
+    assert re.search(r">4 GiB</text>", doc)
+    # the worker's band is zero before it appeared: its upper edge equals the trainer's there
+    tl, _ = page.timeline_of(page.PageInput(title="t", report=stored_report(), samples=samples))
+    assert tl.processes[0].pss == {"python3 (1)": GIB}
+
+
+def test_no_timeline_reason_is_said() -> None:
+    doc = page.render(
+        page.PageInput(
+            title="t", report=stored_report(), no_timeline_reason="a pasted record has no timeline"
+        )
+    )
+    assert "<svg" not in doc and "a pasted record has no timeline" in doc
+
+
+def test_axis_labels_are_whole_binary_units() -> None:
+    assert timeline.axis_label(3 * GIB) == "3 GiB"
+    assert timeline.axis_label(512 * MIB) == "512 MiB"
+    assert timeline.axis_label(GIB + GIB // 2) == "1.5 GiB"
+
+
+def test_stored_report_roundtrips_as_json() -> None:
+    report = stored_report()
+    assert json.loads(json.dumps(report)) == report
