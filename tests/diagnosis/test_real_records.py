@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from podmortem.agent import matching
 from podmortem.cgroups import paths
 from podmortem.cli import diagnose as cli
+from podmortem.cli import main as cli_main
 from podmortem.diagnosis import diagnose, limits, sequence
 from podmortem.kernel import oom_parser
 from podmortem.reports import FailureReport, OomKillRecord
@@ -21,8 +25,8 @@ def _reports(stem: str) -> tuple[list[OomKillRecord], list[FailureReport]]:
     records = oom_parser.parse_text((RECORDS / f"{stem}.log").read_text())
     reports = []
     for r in records:
-        limited = r.oom_memcg or r.oom_group_memcg
-        pod = paths.pod_ref(task_memcg=r.task_memcg, oom_memcg=limited, cpuset=r.cpuset)
+        group = r.oom_group_memcg  # as the CLI does, for records whose oom-kill line is cut
+        pod = paths.pod_ref(task_memcg=r.task_memcg or group, oom_memcg=r.oom_memcg or group, cpuset=r.cpuset)
         reports.append(diagnose(r, pod=pod))
     return records, sequence.relate(records, reports)
 
@@ -132,3 +136,35 @@ def test_kills_close_together_name_the_later_larger_victim() -> None:
     assert first.evidence["later_pid"] == 799889 and first.evidence["seconds_later"] == 2
     _, reports = _reports("28-docker-1001-global-reaper-paren-comm")
     assert not any(f.code == "victim-not-largest" for r in reports for f in r.findings)
+
+
+def test_the_oom_group_line_names_the_pod_when_the_oom_kill_line_is_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No posted record was found with exactly this cut, so a real one is cut here: the AKS record
+    63 without its ``oom-kill:`` line, the only other line that names the victim's cgroup. The limit
+    that filled is the node's (/kubepods.slice), which names no pod; "Tasks in … memory.oom.group"
+    still names the BestEffort pod's container, and both the CLI and the node agent use it."""
+    text = (RECORDS / "63-aks-node-allocatable-besteffort-oomgroup-npd.log").read_text()
+    lines = text.splitlines()
+    cut = [line for line in lines if "] oom-kill:constraint=" not in line]
+    assert len(cut) == len(lines) - 1
+    [record] = oom_parser.parse_lines(cut)
+    assert record.oom_kill is None and record.task_memcg is None and record.oom_memcg == "/kubepods.slice"
+    uid = "a5d8fdd1-1369-469e-8a7d-2c1047529435"
+    qos = "/kubepods.slice/kubepods-besteffort.slice"
+    pod_path = f"{qos}/kubepods-besteffort-pod{uid.replace('-', '_')}.slice"
+    group = record.oom_group_memcg
+    assert group is not None and group.startswith(pod_path + "/cri-containerd-")
+
+    log = tmp_path / "cut.log"
+    log.write_text("\n".join(cut) + "\n")
+    assert cli_main.main(["diagnose", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert f"pod       pod uid {uid}, container 9192cb33411f, QoS besteffort" in out
+    assert "the node's allocatable memory for all pods (not this pod's limit)" in out
+
+    other = f"{qos}/kubepods-besteffort-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice"
+    assert matching.match_record(record, pod_paths={"other": other, uid: pod_path}) == uid
+    # A pod killed before the agent found its cgroup: the kubelet-made path names its uid.
+    assert matching.match_record(record, pod_paths={"other": other}, watched_uids={uid}) == uid

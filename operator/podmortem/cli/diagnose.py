@@ -181,9 +181,12 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     for record in records:
         cpuset = record.oom_kill.cpuset if record.oom_kill is not None else record.cpuset
-        # With the oom-kill line cut, the memory.oom.group line still names the container's cgroup.
-        limited = record.oom_memcg or record.oom_group_memcg
-        pod = paths.pod_ref(task_memcg=record.task_memcg, oom_memcg=limited, cpuset=cpuset)
+        # With the oom-kill line cut, the memory.oom.group line still names the victim's (container's)
+        # cgroup, also when the limit that filled is a node or QoS level one that names no pod.
+        group = record.oom_group_memcg
+        pod = paths.pod_ref(
+            task_memcg=record.task_memcg or group, oom_memcg=record.oom_memcg or group, cpuset=cpuset
+        )
         reports.append(diagnose(record, pod=pod))
     reports = sequence.relate(records, reports)
 
