@@ -78,6 +78,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
+        "--distributed",
+        action="store_true",
+        help="instead: a 4-rank PyTorchJob whose rank 2 is OOM-killed and whose other ranks fail after "
+        "it (NCCL watchdog, remote error, torchrun SIGTERM); prints the job report naming the root "
+        "cause. Uses --kernel, --limit (each rank's), --timeout, --keep-dir, --json, -q, -v",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="print the runs as JSON on stdout instead of the summary (which goes to stderr)",
@@ -167,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
         # kopf warns that it ignores OS signals in a thread: true, and the demo handles Ctrl-C itself.
         logging.getLogger("kopf").setLevel(logging.ERROR)
 
+    if args.distributed:
+        return _run_distributed(args, limit)
     settings = runner.DemoSettings(
         limit_bytes=limit,
         policies=(trainer.FRESH_FORK, args.val_policy),
@@ -190,6 +199,38 @@ def run(args: argparse.Namespace) -> int:
         print(file=progress, flush=True)
     if args.json:
         json.dump({"runs": [r.to_json() for r in results]}, sys.stdout)
+        sys.stdout.write("\n")
+        if progress is not None or problems:
+            print(table, file=sys.stderr)
+    else:
+        print(table, file=sys.stdout, flush=True)
+    for problem in problems:
+        print(f"unexpected: {problem}", file=sys.stderr)
+    return EXIT_UNEXPECTED if problems else EXIT_OK
+
+
+def _run_distributed(args: argparse.Namespace, limit: int) -> int:
+    """``--distributed``: the job report on stdout (or the PyTorchJob as JSON), progress on stderr."""
+    from podmortem_demo import distributed, kernel, runner
+
+    settings = distributed.DistributedSettings(
+        limit_bytes=limit, kernel=args.kernel, keep_dir=args.keep_dir, timeout_s=args.timeout
+    )
+    progress = None if args.quiet else sys.stderr
+    try:
+        result = distributed.DistributedDemo(settings, progress=progress).run()
+    except kernel.KernelUnavailable as exc:
+        print(f"podmortem demo: --kernel real is not possible here: {exc}", file=sys.stderr)
+        return EXIT_NO_KERNEL
+    except runner.DemoFailed as exc:
+        print(f"podmortem demo: {exc}", file=sys.stderr)
+        return EXIT_UNEXPECTED
+    problems = distributed.problems(result)
+    table = distributed.table(result)
+    if progress is not None:
+        print(file=progress, flush=True)
+    if args.json:
+        json.dump(result.to_json(), sys.stdout)
         sys.stdout.write("\n")
         if progress is not None or problems:
             print(table, file=sys.stderr)

@@ -205,7 +205,7 @@ class DemoKubelet:
         memory_root: Path | None = None,
         workdir: Path,
         hooks: KubeletHooks | None = None,
-        static_cgroup_path: Callable[[PodRun], str] | None = None,
+        static_cgroup_path: Callable[[PodRun], str | None] | None = None,
     ) -> None:
         """``cgroup_root=None``: no memory cgroups; limits are enforced by the watchdog.
         ``memory_root``: the memory hierarchy's mount, to print cgroup paths as the kernel does.

@@ -310,13 +310,18 @@ class _Cluster(LoopThread):
                 cgroup_root=self.choice.cgroup_root,
                 workdir=kubelet_dir,
                 hooks=hooks,
-                static_cgroup_path=(lambda _run: str(recorded_path)) if recorded_path else None,
+                static_cgroup_path=self.recorded_cgroup_for if recorded_path else None,
             ) as kubelet:
                 self.kubelet = kubelet
                 self.ready()
                 await self.stopped()
                 for task in self._handovers:
                     task.cancel()
+
+    def recorded_cgroup_for(self, run: PodRun) -> str | None:
+        """Without cgroups: the cgroup the agent is told a pod has, so the recorded record matches it.
+        Here every pod (one per run); ``demo --distributed`` names only the rank that is OOM-killed."""
+        return str(kernel.recorded_cgroup_path())
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         client = self.api.servers[0].client
@@ -407,6 +412,29 @@ def _workdir(keep: Path | None) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+#: The operator's log follower in the demo: quick reconnects, so a stream cut costs little time.
+DEMO_FOLLOW = FollowSettings(read_timeout_s=10.0, backoff_min_s=0.05, backoff_max_s=0.5)
+
+
+def say_kernel(choice: kernel.KernelChoice, progress: Progress) -> None:
+    """The first progress line: the real kernel and where, or RECORDED and why."""
+    if choice.mode == "real":
+        assert choice.cgroup_root is not None
+        progress.say(
+            f"kernel: real (memory cgroups v{choice.cgroup_root.version} at {choice.cgroup_root.path}, "
+            "OOM records from /dev/kmsg)",
+            stamp=False,
+        )
+        return
+    why = "; ".join(choice.reasons) or "--kernel recorded was asked for"
+    progress.say(f"kernel: RECORDED — {why}.", stamp=False)
+    progress.say(
+        f"  The pod limit is enforced by the demo kubelet, and the kernel record the agent serves is "
+        f"a recorded real one ({kernel.RECORDED_EXAMPLE}: {kernel.RECORDED_SOURCE}).",
+        stamp=False,
+    )
+
+
 class Demo:
     """Runs the story once per policy and returns what happened (see `run`)."""
 
@@ -418,21 +446,7 @@ class Demo:
         s = self.settings
         choice = kernel.choose(s.kernel)
         say = self.progress.say
-        if choice.mode == "real":
-            assert choice.cgroup_root is not None
-            say(
-                f"kernel: real (memory cgroups v{choice.cgroup_root.version} at {choice.cgroup_root.path}, "
-                "OOM records from /dev/kmsg)",
-                stamp=False,
-            )
-        else:
-            why = "; ".join(choice.reasons) or "--kernel recorded was asked for"
-            say(f"kernel: RECORDED — {why}.", stamp=False)
-            say(
-                f"  The pod limit is enforced by the demo kubelet, and the kernel record the agent serves is "
-                f"a recorded real one ({kernel.RECORDED_EXAMPLE}: {kernel.RECORDED_SOURCE}).",
-                stamp=False,
-            )
+        say_kernel(choice, self.progress)
         results: list[RunResult] = []
         with _workdir(s.keep_dir) as workdir:
             cluster = _Cluster(choice=choice, workdir=workdir, demo=s, progress=self.progress)
@@ -445,7 +459,7 @@ class Demo:
                 operator = OperatorThread(
                     url=cluster.url,
                     settings=self._operator_settings(cluster, workdir),
-                    follow=FollowSettings(read_timeout_s=10.0, backoff_min_s=0.05, backoff_max_s=0.5),
+                    follow=DEMO_FOLLOW,
                     name="demo-operator",
                 )
                 try:
