@@ -3,7 +3,8 @@
 # podman and buildah (build and run the image), runc (the runtime hack/containers.conf selects),
 # mmdebstrap (builds the bookworm base locally, so no registry is needed),
 # debian-archive-keyring (lets mmdebstrap verify the Debian archive on non-Debian hosts too) and
-# ca-certificates. Recommended packages are installed as well (netavark, aardvark-dns,
+# ca-certificates; chromium (headless, for the report page's browser test,
+# tests/podmortem_operator/test_report_page_e2e.py). Recommended packages are installed as well (netavark, aardvark-dns,
 # catatonit, fuse-overlayfs, uidmap, ...), as on the machines this was tested on.
 #
 # Idempotent: does nothing when every package is already installed (--force runs apt anyway;
@@ -11,7 +12,7 @@
 # Needs root, or sudo. Debian bookworm (or a derivative with these packages).
 set -euo pipefail
 
-PACKAGES=(podman buildah mmdebstrap runc debian-archive-keyring ca-certificates)
+PACKAGES=(podman buildah mmdebstrap runc debian-archive-keyring ca-certificates chromium)
 FORCE=0
 
 case "${1:-}" in

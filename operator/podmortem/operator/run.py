@@ -36,6 +36,7 @@ from podmortem.logs.retention import RetentionSettings
 from podmortem.logs.settings import FollowSettings, HttpSettings
 from podmortem.logs.store import LogStore, StoreSettings
 from podmortem.operator import handlers as registry_mod
+from podmortem.operator import report_page
 from podmortem.operator.agent_client import AgentClient
 from podmortem.operator.annotations import Retention
 from podmortem.operator.following import Following
@@ -197,7 +198,8 @@ async def run_operator(
     store_settings = StoreSettings(
         retention=RetentionSettings(
             max_age_s=settings.log_retention_s, max_job_bytes=settings.log_retention_bytes
-        )
+        ),
+        max_store_bytes=settings.log_store_max_bytes,
     )
     async with (
         clients.api_client(api_config) as api_client,
@@ -267,6 +269,9 @@ async def run_operator(
             ),
         )
         log_app = log_http.make_app(log_store=store, reviewer=reviewer, settings=settings.log_server)
+        report_page.add_routes(
+            log_app, report_page.ReportFinder(kube=kube, foreign=report_page.ReporterReports(reporter))
+        )
         registry = registry_mod.build(service=service, settings=settings, connection=connection)
         async with probe_servers(settings, is_ready=is_ready, is_alive=is_alive, log_app=log_app) as servers:
             service.on_stopped = servers.stop

@@ -202,7 +202,7 @@ def timeline_of(data: PageInput) -> tuple[tl_mod.Timeline, list[str]]:
     if not data.restarts:
         notes.append("restarts before this one are not recorded in the report")
     if data.projection is None:
-        notes.append("no early-warning projection was made")
+        notes.append("no early-warning projection is drawn on this page")
     tl.kill_at = parse_time(pod.get("finishedAt"))
     log = ev.get("log") if isinstance(ev.get("log"), Mapping) else {}
     assert isinstance(log, Mapping)

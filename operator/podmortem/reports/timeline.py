@@ -144,12 +144,12 @@ def _f(v: float) -> str:
     return f"{v:.1f}"
 
 
-def _marker(sc: Scale, at: datetime, cls: str, label: str, colour: str, dash: str = "") -> str:
+def _marker(sc: Scale, at: datetime, cls: str, label: str, colour: str, dash: str = "", row: int = 0) -> str:
     x = _f(sc.x(at))
     d = f' stroke-dasharray="{dash}"' if dash else ""
     return (
         f'<g class="{cls}" data-t="{iso(at)}"><line x1="{x}" x2="{x}" y1="{TOP}" y2="{HEIGHT - BOTTOM}" '
-        f'stroke="{colour}" stroke-width="2"{d}/><text x="{x}" y="{TOP + 10}" font-size="10" '
+        f'stroke="{colour}" stroke-width="2"{d}/><text x="{x}" y="{TOP + 10 + 12 * row}" font-size="10" '
         f'fill="{colour}" text-anchor="end" dx="-3">{html.escape(label)}</text>'
         f"<title>{html.escape(label)} at {iso(at)} UTC</title></g>"
     )
@@ -235,7 +235,7 @@ def svg(tl: Timeline, *, title: str = "memory timeline") -> str:
     while tick <= sc.t1:
         at = datetime.fromtimestamp(tick, UTC)
         x = _f(sc.x(at))
-        label = at.strftime("%H:%M:%S" if tstep < 60 else "%H:%M")
+        label = at.strftime("%H:%M:%S" if tstep < 60 else "%H:%M" if tstep < 86400 else "%m-%d")
         parts.append(
             f'<line x1="{x}" x2="{x}" y1="{HEIGHT - BOTTOM}" y2="{HEIGHT - BOTTOM + 4}" stroke="#888"/>'
             f'<text x="{x}" y="{HEIGHT - BOTTOM + 15}" font-size="10" text-anchor="middle">{label}</text>'
@@ -271,9 +271,9 @@ def svg(tl: Timeline, *, title: str = "memory timeline") -> str:
             f"<title>{html.escape(p.text or 'projection')}</title></line>"
         )
     for at in tl.restarts:
-        parts.append(_marker(sc, at, "restart", "restart", "#888", "2 2"))
+        parts.append(_marker(sc, at, "restart", "restart", "#888", "2 2", row=2))
     if tl.last_line_at is not None:
-        parts.append(_marker(sc, tl.last_line_at, "last-line", "last line", "#2a7", "3 2"))
+        parts.append(_marker(sc, tl.last_line_at, "last-line", "last line", "#2a7", "3 2", row=1))
     if tl.kill_at is not None:
         parts.append(_marker(sc, tl.kill_at, "kill", "kill", "#c00"))
     parts.append("</svg>")

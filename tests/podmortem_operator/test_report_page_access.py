@@ -1,0 +1,110 @@
+"""``GET /reports/{namespace}/{job}``: the log API's access checks, and never another namespace."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import kmock
+import pytest
+from aiohttp import test_utils
+from kubernetes_asyncio import client as k8s
+from tests.logs.test_http import SARS, TOKENS, access_review, token_review
+
+from podmortem.logs import auth, http
+from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.operator import report_page
+
+REPORT = {
+    "verdict": "memcg-limit",
+    "pod": {"namespace": "ns", "name": "p", "container": "c", "finishedAt": "2026-05-01T12:00:00Z"},
+    "findings": [{"code": "memcg-limit", "severity": "critical", "message": "hit its own limit"}],
+}
+
+
+class Foreign:
+    def __init__(self, reports: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.reports = reports
+        self.asked: list[tuple[str, str]] = []
+
+    def foreign_report(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.asked.append((namespace, name))
+        return self.reports.get((namespace, name))
+
+
+@pytest.fixture
+async def log_store(tmp_path: Path) -> AsyncIterator[LogStore]:
+    async with LogStore(tmp_path, settings=StoreSettings(fsync_interval_s=None)) as st:
+        yield st
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[kmock.RawHandler]:
+    async with kmock.RawHandler() as handler, kmock.Server(handler):
+        yield handler
+
+
+@pytest.fixture
+async def api_client(api: kmock.RawHandler) -> AsyncIterator[k8s.ApiClient]:
+    async with k8s.ApiClient(k8s.Configuration(host=str(api.url).rstrip("/"))) as c:
+        yield c
+
+
+async def client_for(
+    log_store: LogStore, reviewer: auth.Reviewer, foreign: Foreign
+) -> test_utils.TestClient[Any, Any]:
+    app = http.make_app(log_store=log_store, reviewer=reviewer)
+    report_page.add_routes(app, report_page.ReportFinder(kube=None, foreign=foreign))
+    client = test_utils.TestClient(test_utils.TestServer(app))
+    await client.start_server()
+    return client
+
+
+@pytest.mark.parametrize(
+    ("authenticated", "allowed", "status"), [(True, True, 200), (False, True, 401), (True, False, 403)]
+)
+async def test_reviews_as_for_logs(
+    log_store: LogStore,
+    api: kmock.RawHandler,
+    api_client: k8s.ApiClient,
+    authenticated: bool,
+    allowed: bool,
+    status: int,
+) -> None:
+    api[TOKENS] << token_review(authenticated)
+    api[SARS] << access_review(allowed)
+    foreign = Foreign({("ns", "job"): REPORT})
+    client = await client_for(log_store, auth.Reviewer(api=api_client), foreign)
+    try:
+        resp = await client.get("/reports/ns/job", headers={"Authorization": "Bearer good-token"})
+        assert resp.status == status
+        body = await resp.text()
+        assert ("hit its own limit" in body) == (status == 200)
+        assert foreign.asked == ([("ns", "job")] if status == 200 else [])  # no lookup before access
+        if status == 200:
+            assert resp.headers["Content-Type"].startswith("text/html")
+            assert "default-src 'none'" in resp.headers["Content-Security-Policy"]
+            assert "no stored log" in body  # the pod's log is not in this store
+        no_token = await client.get("/reports/ns/job")
+        assert no_token.status == 401
+    finally:
+        await client.close()
+
+
+async def test_json_404s_and_other_namespaces(log_store: LogStore) -> None:
+    open_reviewer = auth.Reviewer(api=None, settings=auth.AuthSettings(authenticate=False, authorize=False))
+    other = dict(REPORT, pod={"namespace": "elsewhere", "name": "p"})
+    client = await client_for(
+        log_store, open_reviewer, Foreign({("ns", "job"): REPORT, ("ns", "odd"): other})
+    )
+    try:
+        resp = await client.get("/reports/ns/job", params={"format": "json"})
+        assert resp.status == 200 and await resp.json() == REPORT
+        resp = await client.get("/reports/ns/none")
+        assert resp.status == 404 and "no TrainingJob ns/none" in await resp.text()
+        assert (await client.get("/reports/ns/odd")).status == 404
+        assert (await client.get("/reports/ns/job", params={"tail": "3"})).status == 400
+        assert (await client.get("/reports/NS_bad/job")).status == 400
+    finally:
+        await client.close()
