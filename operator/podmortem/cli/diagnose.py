@@ -13,6 +13,7 @@ import io
 import json
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from importlib import resources
 from typing import IO, TYPE_CHECKING, Any
 
@@ -60,6 +61,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--example", metavar="NAME", help="diagnose a bundled real record (see --list-examples)"
+    )
+    parser.add_argument(
+        "--html", action="store_true",
+        help="print the last kill's report as a self-contained HTML page (no timeline: a record has none)",
     )
     parser.add_argument("--list-examples", action="store_true", help="list the bundled records and exit")
     parser.set_defaults(func=run)
@@ -192,12 +197,36 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json:
         print(json.dumps({"reports": [r.model_dump(mode="json") for r in reports]}, indent=2))
+    elif args.html and reports:
+        return _html(reports, label)
     if not reports:
         why = " (it looks like binary data, not a kernel log)" if _looks_binary(sniffer.head) else ""
         print(f"podmortem diagnose: no kernel OOM-kill record found in {label}{why}", file=sys.stderr)
         return EXIT_NO_RECORD
     if not args.json:
         sys.stdout.write(render(reports))
+    return EXIT_OK
+
+
+def _html(reports: list[FailureReport], label: str) -> int:
+    from podmortem.reports import page
+
+    if len(reports) > 1:
+        print(f"podmortem diagnose: {len(reports)} kills; the page shows the last (--json has all)",
+              file=sys.stderr)
+    doc = page.render(
+        page.PageInput(
+            title=f"OOM kill in {label}",
+            report=reports[-1].model_dump(mode="json"),
+            no_timeline_reason=(
+                "no timeline: a kernel record holds one moment, the kill; the operator's page draws the "
+                "pod's memory over time from its samples"
+            ),
+            log_note="a kernel record carries no application log",
+            generated_at=datetime.now(UTC),
+        )
+    )
+    sys.stdout.write(doc)
     return EXIT_OK
 
 

@@ -23,6 +23,7 @@ from podmortem import __version__
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
     "diagnose",
+    "report",
     "logs",
     "operator",
     "agent",
