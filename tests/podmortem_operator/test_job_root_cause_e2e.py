@@ -3,7 +3,8 @@
 Ranks 0, 1 and 3 print real NCCL and torchrun failure texts (tests/fixtures/training-logs) and
 exit 1 or 143 a minute later; the kills reach the operator in shuffled order. The job's
 ``podmortem.io/failure-report`` annotation must name rank 2 as the root cause every time, and
-once it has, no later failure may take its place.
+once it has, no later failure may take its place. The same story runs as an indexed batch Job and
+as a JobSet (pod -> child Job -> annotated JobSet; ranks from the ``jobset.sigs.k8s.io/job-index`` label).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from podmortem.kernel import oom_parser
-from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS
+from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, ForeignKind
 from podmortem_demo import harness as harness_mod
 from podmortem_demo.emulated.kubelet import LineText
 from podmortem_demo.harness import Harness, harness, kill, run_pod
@@ -26,6 +27,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LOGS = FIXTURES / "training-logs"
 RECORD = FIXTURES / "oom-records" / "01-k3s-v1-dmesgT-stress-4.15.log"
 PTJ_PATH = "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs"
+JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+JOBSETS = ForeignKind("jobset.x-k8s.io", "jobsets", "v1alpha2")
 LOG_BASE = "http://podmortem.podmortem.svc:8080"
 TRAINING_LINES = 20
 
@@ -42,7 +45,9 @@ RANKS = [
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     with harness(tmp_path_factory.mktemp("jobs")) as h:
         h.add_agent_pod()
-        settings = h.settings(log_http_auth=False, log_base_url=LOG_BASE, foreign_kinds=DEFAULT_FOREIGN_KINDS)
+        settings = h.settings(
+            log_http_auth=False, log_base_url=LOG_BASE, foreign_kinds=(*DEFAULT_FOREIGN_KINDS, JOBSETS)
+        )
         h.start_operator(settings)
         yield h
         assert h.operator_error is None, h.operator_error
@@ -67,11 +72,18 @@ def indexed(job: str) -> bool:
     return job.startswith("indexed")
 
 
+def jobset(job: str) -> bool:
+    return job.startswith("jobset")
+
+
 def pod_name(job: str, kind: str, index: int) -> str:
-    """A PyTorchJob's ``<job>-master-0``/``<job>-worker-i``; an indexed Job's ``<job>-<rank>-<suffix>``."""
+    """A PyTorchJob's ``<job>-master-0``/``<job>-worker-i``; an indexed Job's ``<job>-<rank>-<suffix>``;
+    a JobSet's ``<jobset>-workers-<job index>-0-<suffix>`` (one pod per child Job)."""
+    rank = next(r[2] for r in RANKS if (r[0], r[1]) == (kind, index))
     if indexed(job):
-        rank = next(r[2] for r in RANKS if (r[0], r[1]) == (kind, index))
         return f"{job}-{rank}-x7k2{rank}"
+    if jobset(job):
+        return f"{job}-workers-{rank}-0-x7k2{rank}"
     return f"{job}-{kind}-{index}"
 
 
@@ -83,6 +95,7 @@ def start_job(h: Harness, job: str) -> dict[str, str]:
     """
     api, kind_, path = (
         ("batch/v1", "Job", "/apis/batch/v1/namespaces/default/jobs") if indexed(job)
+        else ("jobset.x-k8s.io/v1alpha2", "JobSet", JOBSET_PATH) if jobset(job)
         else ("kubeflow.org/v1", "PyTorchJob", PTJ_PATH)
     )
     owner = h.create(
@@ -99,7 +112,22 @@ def start_job(h: Harness, job: str) -> dict[str, str]:
     for kind, index, rank, fixture, *_ in RANKS:
         name = pod_name(job, kind, index)
         container: dict[str, Any] = {"name": "trainer", "image": "x"}
-        if indexed(job):
+        pod_ref = ref
+        if jobset(job):  # the JobSet controller's child Job (not annotated) owns the pod
+            child = h.create("/apis/batch/v1/namespaces/default/jobs", {
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {
+                    "name": f"{job}-workers-{rank}", "namespace": "default", "ownerReferences": [ref]
+                },
+                "spec": {},
+            })
+            pod_ref = {"apiVersion": "batch/v1", "kind": "Job", "name": child["metadata"]["name"],
+                       "uid": child["metadata"]["uid"], "controller": True}
+            labels = {
+                "jobset.sigs.k8s.io/jobset-name": job, "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+                "jobset.sigs.k8s.io/job-index": str(rank), "batch.kubernetes.io/job-completion-index": "0",
+            }
+        elif indexed(job):
             labels = {"batch.kubernetes.io/job-completion-index": str(rank)}
             container["env"] = [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
                 "fieldPath": "metadata.labels['batch.kubernetes.io/job-completion-index']"}}}]
@@ -112,7 +140,7 @@ def start_job(h: Harness, job: str) -> dict[str, str]:
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {
-                    "name": name, "namespace": "default", "labels": labels, "ownerReferences": [ref]
+                    "name": name, "namespace": "default", "labels": labels, "ownerReferences": [pod_ref]
                 },
                 "spec": {"containers": [container]},
             },
@@ -137,7 +165,10 @@ def write_last_words(h: Harness, job: str, uids: dict[str, str]) -> None:
 
 
 def job_report(h: Harness, job: str) -> dict[str, Any] | None:
-    path = f"/apis/batch/v1/namespaces/default/jobs/{job}" if indexed(job) else f"{PTJ_PATH}/{job}"
+    path = (
+        f"/apis/batch/v1/namespaces/default/jobs/{job}" if indexed(job)
+        else f"{JOBSET_PATH}/{job}" if jobset(job) else f"{PTJ_PATH}/{job}"
+    )
     raw = ((h.get(path) or {}).get("metadata", {}).get("annotations") or {}).get(
         "podmortem.io/failure-report"
     )
@@ -152,8 +183,8 @@ def failed_rows(report: dict[str, Any] | None) -> int:
 
 @pytest.mark.parametrize(
     ("job", "seed"),
-    # rank 2 delivered 1st, 3rd, 2nd, last; in the indexed Job 3rd
-    [("ddp-0", 0), ("ddp-1", 1), ("ddp-2", 2), ("ddp-5", 5), ("indexed-3", 3)],
+    # rank 2 delivered 1st, 3rd, 2nd, last; in the indexed Job 3rd; in the JobSet 2nd
+    [("ddp-0", 0), ("ddp-1", 1), ("ddp-2", 2), ("ddp-5", 5), ("indexed-3", 3), ("jobset-2", 2)],
 )
 def test_rank_2_oom_is_the_root_cause_whatever_the_event_order(cluster: Harness, job: str, seed: int) -> None:
     h = cluster

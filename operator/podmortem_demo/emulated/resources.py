@@ -19,7 +19,7 @@ VERBS = frozenset({"get", "list", "watch", "create", "patch", "update", "delete"
 
 
 def declare(api: kmock.KubernetesEmulator) -> None:
-    """TrainingJobs, pods (status, log), batch Jobs, PyTorchJobs, namespaces, Leases and Events."""
+    """TrainingJobs, pods (status, log), batch Jobs, PyTorchJobs, JobSets, namespaces, Leases and Events."""
     verbs = set(VERBS)
     api.resources[f"{TRAININGJOB_GROUP}/{TRAININGJOB_VERSION}/{TRAININGJOB_PLURAL}"] = kmock.ResourceInfo(
         kind=TRAININGJOB_KIND, singular="trainingjob", shortnames={"tj"}, namespaced=True,
@@ -35,6 +35,10 @@ def declare(api: kmock.KubernetesEmulator) -> None:
     # Multi-pod training jobs of the Kubeflow training operator (a foreign kind by default).
     api.resources["kubeflow.org/v1/pytorchjobs"] = kmock.ResourceInfo(
         kind="PyTorchJob", singular="pytorchjob", namespaced=True, verbs=verbs,
+    )
+    # JobSets (sigs.k8s.io/jobset): pod -> child Job -> JobSet, a foreign kind when configured.
+    api.resources["jobset.x-k8s.io/v1alpha2/jobsets"] = kmock.ResourceInfo(
+        kind="JobSet", singular="jobset", namespaced=True, verbs=verbs,
     )
     # kopf waits for namespaces to be discoverable even when it watches the whole cluster.
     api.resources["v1/namespaces"] = kmock.ResourceInfo(
