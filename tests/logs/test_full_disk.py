@@ -6,6 +6,7 @@ The volume is a real, tiny tmpfs: writes fail with the kernel's own ENOSPC. Need
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
@@ -191,3 +192,33 @@ async def test_a_follower_that_stopped_on_an_error_is_started_again(
         await until(lambda: st.lines_total >= 100)
         assert facts.error is None
         await following.stop()
+
+
+async def test_a_store_budget_frees_finished_logs_before_the_emptydir_limit(tmp_path: Path) -> None:
+    """An emptyDir's sizeLimit evicts the pod instead of failing writes: the store keeps under its budget."""
+    from podmortem.logs import retention
+    from podmortem.logs.cursor import LogCursor
+    from podmortem.logs.events import EndReason, LogEnd
+
+    budget = 256 << 10
+    settings = StoreSettings(fsync_interval_s=None, segment_bytes=8192, max_store_bytes=budget)
+    root = tmp_path / "store"
+    async with LogStore(root, settings=settings) as st:
+        old = st.sink(namespace="ml", pod="old-0", job="old")
+        cursor = LogCursor(container_id="c-old")
+        for i in range(20):  # 160 KiB of a job that ended
+            cursor.accept(10**18 + i)
+            await old.write("main", [LogLine("main", 10**18 + i, b"o" * 8000)], cursor)
+        await old.end(LogEnd("main", "c-old", EndReason.TERMINATED))
+        live = st.sink(namespace="ml", pod="new-0", job="new")
+        cursor = LogCursor(container_id="c-new")
+        peak = 0
+        for i in range(20):  # 160 KiB more: together past the budget
+            cursor.accept(2 * 10**18 + i)
+            await live.write("main", [LogLine("main", 2 * 10**18 + i, b"n" * 8000)], cursor)
+            await st.flush()
+            await asyncio.sleep(0.01)  # the early freeing runs in the background
+            peak = max(peak, retention.store_bytes(root))
+        assert peak <= budget
+        assert len(await reading.read_lines(st.find(namespace="ml", pod="new-0"))) == 20
+        assert len(list((root / "ml" / "old").rglob("*.seg"))) < 20

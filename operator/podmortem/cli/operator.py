@@ -39,6 +39,18 @@ def _retention(text: str) -> tuple[float | None, int | None]:
     return retention.max_age_s, retention.max_bytes
 
 
+def _store_budget(text: str) -> int | None:
+    """A size like ``9Gi`` or plain bytes, as a Kubernetes quantity may be written (empty: none)."""
+    if not text.strip():
+        return None
+    if text.strip().isdigit():
+        return int(text.strip())
+    age, size = _retention(text)
+    if age is not None or size is None:
+        raise ValueError("expected a size like 9Gi or 500Mi")
+    return size
+
+
 def _foreign_kinds(text: str) -> tuple[ForeignKind, ...]:
     from podmortem.kube.owners import parse_foreign_kinds
 
@@ -81,6 +93,15 @@ LOG_RETENTION = o.Option(
     "(500Mi, 2Gi) or both, e.g. 7d,2Gi; a job's own spec.logRetention or podmortem.io/log-retention "
     "wins (size default 1Gi)", "AGE[,SIZE]",
 )
+LOG_STORE_MAX = o.Option(
+    ("--log-store-max-bytes",), "PODMORTEM_LOG_STORE_MAX_BYTES", _store_budget, "",
+    "bytes the whole log store may take (9Gi, 500Mi): past 95% of it the oldest finished logs are "
+    "deleted early, down to 90%; for an emptyDir with a sizeLimit, which evicts the pod rather than "
+    "fill (the chart passes the emptyDir's sizeLimit)", "SIZE",
+    shown_default="none, only the volume's free space (below 5% free, old logs go early)",
+)
+
+
 def _switch_off(flag: str, env: str, what: str) -> o.Option[bool]:
     """A boolean on by default, turned off by ``flag`` or by ``env=false``."""
     return o.Option(
@@ -227,8 +248,9 @@ SERVICE_NAME = o.Option((), "PODMORTEM_SERVICE_NAME", o.dns_label("Service name"
 #: Every option, in the order ``--help`` lists them (``--kubeconfig`` comes first, on its own).
 OPTIONS: tuple[o.Option[Any], ...] = (
     NAMESPACES, STORE_DIR, PROMETHEUS_URL, AGENT_PORT, AGENT_NAMESPACE, AGENT_SELECTOR, AGENT_TOKEN_FILE,
-    LOG_RETENTION, PATCH_PODS, AGENT_RECORD_WAIT, AGENT_ENABLED, HTTP_PORT, HTTP_AUTH, HTTP_TLS_CERT,
-    HTTP_TLS_KEY, HTTP_TOKEN_AUDIENCE, HTTP_MAX_READERS, HTTP_MAX_READERS_PER_CALLER, LOG_BASE_URL,
+    LOG_RETENTION, LOG_STORE_MAX, PATCH_PODS, AGENT_RECORD_WAIT, AGENT_ENABLED, HTTP_PORT, HTTP_AUTH,
+    HTTP_TLS_CERT, HTTP_TLS_KEY, HTTP_TOKEN_AUDIENCE, HTTP_MAX_READERS, HTTP_MAX_READERS_PER_CALLER,
+    LOG_BASE_URL,
     STATUS_REFRESH, LEADER_ELECTION, LEASE, LEASE_NAMESPACE, IDENTITY, LEASE_DURATION, RENEW_DEADLINE,
     RETRY_PERIOD, METRICS_PORT, HEALTH_PORT, EARLY_WARNING_EPOCHS, MEMORY_WARNING_RATIO, STATUS_MAX_BYTES,
     ANNOTATION_MAX_BYTES, FOREIGN_KINDS, LOG_LEVEL, SERVICE_NAME,
@@ -306,6 +328,7 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
         return s.OperatorSettings(
             log_retention_s=age if age is not None else _D.log_retention_s,
             log_retention_bytes=size if size is not None else _D.log_retention_bytes,
+            log_store_max_bytes=v.optional(LOG_STORE_MAX),
             patch_pods=v.value(PATCH_PODS),
             agent=s.AgentAccessSettings(
                 enabled=v.value(AGENT_ENABLED),

@@ -293,13 +293,29 @@ def free_ratio(root: Path) -> float:
     return st.f_bavail / st.f_blocks if st.f_blocks else 1.0
 
 
-def free_early(root: Path, *, min_free_ratio: float, protected: frozenset[Path] = frozenset()) -> SweepResult:
-    """Delete segments, oldest first, until ``min_free_ratio`` of the volume is free.
+def store_bytes(root: Path) -> int:
+    """Bytes of every file under the store's root (segments, quarantine and meta files)."""
+    total = 0
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def free_early(root: Path, *, min_free_ratio: float, protected: frozenset[Path] = frozenset(),
+               over_budget_bytes: int = 0) -> SweepResult:
+    """Delete segments, oldest first, until ``min_free_ratio`` of the volume is free and
+    ``over_budget_bytes`` are freed (the store's own byte budget, which the volume cannot show:
+    an emptyDir's ``sizeLimit`` is enforced by eviction, not by ENOSPC).
 
     Finished logs go first (an instance whose log ended), then the older segments of live
     ones (readers see a retention cut); the segment a live container writes is never taken.
     """
-    if free_ratio(root) >= min_free_ratio:
+    def enough(freed: int) -> bool:
+        return freed >= over_budget_bytes and (min_free_ratio <= 0 or free_ratio(root) >= min_free_ratio)
+
+    if enough(0):
         return SweepResult()
     segs = [seg for job in job_dirs(root) for inst in instance_dirs(job) for seg in _segments_of(inst)]
     candidates = sorted(
@@ -308,13 +324,13 @@ def free_early(root: Path, *, min_free_ratio: float, protected: frozenset[Path] 
     )
     deleted = freed = 0
     for seg in candidates:
-        if free_ratio(root) >= min_free_ratio:
+        if enough(freed):
             break
         size = _delete(seg)
         if size:
             deleted += 1
             freed += size
     if deleted:
-        logger.warning("log store volume nearly full: deleted %d segments (%d bytes) early, oldest first",
+        logger.warning("log store nearly full: deleted %d segments (%d bytes) early, oldest first",
                        deleted, freed)
     return SweepResult(deleted, freed, 0)

@@ -102,12 +102,19 @@ class StoreSettings:
     #: write fails for a full volume) the oldest finished logs are deleted early, before their
     #: age or size limit. Default 5%: room for a few segments of every live container. 0: off.
     min_free_ratio: float = 0.05
+    #: Bytes the whole store may take (None: no budget). For a volume whose limit the store cannot
+    #: see: an emptyDir's ``sizeLimit`` is enforced by evicting the pod, not by ENOSPC. Above 95% of
+    #: it the oldest finished logs are deleted early, down to 90%. The chart sets it from the
+    #: emptyDir's or the claim's size.
+    max_store_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
             raise ValueError("segment_bytes must be at least 4096")
         if not 0 <= self.min_free_ratio < 1:
             raise ValueError("min_free_ratio must be in [0, 1)")
+        if self.max_store_bytes is not None and self.max_store_bytes < 16 * self.segment_bytes:
+            raise ValueError("max_store_bytes must hold at least 16 segments")
         if self.fsync_interval_s is not None and self.fsync_interval_s < 0:
             raise ValueError("fsync_interval_s must be >= 0 or None")
 
@@ -469,6 +476,8 @@ class LogStore:
         #: Retention runs one at a time (a job's enforcement and the sweep would race on files).
         self._retention_lock = asyncio.Lock()
         self._freeing: asyncio.Task[None] | None = None
+        #: Bytes the store takes on disk, kept up to date only when there is a budget.
+        self._store_bytes: int | None = None
         #: Gap markers stored since the store opened (wired to metrics by the caller).
         self.gaps_total = 0
         #: Lines and bytes stored since the store opened.
@@ -498,6 +507,10 @@ class LogStore:
             self._lock_fd = fd
             self._open = True
             await self.sweep()
+            if self.settings.max_store_bytes is not None:
+                self._store_bytes = await asyncio.to_thread(retention.store_bytes, self.root)
+                if self._over_budget():
+                    await self._free_early()
             loop_tasks = [self._sweep_forever()]
             if self.settings.fsync_interval_s:
                 loop_tasks.append(self._flush_forever(self.settings.fsync_interval_s))
@@ -788,6 +801,8 @@ class LogStore:
             inst.dirty = True
             self._job_bytes[pod.path.parent] = self._job_bytes.get(pod.path.parent, 0) + len(data)
             self.bytes_total += len(data)
+            if self._store_bytes is not None:
+                self._store_bytes += len(data)
             interval = self.settings.fsync_interval_s
             if interval == 0 or (durable and interval is not None):
                 await asyncio.to_thread(os.fsync, inst.fd)
@@ -820,7 +835,7 @@ class LogStore:
         inst.active_size = 0
         self._dirty_dirs.add(inst.path)
         floor = self.settings.min_free_ratio
-        if floor > 0 and retention.free_ratio(self.root) < floor:
+        if (floor > 0 and retention.free_ratio(self.root) < floor) or self._over_budget():
             self._free_early_soon()
         job_dir = pod.path.parent
         limit = self._job_limit(job_dir)
@@ -849,7 +864,10 @@ class LogStore:
 
     async def _enforce_locked(self, job_dir: Path) -> None:
         protected = self._protected()
-        await asyncio.to_thread(retention.enforce_job, job_dir, self.settings.retention, protected=protected)
+        result = await asyncio.to_thread(
+            retention.enforce_job, job_dir, self.settings.retention, protected=protected
+        )
+        self._deleted(result.deleted_bytes)
         self._job_bytes[job_dir] = await asyncio.to_thread(retention.job_bytes, job_dir)
 
     def _protected(self) -> frozenset[Path]:
@@ -862,18 +880,31 @@ class LogStore:
                         out.add(inst.segment_path(inst.active_seq))
         return frozenset(out)
 
+    def _over_budget(self) -> int:
+        """Bytes to free to get back to 90% of ``max_store_bytes`` once past 95% of it (else 0)."""
+        budget = self.settings.max_store_bytes
+        if budget is None or self._store_bytes is None or self._store_bytes <= budget * 0.95:
+            return 0
+        return int(self._store_bytes - budget * 0.9)
+
     async def _free_early(self) -> retention.SweepResult:
-        """Below ``min_free_ratio`` of the volume free: delete the oldest logs retention may take."""
-        if self.settings.min_free_ratio <= 0:
+        """Nearly full (the volume, or the store's budget): delete the oldest logs retention may take."""
+        over = self._over_budget()
+        if self.settings.min_free_ratio <= 0 and not over:
             return retention.SweepResult()
         async with self._retention_lock:
             result = await asyncio.to_thread(
                 retention.free_early, self.root, min_free_ratio=self.settings.min_free_ratio,
-                protected=self._protected(),
+                protected=self._protected(), over_budget_bytes=over,
             )
+        self._deleted(result.deleted_bytes)
         if result.deleted_bytes:
             self._job_bytes.clear()
         return result
+
+    def _deleted(self, n: int) -> None:
+        if self._store_bytes is not None:
+            self._store_bytes = max(0, self._store_bytes - n)
 
     def _free_early_soon(self) -> None:
         if self._freeing is not None and not self._freeing.done():
@@ -895,6 +926,7 @@ class LogStore:
             result = await asyncio.to_thread(
                 retention.sweep, self.root, self.settings.retention, protected=self._protected()
             )
+        self._deleted(result.deleted_bytes)
         self._job_bytes.clear()
         for key, pod in list(self._pods.items()):
             if not pod.path.exists() and not any(i.fd is not None for v in pod.instances.values() for i in v):

@@ -180,6 +180,10 @@ class OperatorSettings:
     log_retention_s: float = 7 * 86400
     #: Default bytes of log kept per job (all its pods, containers and restarts), oldest first.
     log_retention_bytes: int = 1 << 30
+    #: Bytes the whole log store may take (None: only the volume's own free space counts). Set it
+    #: for an emptyDir with a ``sizeLimit`` (enforced by eviction, invisible to the store); the
+    #: chart sets 90% of the emptyDir's limit or the claim's size.
+    log_store_max_bytes: int | None = None
     #: Whether bare pods may be patched (only to write the ``podmortem.io/failure-report`` annotation);
     #: without it their report is an Event only.
     patch_pods: bool = True
