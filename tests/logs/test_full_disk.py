@@ -7,19 +7,18 @@ The volume is a real, tiny tmpfs: writes fail with the kernel's own ENOSPC. Need
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from tests.full_volume import fill, tmpfs
 
 from podmortem.logs import reading
 from podmortem.logs.events import GapMarker, GapReason, LogLine
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.store import LogStore, StoreSettings
-from podmortem.operator.following import Following
+from podmortem.operator.following import Following, PodLogFacts
 from podmortem_demo.emulated import PodLogsApi, plain_text
 
 from .conftest import FAST
@@ -28,30 +27,8 @@ from .stored import until
 
 @pytest.fixture
 def volume(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "vol"
-    path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs for a real full volume here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "vol") as path:
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(volume: Path) -> Path:
-    """Take every free byte of the volume; the file to delete to give them back."""
-    filler = volume / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        for size in (64 << 10, 4096, 512, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * size)
-    finally:
-        os.close(fd)
-    return filler
 
 
 @pytest.fixture
@@ -72,6 +49,19 @@ async def stored_items(store: LogStore) -> list[object]:
     return out
 
 
+def follow(pod_api: PodLogApi, store: LogStore) -> tuple[Following, PodLogFacts]:
+    """The operator's follower of pod ml/trainer-0, into ``store``; its facts."""
+
+    async def make_sink(namespace: str, name: str, _uid: str) -> object:
+        return store.sink(namespace=namespace, pod=name, job="train")
+
+    following = Following(api=pod_api, make_sink=make_sink, settings=FAST)  # type: ignore[arg-type]
+    assert following.ensure(namespace="ml", pod="trainer-0", pod_uid="uid-1", containers=None)
+    facts = following.facts("uid-1")
+    assert facts is not None
+    return following, facts
+
+
 async def test_a_full_volume_pauses_the_follower_and_nothing_is_lost_after_space_returns(
     cluster: tuple[PodLogsApi, str], pod_api: PodLogApi, store: LogStore, volume: Path
 ) -> None:
@@ -80,16 +70,10 @@ async def test_a_full_volume_pauses_the_follower_and_nothing_is_lost_after_space
     main = pod.containers["main"]
     main.write(2000)
 
-    async def make_sink(namespace: str, name: str, _uid: str) -> object:
-        return store.sink(namespace=namespace, pod=name, job="train")
-
-    following = Following(api=pod_api, make_sink=make_sink, settings=FAST)  # type: ignore[arg-type]
-    assert following.ensure(namespace="ml", pod="trainer-0", pod_uid="uid-1", containers=None)
+    following, facts = follow(pod_api, store)
     await until(lambda: store.lines_total >= 2000)
     filler = fill(volume)
     main.write(3000)
-    facts = following.facts("uid-1")
-    assert facts is not None
     await until(lambda: "main" in facts.disk_full and store.full_since is not None)
     assert following.is_following("uid-1")  # paused, not stopped
     kept = store.lines_total
@@ -113,16 +97,10 @@ async def test_lines_the_kubelet_dropped_while_the_volume_was_full_are_a_disk_fu
     main = pod.containers["main"]
     main.write(1000)
 
-    async def make_sink(namespace: str, name: str, _uid: str) -> object:
-        return store.sink(namespace=namespace, pod=name, job="train")
-
-    following = Following(api=pod_api, make_sink=make_sink, settings=FAST)  # type: ignore[arg-type]
-    following.ensure(namespace="ml", pod="trainer-0", pod_uid="uid-1", containers=None)
+    following, facts = follow(pod_api, store)
     await until(lambda: store.lines_total >= 1000)
     filler = fill(volume)
     main.write(500)
-    facts = following.facts("uid-1")
-    assert facts is not None
     await until(lambda: "main" in facts.disk_full)
     main.rotate()  # the kubelet rotates the file away meanwhile
     main.write(200)

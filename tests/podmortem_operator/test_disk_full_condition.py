@@ -6,15 +6,13 @@ with the reason otherwise).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.full_volume import fill, tmpfs
 
 from podmortem_demo.harness import Harness, harness, run_pod
 
@@ -23,29 +21,8 @@ TJ = "/apis/podmortem.io/v1alpha1/namespaces/default/trainingjobs"
 
 @pytest.fixture
 def volume(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "vol"
-    path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs for a real full volume here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "vol") as path:
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(volume: Path) -> Path:
-    filler = volume / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        for size in (64 << 10, 4096, 512, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * size)
-    finally:
-        os.close(fd)
-    return filler
 
 
 def disk_full(h: Harness, name: str) -> dict[str, Any] | None:
