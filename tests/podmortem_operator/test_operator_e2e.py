@@ -147,7 +147,10 @@ def test_trainingjob_oom_kill_reported_in_status(cluster: Harness) -> None:
         what="phase Failed",
     )
     assert final["lastLogLineAt"]
-    assert any(e["reason"] == "MemcgLimit" for e in h.events_for("pointgroup"))
+    page = f"{LOG_BASE}/reports/default/pointgroup"
+    assert report["reportUrl"] == page == final["failureReport"]["reportUrl"]
+    event = next(e for e in h.events_for("pointgroup") if e["reason"] == "MemcgLimit")
+    assert f"status.failureReport, page {page}" in event["message"]
 
 
 def attached_report(h: Harness, tj: str) -> dict[str, Any] | None:
@@ -289,7 +292,9 @@ def test_annotated_batch_job_gets_annotation_and_event(cluster: Harness) -> None
         "status" not in (h.get("/apis/batch/v1/namespaces/default/jobs/nightly") or {})
         or "failureReport" not in h.get("/apis/batch/v1/namespaces/default/jobs/nightly")["status"]
     )
-    assert any(e["reason"] == "MemcgLimit" for e in h.events_for("nightly"))
+    assert summary["reportUrl"] == f"{LOG_BASE}/reports/default/nightly"
+    event = next(e for e in h.events_for("nightly") if e["reason"] == "MemcgLimit")
+    assert f"page {LOG_BASE}/reports/default/nightly" in event["message"]
     # Every patch the operator sent carried a content type the API accepts.
     assert h.sync(lambda: list(h.api.refused_patches)) == []
 

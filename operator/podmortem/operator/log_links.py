@@ -1,7 +1,7 @@
-"""Where a user reads a followed pod's stored log: the operator's ``GET /logs/{namespace}/{pod}``.
+"""Where a user reads a followed pod's stored log and a job's report page, on the operator's log server.
 
-One function, used by the report and by ``status.log.url``, so both always
-point at the same place. Pure.
+``GET /logs/{namespace}/{pod}`` and ``GET /reports/{namespace}/{job}``: one function each,
+used by the report, its Event and ``status.log.url``, so all point at the same place. Pure.
 """
 
 from __future__ import annotations
@@ -19,3 +19,8 @@ def log_url(base: str, *, namespace: str, pod: str, container: str | None = None
     if container:
         path += "?" + urlencode({"container": container})
     return base.rstrip("/") + path
+
+
+def report_url(base: str, *, namespace: str, job: str) -> str:
+    """``{base}/reports/{namespace}/{job}``: the link a status, annotation or Event carries."""
+    return base.rstrip("/") + f"/reports/{quote(namespace, safe='')}/{quote(job, safe='')}"

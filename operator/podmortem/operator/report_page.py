@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
-from urllib.parse import quote
 
 from aiohttp import web
 
@@ -28,6 +27,7 @@ from podmortem.logs import auth, reading, store
 from podmortem.logs import http as log_http
 from podmortem.logs.events import GapMarker
 from podmortem.operator import jobs
+from podmortem.operator.log_links import report_url
 from podmortem.operator.reporting import Reporter
 from podmortem.reports import page
 from podmortem.reports import timeline as tl_mod
@@ -55,11 +55,6 @@ class ForeignReports(Protocol):
     """The reports this operator composed for watched jobs of other kinds (`Reporter`)."""
 
     def foreign_report(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-
-
-def report_url(base: str, *, namespace: str, job: str) -> str:
-    """``{base}/reports/{namespace}/{job}``: the link a status, annotation or Event carries."""
-    return base.rstrip("/") + f"/reports/{quote(namespace, safe='')}/{quote(job, safe='')}"
 
 
 class ReportFinder:
@@ -217,7 +212,7 @@ async def get_report(request: web.Request) -> web.StreamResponse:
             log_note=note,
             epochs=epochs,
             generated_at=datetime.now(UTC),
-            json_url=f"/reports/{quote(namespace, safe='')}/{quote(job, safe='')}?format=json",
+            json_url=report_url("", namespace=namespace, job=job) + "?format=json",
         )
     )
     headers["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"

@@ -212,6 +212,7 @@ class Reporter:
             log_tail=facts.last_lines(t.container) if facts is not None else (),
         )
         document = self._document(t, agent_evidence, record, errors, working_set, facts, prom_pending)
+        document["reportUrl"] = self.page_url(target)
         outcome = Outcome(
             termination=t,
             target=target,
@@ -331,6 +332,14 @@ class Reporter:
     def _where(self, target: Target) -> str:
         return "status.failureReport" if target.role == "trainingjob" else FAILURE_REPORT
 
+    def page_url(self, target: Target) -> str:
+        """The report page of ``target`` on the log server (``GET /reports/{namespace}/{job}``)."""
+        return log_links.report_url(self.log_url, namespace=target.namespace, job=target.name)
+
+    def _pointer(self, target: Target) -> str:
+        """Where an Event's reader finds the report: the field or annotation, and the page."""
+        return f"podmortem failure report in {self._where(target)}, page {self.page_url(target)}"
+
     def _headline(self, outcome: Outcome) -> tuple[str, str]:
         """The verdict and the one-line cause (a condition's and an Event's message)."""
         verdict = outcome.report.verdict or "unknown"
@@ -410,7 +419,7 @@ class Reporter:
             try:
                 await self.kube.post_event(
                     involved=target.involved(), type_="Warning", reason="JobRootCause",
-                    message=f"{event} (podmortem failure report in {FAILURE_REPORT})",
+                    message=f"{event} ({self._pointer(target)})",
                 )
             except _WRITE_ERRORS as exc:
                 logger.warning("posting the JobRootCause event of %s failed: %s", target.name, exc)
@@ -445,7 +454,7 @@ class Reporter:
         verdict, headline = self._headline(outcome)
         message = (
             f"{t.pod}/{t.container} {verdict}: {headline} "
-            f"(podmortem failure report in {self._where(outcome.target)})"
+            f"({self._pointer(outcome.target)})"
         )
         await self._post_event(outcome, reason=_reason(verdict), message=message)
 
@@ -483,6 +492,7 @@ class Reporter:
         """
         status = target.role == "trainingjob"
         document = stored_report.context(stored, status=status)
+        document["reportUrl"] = self.page_url(target)
         reported = stored_report.parse_time(document.get("reportedAt"))
         elapsed = max(0.0, (datetime.now(UTC) - reported).total_seconds()) if reported is not None else 0.0
         last_line_ns = stored_report.last_line_ns(document)
@@ -567,7 +577,7 @@ class Reporter:
             message=(
                 f"{t.pod}/{t.container}: the kernel's OOM record reached the node agent {waited:.1f} s after "
                 f"the report; verdict {verdict}, findings {codes} "
-                f"(podmortem failure report in {self._where(outcome.target)} updated)"
+                f"({self._pointer(outcome.target)}; updated)"
             ),
         )
 
@@ -671,6 +681,7 @@ def summary(report: FailureReport, context: Mapping[str, Any], *, max_bytes: int
         "workingSetPeakBytes": ws.get("peakBytes"),
         "lastLogLineAt": evidence.get("log", {}).get("lastLineAt"),
         "logUrl": evidence.get("log", {}).get("url"),
+        "reportUrl": context.get("reportUrl"),
         "errors": list(evidence.get("errors", [])),
     }
     if report.kill is not None:

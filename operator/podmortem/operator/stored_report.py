@@ -20,7 +20,7 @@ from podmortem.operator import kernel_record
 from podmortem.reports.failure import FailureReport
 
 #: Keys of a status report that are its context, not the `FailureReport` (see ``reports.fit``).
-CONTEXT_KEYS = ("pod", "reportedAt", "updatedAt", "evidence")
+CONTEXT_KEYS = ("pod", "reportedAt", "updatedAt", "evidence", "reportUrl")
 
 
 def record_state(stored: Mapping[str, Any]) -> str | None:
