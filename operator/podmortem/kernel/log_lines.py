@@ -82,6 +82,23 @@ def _clock(time_text: str) -> float | None:
     return value
 
 
+#: The last human-stamped prefix read (text, format, stamp, host): the lines of one record share it,
+#: so a line that starts with the same text skips the prefix regex.
+_last_prefix: tuple[str, LineFormat, str | None, str | None] = ("", "plain", None, None)
+
+
+def _keep_prefix(m: re.Match[str], fmt: LineFormat, host: str | None) -> None:
+    """Keep a matched prefix for the next line, if it ends where the pattern must end.
+
+    Only a prefix that ends in the optional space after ``]`` or ``kernel:`` is kept: then the
+    pattern, run on any line that starts with the same text, would match exactly that text.
+    """
+    global _last_prefix
+    text = m.group(0)
+    if text.endswith(" "):
+        _last_prefix = (text, fmt, m.group(1), host)
+
+
 def split(raw: str, prev: Line | None) -> Line | None:
     """Strip quoting and the prefix; None for lines that carry no message at all."""
     line = raw if len(raw) <= MAX_LINE else raw[:MAX_LINE]
@@ -128,13 +145,21 @@ def split(raw: str, prev: Line | None) -> Line | None:
                     return _finish(msg, "dmesg", None, mono, None, None, mono, soft_end)
                 return Line(msg, "dmesg", None, mono, None, None, mono, False, soft_end)
         else:
-            m = _DMESG_T.match(line)
-            if m is not None:
-                fmt, time_text, rest = "dmesg-T", m.group(1), line[m.end() :]
+            cached = _last_prefix
+            if cached[1] == "dmesg-T" and line.startswith(cached[0]):
+                fmt, time_text, rest = "dmesg-T", cached[2], line[len(cached[0]) :]
+            else:
+                m = _DMESG_T.match(line)
+                if m is not None:
+                    fmt, time_text, rest = "dmesg-T", m.group(1), line[m.end() :]
+                    _keep_prefix(m, "dmesg-T", None)
     elif first.isalpha():
-        m = _SYSLOG.match(line)
-        if m is not None:
+        cached = _last_prefix
+        if cached[1] == "syslog" and line.startswith(cached[0]):
+            fmt, time_text, host, rest = "syslog", cached[2], cached[3], line[len(cached[0]) :]
+        elif (m := _SYSLOG.match(line)) is not None:
             fmt, time_text, host, rest = "syslog", m.group(1), m.group(2), line[m.end() :]
+            _keep_prefix(m, "syslog", m.group(2))
         elif line.startswith("kernel: "):
             rest = line[8:]  # journalctl -o cat with the identifier kept, or a trimmed syslog line
     if (fmt == "dmesg" or fmt == "iso") and rest.find(" kernel:", 0, 264) > 0:
