@@ -72,3 +72,37 @@ def test_report_from_an_annotation_and_bad_input(capsys: pytest.CaptureFixture[s
     assert code == 2 and "holds no failure report" in err
     code, _, err = _run(capsys, "report", "--json", str(tmp_path / "missing.json"))
     assert code == 2 and "cannot read" in err
+
+
+def test_report_from_status_reads_the_job_through_the_api(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("cryptography")
+    from tests.cli import entrypoints as ep
+    from tests.cli.entrypoints import TJ_PATH
+
+    from podmortem_demo.emulated.tls import make_pki
+    from podmortem_demo.harness import harness
+
+    report = _diagnosed(capsys)
+    report["pod"] = {"namespace": "default", "name": "pg-train", "container": "trainer", "exitCode": 137}
+    pki = make_pki()
+    with harness(tmp_path / "cluster", pki=pki, tokens={"admin", "reader"}, admin_token="admin") as h:
+        template = {"spec": {"containers": [{"name": "trainer", "image": "x"}]}}
+        h.create(TJ_PATH, {"apiVersion": "podmortem.io/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": "pg", "namespace": "default"},
+                           "spec": {"template": template}})
+        h.patch(f"{TJ_PATH}/pg/status", {"status": {"failureReport": report}})
+        config = ep.write_kubeconfig(tmp_path / "k", server=h.url, token="reader", ca_pem=pki.ca_pem)
+        out_file = tmp_path / "page.html"
+        code, _, err = _run(
+            capsys, "report", "--from-status", "pg", "--kubeconfig", str(config), "-o", str(out_file)
+        )
+        assert code == 0, err
+        page = out_file.read_text()
+        assert "<title>default/pg: failure report</title>" in page and 'data-code="memcg-limit"' in page
+        code, _, err = _run(capsys, "report", "--from-status", "gone", "--kubeconfig", str(config))
+        assert code == 2 and "trainingjobs/gone not found" in err
+        bad = ep.write_kubeconfig(tmp_path / "bad", server=h.url, token="nobody", ca_pem=pki.ca_pem)
+        code, _, err = _run(capsys, "report", "--from-status", "pg", "--kubeconfig", str(bad))
+        assert code == 1 and "HTTP 401" in err

@@ -2,7 +2,8 @@
 
 For a ticket or a laptop: the JSON of ``kubectl get tj NAME -o json`` (its
 ``status.failureReport``), of the report alone, of the ``podmortem.io/failure-report``
-annotation, or of ``podmortem diagnose --json`` becomes one self-contained HTML file. The
+annotation, or of ``podmortem diagnose --json`` becomes one self-contained HTML file;
+``--from-status`` reads the object through the API with the kubeconfig the other commands use. The
 log lines and per-epoch peaks the operator adds from its log store are not in a stored
 report, and the page says so.
 """
@@ -15,9 +16,13 @@ import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from podmortem.kube.config import ClusterAccess
 
 EXIT_OK = 0
+EXIT_API = 1
 EXIT_INPUT = 2
 
 
@@ -33,18 +38,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "examples:\n"
             "  kubectl get tj pointgroup -o json > tj.json\n"
             "  podmortem report --json tj.json -o report.html\n"
+            "  podmortem report --from-status pointgroup -n ml -o report.html\n"
+            "  podmortem report --from-status /apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/ddp\n"
             "  kubectl get pytorchjob ddp -o jsonpath='{.metadata.annotations.podmortem\\.io/failure-report}'"
             " | podmortem report --json -\n\n"
-            "exit codes: 0 page written, 2 input unreadable or not a report"
+            "exit codes: 0 page written, 1 the API unusable (kubeconfig, connection, access), "
+            "2 input unreadable, not found or not a report"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--json", dest="json_file", metavar="FILE", help="the report's JSON ('-' for standard input)"
+    )
+    source.add_argument(
+        "--from-status",
+        metavar="JOB",
+        help="a TrainingJob's name, or the API path of another kind's object (/apis/...), read from the API",
+    )
+    parser.add_argument("-n", "--namespace", help="the TrainingJob's namespace (default: the kubeconfig's)")
     parser.add_argument(
-        "--json",
-        dest="json_file",
-        metavar="FILE",
-        required=True,
-        help="the report's JSON ('-' for standard input)",
+        "--kubeconfig",
+        help="kubeconfig file (default: $KUBECONFIG, then the pod's service account, then ~/.kube/config)",
     )
     parser.add_argument(
         "-o", "--output", metavar="OUT", help="write the page here (default: standard output)"
@@ -80,19 +95,76 @@ def find_report(doc: object) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
+class ApiUnusable(Exception):
+    """The kubeconfig, the connection or the access failed: exit 1."""
+
+
+def object_path(job: str, namespace: str) -> str:
+    """The API path of ``job``: a TrainingJob by name, or an object's path as given."""
+    if job.startswith("/"):
+        return job
+    from podmortem.operator import jobs
+
+    return jobs.trainingjob_path(namespace, job)
+
+
+async def fetch(access: ClusterAccess, path: str) -> object:
+    """The object at ``path`` (JSON), read with the kubeconfig's credentials; None when it does not exist."""
+    import aiohttp
+
+    from podmortem.kube import clients
+
+    plain = await clients.resolve_plugin(access)
+    try:
+        async with clients.aiohttp_session(plain) as session, session.get(
+            plain.server + path, timeout=aiohttp.ClientTimeout(total=30)
+        ) as response:
+            if response.status == 404:
+                return None
+            body = await response.text()
+            if response.status != 200:
+                raise ApiUnusable(f"GET {path}: HTTP {response.status}: {body.strip()[:300]}")
+            return json.loads(body)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise ApiUnusable(clients.describe_connection_error(exc, plain)) from exc
+
+
+def read_from_api(args: argparse.Namespace) -> object:
+    import asyncio
+
+    from podmortem.kube import config as kubeconfig
+
+    try:
+        access = kubeconfig.load(args.kubeconfig)
+    except kubeconfig.KubeconfigError as exc:
+        raise ApiUnusable(str(exc)) from exc
+    path = object_path(args.from_status, args.namespace or access.namespace or "default")
+    doc = asyncio.run(fetch(access, path))
+    if doc is None:
+        raise LookupError(f"{path} not found")
+    return doc
+
+
 def run(args: argparse.Namespace) -> int:
     from podmortem.reports import page
 
+    source = args.json_file or args.from_status
     try:
-        text = sys.stdin.read() if args.json_file == "-" else Path(args.json_file).read_text(encoding="utf-8")
-        doc = json.loads(text)
-    except (OSError, ValueError) as exc:
-        print(f"podmortem report: cannot read {args.json_file}: {exc}", file=sys.stderr)
+        if args.from_status:
+            doc = read_from_api(args)
+        else:
+            text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+            doc = json.loads(text)
+    except ApiUnusable as exc:
+        print(f"podmortem report: error: {exc}", file=sys.stderr)
+        return EXIT_API
+    except (OSError, ValueError, LookupError) as exc:
+        print(f"podmortem report: cannot read {source}: {exc}", file=sys.stderr)
         return EXIT_INPUT
     found = find_report(doc)
     if found is None:
         print(
-            f"podmortem report: {args.json_file} holds no failure report (expected a TrainingJob with "
+            f"podmortem report: {source} holds no failure report (expected a TrainingJob with "
             "status.failureReport, an object with the podmortem.io/failure-report annotation, a report, "
             "or podmortem diagnose --json)",
             file=sys.stderr,
