@@ -28,10 +28,9 @@ from podmortem import memory_line
 from podmortem.diagnosis import job_root_cause, termination
 from podmortem.kube import api as kube_mod
 from podmortem.kube import owners as kube_owners
-from podmortem.memory_line import early_warning
 from podmortem.memory_line import status as memory_status
 from podmortem.operator import annotations as opts
-from podmortem.operator import job_report, jobs, log_links, metrics, stored_report
+from podmortem.operator import job_pressure, job_report, jobs, log_links, metrics, stored_report
 from podmortem.operator.following import Following, PodLogFacts
 from podmortem.operator.jobs import Target
 from podmortem.operator.reporting import JobView, Reporter
@@ -54,8 +53,10 @@ class _Known:
     """What the operator keeps per followed target between events."""
 
     target: Target
-    peaks: list[early_warning.EpochPeak] = field(default_factory=list)
-    pressure: bool = False
+    #: The early warning per pod and container (ranks' memory lines interleave), and the job's from them.
+    pressure: job_pressure.JobPressure = field(default_factory=job_pressure.JobPressure)
+    #: Pod uid -> rank (None: unknown), for naming the rank in MemoryPressure.
+    ranks: dict[str, int | None] = field(default_factory=dict)
     #: Option problems already announced (so an Event is posted once, not at every event).
     announced: set[str] = field(default_factory=set)
     #: The last status fields written, to skip writes that change nothing.
@@ -279,10 +280,14 @@ class Podmortem:
         pod_uid = str(meta.get("uid", ""))
         if deleted:
             self._pods.pop(pod_uid, None)
+            known.pressure.forget(pod_uid)
+            known.ranks.pop(pod_uid, None)
             if self.following is not None:
                 self.following.forget(pod_uid)
         else:
             self._pods[pod_uid] = known
+            if pod_uid not in known.ranks:
+                known.ranks[pod_uid] = job_root_cause.rank_of(pod)
         target = known.target
         if (
             not deleted
@@ -484,25 +489,25 @@ class Podmortem:
         peak = memory_status.epoch_peak(line)
         if peak is None or line.pod is None:
             return
-        known.peaks.append(peak)
-        del known.peaks[: -early_warning.WINDOW * 2]
-        pressure = early_warning.assess(
-            known.peaks,
+        change = known.pressure.observe(
+            pod_uid=facts.pod_uid,
+            pod=facts.pod,
+            container=container,
+            rank=known.ranks.get(facts.pod_uid),
+            peak=peak,
             limit_bytes=line.pod.limit_bytes,
             within_epochs=target.options.early_warning_epochs,
             warning_ratio=target.options.memory_warning_ratio,
         )
-        if pressure is not None and not known.pressure:
-            known.pressure = True
+        if change is None:
+            return
+        if change.started is not None:
             metrics.MEMORY_PRESSURE.labels(namespace=target.namespace).inc()
-            message = f"{facts.pod}: {pressure.message()}"
-            reason = "PeakNearLimit" if pressure.over_ratio else "ProjectedToCrossLimit"
-            await self._pressure_condition(target, True, reason, message)
-            await self._event(target.involved(), "Warning", "MemoryPressure", message)
-        elif pressure is None and known.pressure:
-            known.pressure = False
-            message = f"epoch {line.epoch}: the peak is no longer projected to cross the limit"
-            await self._pressure_condition(target, False, "NoProjectedCrossing", message)
+        await self._pressure_condition(target, change.on, change.reason, change.message)
+        if change.started is not None:
+            await self._event(target.involved(), "Warning", "MemoryPressure", change.started)
+        elif not change.on and target.role != "trainingjob":  # no condition to show the end: an Event
+            await self._event(target.involved(), "Normal", "MemoryPressureEnded", change.message)
 
     async def _pressure_condition(self, target: Target, on: bool, reason: str, message: str) -> None:
         """The ``MemoryPressure`` condition, on TrainingJobs (other targets get Events only)."""
