@@ -28,6 +28,7 @@ OWN_CAUSES = frozenset(
         "ephemeral-storage-eviction",
         "node-pressure-eviction",
         "preempted",
+        "sidecar-oom",
         "cuda-oom",
         "shm-full",
         "segfault",
@@ -56,6 +57,8 @@ class PodFacts:
     log_url: str | None = None
     #: False for pods still running or succeeded.
     failed: bool = True
+    #: The pod has more than one container: its row names the one it is about.
+    several_containers: bool = False
 
 
 @dataclass(frozen=True)

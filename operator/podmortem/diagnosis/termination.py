@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from podmortem.diagnosis import exit_causes
+from podmortem.diagnosis import sibling_oom as sibling_oom_mod
 
 SIGKILL_EXIT = 137
 
@@ -45,6 +46,8 @@ class Termination:
     disruption: tuple[str, str] | None = None
     #: The container's /dev/shm size, for a shm-full finding.
     shm: exit_causes.ShmSize | None = None
+    #: Another container of the pod OOM-killed shortly before this one ended (a sidecar's kill).
+    sibling_oom: sibling_oom_mod.SiblingOom | None = None
 
     @property
     def key(self) -> str:
@@ -93,6 +96,9 @@ def find(pod: Mapping[str, Any]) -> list[Termination]:
                     started_at=parse_time(term.get("startedAt")),
                     finished_at=parse_time(term.get("finishedAt")),
                     shm=exit_causes.shm_size(pod, cs.get("name", "")),
+                    sibling_oom=sibling_oom_mod.find(
+                        pod, cs.get("name", ""), parse_time(term.get("finishedAt"))
+                    ) if reason != "OOMKilled" else None,
                     **base,
                 )
             )

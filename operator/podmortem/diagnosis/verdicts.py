@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from podmortem import diagnosis
-from podmortem.diagnosis import cause, exit_causes, training_log
+from podmortem.diagnosis import cause, exit_causes, sibling_oom, training_log
 from podmortem.diagnosis import termination as termination_mod
 from podmortem.diagnosis.termination import Termination
 from podmortem.reports import codes as verdict_codes
@@ -94,6 +94,10 @@ def diagnose_termination(
             findings.insert(0, from_status)
         elif evicted is not None:
             findings.insert(0, evicted)
+        elif t.sibling_oom is not None:  # a sidecar's OOM kill came first: that is the cause
+            findings[0:0] = [sibling_oom.finding(
+                container=t.container, exit_code=t.exit_code, finished_at=t.finished_at, sibling=t.sibling_oom
+            ), *from_log]
         elif t.reason == "OOMKilled":
             why = (
                 "the node agent gave no evidence"

@@ -48,7 +48,7 @@ def pod_facts(
     meta = pod.get("metadata") or {}
     ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     found = term_mod.find(pod)
-    first = found[0] if found else None
+    first = min(found, key=_first_end) if found else None
     containers = (pod.get("spec") or {}).get("containers") or [{}]
     container = first.container if first is not None else str(containers[0].get("name", ""))
     failed = first is not None
@@ -68,12 +68,20 @@ def pod_facts(
         last_lines=tuple(tails.get(container, ())) if failed else (),
         log_url=log_links.log_url(log_base, namespace=ns, pod=name, container=container),
         failed=failed,
+        several_containers=len(containers) + len((pod.get("spec") or {}).get("initContainers") or []) > 1,
     )
+
+
+def _first_end(t: term_mod.Termination) -> tuple[bool, datetime, bool]:
+    """The container that ended first (a sidecar OOM-killed before the trainer failed); OOMKilled on a tie."""
+    return (t.finished_at is None, t.finished_at or datetime.max.replace(tzinfo=UTC), t.reason != "OOMKilled")
 
 
 def _row(r: jrc.PodRow) -> dict[str, Any]:
     p = r.facts
     row: dict[str, Any] = {"pod": p.pod, "rank": p.rank, "role": r.role}
+    if p.several_containers:  # which of the pod's containers the row is about
+        row["container"] = p.container
     if p.failed:
         row.update(exitCode=p.exit_code, reason=p.reason, finishedAt=_iso(p.finished_at))
     if r.line and r.role != "root-cause":  # the root's line is in ``rootCause``

@@ -19,6 +19,8 @@ VERDICTS: tuple[str, ...] = (
     "ephemeral-storage-eviction",
     "node-pressure-eviction",
     "preempted",
+    # Another container of the pod (a sidecar) was OOM-killed before this one failed.
+    "sidecar-oom",
     "cuda-oom",
     "shm-full",
     "segfault",
