@@ -4,7 +4,8 @@
 # mmdebstrap (builds the bookworm base locally, so no registry is needed),
 # debian-archive-keyring (lets mmdebstrap verify the Debian archive on non-Debian hosts too) and
 # ca-certificates; chromium (headless, for the report page's browser test,
-# tests/podmortem_operator/test_report_page_e2e.py). Recommended packages are installed as well (netavark, aardvark-dns,
+# tests/podmortem_operator/test_report_page_e2e.py); prometheus (promtool checks and unit-tests the
+# chart's alerts and dashboard queries and lints /metrics, tests/chart/test_chart_monitoring.py). Recommended packages are installed as well (netavark, aardvark-dns,
 # catatonit, fuse-overlayfs, uidmap, ...), as on the machines this was tested on.
 #
 # Idempotent: does nothing when every package is already installed (--force runs apt anyway;
@@ -12,11 +13,11 @@
 # Needs root, or sudo. Debian bookworm (or a derivative with these packages).
 set -euo pipefail
 
-PACKAGES=(podman buildah mmdebstrap runc debian-archive-keyring ca-certificates chromium)
+PACKAGES=(podman buildah mmdebstrap runc debian-archive-keyring ca-certificates chromium prometheus)
 FORCE=0
 
 case "${1:-}" in
-    -h|--help) sed -n '2,11s/^# \{0,1\}//p' "$0"; echo "Packages: ${PACKAGES[*]}"; exit 0 ;;
+    -h|--help) sed -n '2,12s/^# \{0,1\}//p' "$0"; echo "Packages: ${PACKAGES[*]}"; exit 0 ;;
     --force) FORCE=1 ;;
     "") ;;
     *) echo "ci-install: unknown argument: $1 (see --help)" >&2; exit 2 ;;

@@ -16,6 +16,7 @@ KUBE_VERSIONS = ("1.29", kv_utils.latest_version())
 #: Kinds kubernetes-validate has no schema for (CRDs of other projects), and why that is fine.
 NO_UPSTREAM_SCHEMA = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "Prometheus Operator CRD, not in Kubernetes' schemas",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "Prometheus Operator CRD, not in Kubernetes' schemas",
     ("cert-manager.io/v1", "Certificate"): "cert-manager CRD, not in Kubernetes' schemas",
 }
 
