@@ -30,6 +30,7 @@ import shutil
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -480,6 +481,25 @@ class Demo:
                 cluster.stop()
         return choice, results
 
+    def _report_page(self, operator: OperatorThread, name: str, report: dict[str, Any]) -> None:
+        """Say where the operator serves the report's page; with ``--keep-dir``, save the page there."""
+        path = str(report.get("reportUrl") or f"/reports/{self.settings.namespace}/{name}")
+        url = operator.running[0].log_url + path if path.startswith("/") else path
+        keep = self.settings.keep_dir
+        if keep is None:
+            self.progress.say(f"report page: {url} (served while the demo runs; --keep-dir saves it)")
+            return
+        out = keep / "reports" / f"{name}.html"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                page = response.read()
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(page)
+        except OSError as exc:
+            self.progress.say(f"report page: {url} (not saved: {exc})")
+            return
+        self.progress.say(f"report page: {url}, saved to {out}")
+
     def _operator_settings(self, cluster: _Cluster, workdir: Path) -> OperatorSettings:
         return OperatorSettings(
             agent=AgentAccessSettings(
@@ -654,6 +674,8 @@ class Demo:
             events=copy.deepcopy(events),
             seconds=time.monotonic() - started,
         )
+        if report:
+            self._report_page(operator, name, report)
         say(f"kubectl describe trainingjob {name}", stamp=True)
         labels = recorded_labels(tj) if choice.mode == "recorded" else describe.Labels()
         say(describe.describe(tj, events=events, labels=labels), stamp=False)

@@ -79,10 +79,10 @@ def test_demo_with_the_real_kernel(capsys: pytest.CaptureFixture[str]) -> None:
     assert status["memory"]["podLimitBytes"] == 256 * 2**20
 
 
-def test_demo_with_a_recorded_kernel_record(capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_with_a_recorded_kernel_record(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Deterministic: without a cgroup the trainer waits at an allocation past the limit for the demo
     kubelet's kill (a sampler alone missed a brief peak on a busy machine: 240Mi measured, no kill)."""
-    rc, data, err = run_demo(capsys, "--kernel", "recorded")
+    rc, data, err = run_demo(capsys, "--kernel", "recorded", "--keep-dir", str(tmp_path))
     assert rc == 0, err
     report = check_story(data, mode="recorded")
     record = kernel.recorded_records()[0]
@@ -98,6 +98,12 @@ def test_demo_with_a_recorded_kernel_record(capsys: pytest.CaptureFixture[str]) 
     assert f"Message:  [{runner.RECORDED_LABEL}] The kernel killed python3 (pid {record.victim_pid})" in err
     assert " of unlimited" not in err and "Peak Of Limit:  " in err
     assert status_limit(data) == 256 * 2**20
+    # The report's page, as the operator served it, is printed and kept.
+    saved = tmp_path / "reports" / "pointgroup-fresh-fork.html"
+    assert "report page: http://127.0.0.1:" in err
+    assert f"/reports/default/pointgroup-fresh-fork, saved to {saved}" in err
+    page = saved.read_text()
+    assert 'data-code="memcg-limit"' in page and "<svg" in page and "pointgroup-fresh-fork" in page
 
 
 def status_limit(data: dict[str, Any]) -> int:
