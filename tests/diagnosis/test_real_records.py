@@ -168,3 +168,23 @@ def test_the_oom_group_line_names_the_pod_when_the_oom_kill_line_is_cut(
     assert matching.match_record(record, pod_paths={"other": other, uid: pod_path}) == uid
     # A pod killed before the agent found its cgroup: the kubelet-made path names its uid.
     assert matching.match_record(record, pod_paths={"other": other}, watched_uids={uid}) == uid
+
+
+def test_a_shmem_dominant_cgroup_says_the_kill_frees_little() -> None:
+    # Recorded on a real kernel (no public record of this class was found): 88 MiB of tmpfs in a 96 MiB
+    # cgroup, the victim maps none of it.
+    _, [report] = _reports("64-podmortem-v1-shmem-dominant-6.18")
+    text = _finding(report, "kill-frees-little")
+    assert "Killing dd (pid 29556) frees at most 9.3 MiB, while 88.0 MiB of the cgroup's 96.0 MiB" in text
+    assert "killing processes does not free it" in text
+    assert "shmem-dominant" in {f.code for f in report.findings}
+
+
+def test_a_qos_class_limit_is_not_called_the_pods_own() -> None:
+    # Recorded on a real kernel: the limit set on /kubepods/burstable only, as --qos-reserved does.
+    _, [report] = _reports("65-podmortem-v1-qos-burstable-limit-6.18")
+    text = _finding(report, "memcg-limit")
+    assert "the Burstable QoS cgroup /kubepods/burstable (limit 96.0 MiB) filled" in text
+    assert "no pod hit a limit of its own" in text and "Raising this pod's limit does not help" in text
+    assert "reached its own limit" not in text
+    assert "a QoS class cgroup shared by many pods (not this pod's limit)" in cli.render([report])
