@@ -5,10 +5,17 @@ exit 1 or 143 a minute later; the kills reach the operator in shuffled order. Th
 ``podmortem.io/failure-report`` annotation must name rank 2 as the root cause every time, and
 once it has, no later failure may take its place. The same story runs as an indexed batch Job and
 as a JobSet (pod -> child Job -> annotated JobSet; ranks from the ``jobset.sigs.k8s.io/job-index`` label).
+
+A job whose pods vanish: a job controller's cleanup (the training operator's ``cleanPodPolicy``,
+``kubectl delete``) removes the pods right after they fail, often before the operator has handled
+the failure (its watch then sees only the DELETED event, with the final status). The report must
+still name rank 2 from the facts kept of each pod (status, log tail), each row saying the pod is gone.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import json
 import random
 from collections.abc import Callable, Iterator
@@ -228,3 +235,117 @@ def test_rank_2_oom_is_the_root_cause_whatever_the_event_order(cluster: Harness,
     assert len(json.dumps(report, separators=(",", ":")).encode()) <= 4096
     events = [e for e in h.events_for(job) if e["reason"] == "JobRootCause"]
     assert events and oom_pod in events[-1]["message"] and "(rank 2) failed first" in events[-1]["message"]
+
+
+def _delete(h: Harness, name: str) -> None:
+    h.delete(f"/api/v1/namespaces/default/pods/{name}")
+
+
+def _prepare(h: Harness, job: str) -> dict[str, str]:
+    uids = start_job(h, job)
+    oom_pod = pod_name(job, "worker", 1)
+    record = oom_parser.parse_text(RECORD.read_text())[0]
+    evidence = harness_mod.evidence_for(uids[oom_pod], record)
+    h.sync(lambda: h.agent.evidence.__setitem__(uids[oom_pod], evidence))
+    write_last_words(h, job, uids)
+    return uids
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_each_pod_deleted_right_after_it_fails(cluster: Harness, seed: int) -> None:
+    """Kill then delete at once, in shuffled order: the operator may see only the DELETED events."""
+    h, job = cluster, f"gone-{seed}"
+    _prepare(h, job)
+    order = list(RANKS)
+    random.Random(seed).shuffle(order)
+    for kind, index, _rank, _fixture, code, reason, finished in order:
+        name = pod_name(job, kind, index)
+        kill(h, name=name, exit_code=code, reason=reason, finished_at=finished)
+        _delete(h, name)
+
+    def complete() -> dict[str, Any] | None:
+        r = job_report(h, job)
+        rows = (r or {}).get("job", {}).get("rows") or []
+        return r if failed_rows(r) == 4 and all(row.get("deleted") for row in rows) else None
+
+    report = h.wait(complete, what="the job report with 4 failed rows, all marked deleted")
+    oom_pod = pod_name(job, "worker", 1)
+    section = report["job"]
+    root = section["rootCause"]
+    assert (root["pod"], root["rank"], section["guessed"]) == (oom_pod, 2, False), report
+    assert root["verdict"] == "memcg-limit" and root.get("deleted") is True
+    assert report["pod"]["name"] == oom_pod and report["verdict"] == "memcg-limit"
+    rows = {row["rank"]: row for row in section["rows"]}
+    assert [rows[r]["role"] for r in range(4)] == ["consequence", "consequence", "root-cause", "consequence"]
+    # the consequences' lines come from the log tails kept after the pods were deleted
+    assert "Watchdog caught collective operation timeout" in rows[0]["line"]
+    assert "closing signal SIGTERM" in rows[3]["line"] and rows[3]["exitCode"] == 143
+    assert "deleted" in section.get("note", ""), section
+
+
+def test_running_ranks_deleted_after_the_oom_kill(cluster: Harness) -> None:
+    """``cleanPodPolicy: All``: rank 2 is OOM-killed, then every pod is deleted, the others still running."""
+    h, job = cluster, "cleanup"
+    _prepare(h, job)
+    oom_pod = pod_name(job, "worker", 1)
+    kill(h, name=oom_pod, exit_code=137, reason="OOMKilled", finished_at="2024-05-01T10:05:00Z")
+    for kind, index, *_ in RANKS:
+        _delete(h, pod_name(job, kind, index))
+
+    def complete() -> dict[str, Any] | None:
+        r = job_report(h, job)
+        rows = (r or {}).get("job", {}).get("rows") or []
+        return r if len(rows) == 4 and all(row.get("deleted") for row in rows) else None
+
+    report = h.wait(complete, what="the job report with 4 rows, all marked deleted")
+    section = report["job"]
+    root = section["rootCause"]
+    assert (root["pod"], root["rank"], section["guessed"]) == (oom_pod, 2, False), section
+    assert section["roles"] == {"not-failed": 3, "root-cause": 1}, section
+    assert report["pod"]["name"] == oom_pod and report["verdict"] == "memcg-limit"
+
+
+def deleted_only(h: Harness, name: str, code: int, reason: str, finished: str) -> None:
+    """The container ends and the pod is deleted, and the operator's watch sees only the DELETED event
+    (the terminated status in it), as when the pod goes before its MODIFIED event is handled."""
+    container = h.sync(lambda: h.api.pods["default", name]).containers["trainer"]
+    h.sync(lambda: container.terminate(code))
+    body = copy.deepcopy(next(p for p in h.objects("v1/pods") if p["metadata"]["name"] == name))
+    status = body["status"]["containerStatuses"][0]
+    status["state"] = {"terminated": {
+        "exitCode": code, "reason": reason, "containerID": status["containerID"],
+        "startedAt": "2024-05-01T10:00:00Z", "finishedAt": finished,
+    }}
+    body["status"]["phase"] = "Failed"
+    body["metadata"]["deletionTimestamp"] = finished
+    assert h.operator is not None
+    service = h.running[0].service
+    asyncio.run_coroutine_threadsafe(service.on_pod(body, deleted=True), h.operator.loop).result(20)
+    _delete(h, name)  # the API's own DELETED event then shows the pod still running: the failure seen stays
+
+
+def test_only_the_deleted_events_are_seen(cluster: Harness) -> None:
+    h, job = cluster, "unseen"
+    _prepare(h, job)
+    order = list(RANKS)
+    random.Random(1).shuffle(order)
+    for kind, index, _rank, _fixture, code, reason, finished in order:
+        deleted_only(h, pod_name(job, kind, index), code, reason, finished)
+
+    def complete() -> dict[str, Any] | None:
+        r = job_report(h, job)
+        rows = (r or {}).get("job", {}).get("rows") or []
+        return r if failed_rows(r) == 4 and all(row.get("deleted") for row in rows) else None
+
+    try:
+        report = h.wait(complete, what="the job report with 4 failed rows, all marked deleted")
+    except TimeoutError:
+        raise AssertionError(json.dumps(job_report(h, job), indent=1)) from None
+    section, oom_pod = report["job"], pod_name(job, "worker", 1)
+    root = section["rootCause"]
+    assert (root["pod"], root["rank"], section["guessed"]) == (oom_pod, 2, False), section
+    assert report["verdict"] == "memcg-limit"
+    rows = {row["rank"]: row for row in section["rows"]}
+    assert [rows[r]["role"] for r in range(4)] == ["consequence", "consequence", "root-cause", "consequence"]
+    assert "Watchdog caught collective operation timeout" in rows[0]["line"]
+    assert "closing signal SIGTERM" in rows[3]["line"]

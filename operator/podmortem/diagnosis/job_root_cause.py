@@ -59,6 +59,8 @@ class PodFacts:
     failed: bool = True
     #: The pod has more than one container: its row names the one it is about.
     several_containers: bool = False
+    #: The pod was deleted (a job controller's cleanup); its facts are the last ones seen.
+    deleted: bool = False
 
 
 @dataclass(frozen=True)

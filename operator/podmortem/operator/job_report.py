@@ -38,6 +38,7 @@ def pod_facts(
     verdict: str | None,
     summary: str | None,
     log_base: str,
+    deleted: bool = False,
 ) -> jrc.PodFacts:
     """One pod's facts from its object, its containers' log tails and its own report's verdict and headline.
 
@@ -69,6 +70,7 @@ def pod_facts(
         log_url=log_links.log_url(log_base, namespace=ns, pod=name, container=container),
         failed=failed,
         several_containers=len(containers) + len((pod.get("spec") or {}).get("initContainers") or []) > 1,
+        deleted=deleted,
     )
 
 
@@ -87,6 +89,8 @@ def _row(r: jrc.PodRow) -> dict[str, Any]:
     if r.line and r.role != "root-cause":  # the root's line is in ``rootCause``
         row["line"] = r.line[:LINE_CHARS]
     row["logUrl"] = p.log_url
+    if p.deleted:  # the pod is gone: the row is what was seen of it before; its log stays in the store
+        row["deleted"] = True
     return row
 
 
@@ -115,6 +119,11 @@ def section(result: jrc.JobRootCause, *, max_bytes: int) -> dict[str, Any]:
                 "no failed pod shows a cause of its own yet (each names a peer's failure): "
                 "the earliest failure is named, a guess"
             )
+    gone = sum(1 for r in result.rows if r.facts.deleted)
+    if gone:
+        doc["note"] = (str(doc["note"]) + "; " if "note" in doc else "") + (
+            f"{gone} of {len(result.rows)} pods deleted since: their rows are what was seen before"
+        )
     rows = [_row(r) for r in result.rows]
     doc["rows"] = rows
     if _size(doc) <= max_bytes:

@@ -16,6 +16,7 @@ across modules.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -282,8 +283,6 @@ class Podmortem:
             self._pods.pop(pod_uid, None)
             known.pressure.forget(pod_uid)
             known.ranks.pop(pod_uid, None)
-            if self.following is not None:
-                self.following.forget(pod_uid)
         else:
             self._pods[pod_uid] = known
             if pod_uid not in known.ranks:
@@ -317,14 +316,18 @@ class Podmortem:
 
         if target.role == "trainingjob":
             await self._trainingjob_pod_status(known, pod)
-        elif target.role == "foreign" and not deleted:
-            await self._job_root_cause(known, pod)
+        elif target.role == "foreign":
+            await self._job_root_cause(known, pod, deleted=deleted)
+        if deleted and self.following is not None:
+            # Only now: the report and the job's row above read this pod's log tail.
+            self.following.forget(pod_uid)
 
-    async def _job_root_cause(self, known: _Known, pod: Mapping[str, Any]) -> None:
+    async def _job_root_cause(self, known: _Known, pod: Mapping[str, Any], *, deleted: bool = False) -> None:
         """Update a foreign job's pod facts; with two pods or more and a failure, write the job section.
 
         Recomputed only when a pod's facts change (a running pod's do not), so a thousand pods'
-        events do not each cost a root-cause pass.
+        events do not each cost a root-cause pass. A deleted pod keeps its row, marked deleted:
+        a job controller's cleanup must not take the root cause out of the report.
         """
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         outcome = self.reporter.by_pod.get(uid)
@@ -337,8 +340,12 @@ class Podmortem:
             verdict=verdict if outcome is not None and outcome.report.verdict else None,
             summary=line,
             log_base=self.reporter.log_url,
+            deleted=deleted,
         )
-        if known.job_pods.get(uid) == facts:
+        before = known.job_pods.get(uid)
+        if deleted and before is not None and before.failed and not facts.failed:
+            facts = dataclasses.replace(before, deleted=True)  # the failure seen before outlives the pod
+        if before == facts:
             return
         known.job_pods[uid] = facts
         known.job_dirty = True
