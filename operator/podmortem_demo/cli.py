@@ -82,7 +82,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="instead: a 4-rank PyTorchJob whose rank 2 is OOM-killed and whose other ranks fail after "
         "it (NCCL watchdog, remote error, torchrun SIGTERM); prints the job report naming the root "
-        "cause. Uses --kernel, --limit (each rank's), --timeout, --keep-dir, --json, -q, -v",
+        "cause. Uses --kernel, --limit (each rank's), --timeout, --keep-dir, --json, -q, -v, --kind",
+    )
+    p.add_argument(
+        "--kind",
+        choices=("pytorchjob", "jobset"),
+        default="pytorchjob",
+        help="with --distributed: what owns the 4 ranks' pods, a Kubeflow PyTorchJob (default) or a "
+        "JobSet (jobset.x-k8s.io/v1alpha2; one child Job per rank, ranks from the JobSet's labels)",
     )
     p.add_argument(
         "--json",
@@ -160,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
         return _usage("--epochs must be at least 1")
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         return _usage(f"--timeout must be a number of seconds more than 0, not {args.timeout:g}")
+    if args.kind != "pytorchjob" and not args.distributed:
+        return _usage("--kind needs --distributed")
     if args.keep_dir is not None:
         problem = keep_dir_problem(args.keep_dir)
         if problem is not None:
@@ -210,11 +219,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_distributed(args: argparse.Namespace, limit: int) -> int:
-    """``--distributed``: the job report on stdout (or the PyTorchJob as JSON), progress on stderr."""
+    """``--distributed``: the job report on stdout (or the PyTorchJob/JobSet as JSON), progress on stderr."""
     from podmortem_demo import distributed, kernel, runner
 
     settings = distributed.DistributedSettings(
-        limit_bytes=limit, kernel=args.kernel, keep_dir=args.keep_dir, timeout_s=args.timeout
+        limit_bytes=limit, kernel=args.kernel, keep_dir=args.keep_dir, timeout_s=args.timeout, kind=args.kind
     )
     progress = None if args.quiet else sys.stderr
     try:

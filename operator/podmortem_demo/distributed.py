@@ -1,10 +1,16 @@
-"""``podmortem demo --distributed``: a 4-rank PyTorchJob where one rank is OOM-killed and the rest follow.
+"""``podmortem demo --distributed``: 4 ranks (PyTorchJob or JobSet), one OOM-killed, the rest follow.
 
 The same machinery as the single-pod demo (`podmortem_demo.runner`): the emulated API, the real
 operator following a ``kubeflow.org/v1`` PyTorchJob as a foreign job, the real node agent, the
 demo kubelet running each pod as a real process in its own memory cgroup. There is no training
 operator here, so the demo creates the PyTorchJob's pods as it would: ``<job>-master-0`` and
 ``<job>-worker-<i>``, its replica labels, ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``.
+With ``--kind jobset`` the same story runs as a ``jobset.x-k8s.io/v1alpha2`` JobSet, made as the
+JobSet controller makes it: one child Job per rank (``<jobset>-workers-<i>``, owned by the JobSet),
+one pod each (``<jobset>-workers-<i>-0-<suffix>``, owned by its Job) with the ``jobset.sigs.k8s.io``
+labels; the pod's ``RANK`` is a downward-API fieldRef to its ``job-index`` label, as JobSet users
+write it, so the operator finds the ranks through the JobSet's labels. The operator follows
+``batch/v1`` Jobs and JobSets as foreign kinds (pod -> child Job -> annotated JobSet).
 
 Each pod runs `podmortem_demo.rank`: the ranks do collectives over TCP; the OOM rank keeps memory
 until the kernel kills it at its limit; the others fail *because* it is gone (rank 0's watchdog,
@@ -19,12 +25,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from podmortem.kube.owners import ForeignKind
 from podmortem.operator import kernel_record
@@ -35,6 +42,16 @@ from podmortem_demo.threads import OperatorThread, StartFailed
 
 MIB = 1024**2
 PTJ_RESOURCE = "kubeflow.org/v1/pytorchjobs"
+JOBSET_RESOURCE = "jobset.x-k8s.io/v1alpha2/jobsets"
+JobKind = Literal["pytorchjob", "jobset"]
+#: The kind's apiVersion, Kind, its resource (group/version/plural) and the foreign kinds the operator needs.
+KINDS: dict[str, tuple[str, str, str, tuple[ForeignKind, ...]]] = {
+    "pytorchjob": ("kubeflow.org/v1", "PyTorchJob", PTJ_RESOURCE,
+                   (ForeignKind("kubeflow.org", "pytorchjobs", "v1"),)),
+    "jobset": ("jobset.x-k8s.io/v1alpha2", "JobSet", JOBSET_RESOURCE,
+               (ForeignKind("batch", "jobs", "v1"), ForeignKind("jobset.x-k8s.io", "jobsets", "v1alpha2"))),
+}
+REPLICATED_JOB = "workers"  # the JobSet's one replicatedJob: a Job per rank, one pod each
 REPORT_ANNOTATION = "podmortem.io/failure-report"
 CONTAINER = "pytorch"  # the container name the training operator requires in a PyTorchJob
 #: The lines of a rank that progress shows: the failure texts and the OOM rank's growth.
@@ -59,6 +76,8 @@ class DistributedSettings:
     grow_mib: int = 32
     #: Rank 0's wait for a dead peer's share before its watchdog takes it down (NCCL's is minutes).
     watchdog_s: float = 1.5
+    #: What owns the pods: a Kubeflow PyTorchJob, or a JobSet through one child Job per rank.
+    kind: JobKind = "pytorchjob"
 
 
 @dataclass
@@ -73,7 +92,7 @@ class RankResult:
 
 @dataclass
 class DistributedResult:
-    """The PyTorchJob as stored at the end (its annotation holds the report) and each rank's exit."""
+    """The PyTorchJob or JobSet as stored at the end (its annotation holds the report); each rank's exit."""
 
     job: dict[str, Any]
     ranks: list[RankResult]
@@ -81,6 +100,7 @@ class DistributedResult:
     oom_rank: int
     events: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    kind: JobKind = "pytorchjob"
 
     @property
     def report(self) -> dict[str, Any] | None:
@@ -88,7 +108,8 @@ class DistributedResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "pytorchJob": self.job,
+            "kind": KINDS[self.kind][1],
+            ("pytorchJob" if self.kind == "pytorchjob" else "jobSet"): self.job,
             "report": self.report,
             "ranks": [dataclasses.asdict(r) for r in self.ranks],
             "kernel": self.kernel,
@@ -101,9 +122,56 @@ def report_of(job: dict[str, Any] | None) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
-def pod_name(job: str, rank: int) -> str:
-    """The training operator's names: rank 0 is the master, rank i the worker i-1."""
+def pod_name(job: str, rank: int, kind: JobKind = "pytorchjob") -> str:
+    """The training operator's names: rank 0 is the master, rank i the worker i-1. A JobSet's pod is
+    its child Job's (``<jobset>-workers-<i>``) completion index 0 with a random suffix (fixed here)."""
+    if kind == "jobset":
+        suffix = hashlib.sha256(f"{job}/{rank}".encode()).hexdigest()[:5]
+        return f"{child_job_name(job, rank)}-0-{suffix}"
     return f"{job}-master-0" if rank == 0 else f"{job}-worker-{rank - 1}"
+
+
+def child_job_name(jobset: str, rank: int) -> str:
+    return f"{jobset}-{REPLICATED_JOB}-{rank}"
+
+
+def jobset(s: DistributedSettings) -> dict[str, Any]:
+    """The JobSet: one replicatedJob of ``world_size`` single-pod Jobs."""
+    limit = quantity.format_mib(s.limit_bytes)
+    return {
+        "apiVersion": KINDS["jobset"][0],
+        "kind": "JobSet",
+        "metadata": {"name": s.job, "namespace": s.namespace, "annotations": {"podmortem.io/watch": "true"}},
+        "spec": {"replicatedJobs": [{"name": REPLICATED_JOB, "replicas": s.world_size, "template": {"spec": {
+            "parallelism": 1, "completions": 1, "backoffLimit": 0,
+            "template": {"spec": {"containers": [
+                {"name": CONTAINER, "resources": {"limits": {"memory": limit}}}
+            ]}},
+        }}}]},
+    }
+
+
+def child_job(s: DistributedSettings, owner: dict[str, Any], rank: int) -> dict[str, Any]:
+    """The JobSet controller's child Job for one rank (not annotated: the JobSet is)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": child_job_name(s.job, rank), "namespace": s.namespace, "labels": _jobset_labels(s, rank),
+            "ownerReferences": [{"apiVersion": KINDS["jobset"][0], "kind": "JobSet", "name": s.job,
+                                 "uid": owner["metadata"]["uid"], "controller": True}],
+        },
+        "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0},
+    }
+
+
+def _jobset_labels(s: DistributedSettings, rank: int) -> dict[str, str]:
+    return {
+        "jobset.sigs.k8s.io/jobset-name": s.job,
+        "jobset.sigs.k8s.io/replicatedjob-name": REPLICATED_JOB,
+        "jobset.sigs.k8s.io/replicatedjob-replicas": str(s.world_size),
+        "jobset.sigs.k8s.io/job-index": str(rank),
+    }
 
 
 def pytorch_job(s: DistributedSettings) -> dict[str, Any]:
@@ -124,25 +192,39 @@ def pytorch_job(s: DistributedSettings) -> dict[str, Any]:
 
 
 def rank_pod(s: DistributedSettings, owner: dict[str, Any], rank: int, port: int) -> dict[str, Any]:
-    """A replica's pod as the training operator makes it: labels, owner, the process group's env."""
+    """A replica's pod as the training operator (or the JobSet's child Job) makes it: labels, owner, env.
+
+    ``owner`` is the PyTorchJob, or the rank's child Job of the JobSet.
+    """
     kind, index = ("master", 0) if rank == 0 else ("worker", rank - 1)
     limit = quantity.format_mib(s.limit_bytes)
-    env = {"RANK": rank, "WORLD_SIZE": s.world_size, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    literal = {"WORLD_SIZE": s.world_size, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    env: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in literal.items()]
+    if s.kind == "jobset":
+        labels = {**_jobset_labels(s, rank), "batch.kubernetes.io/job-completion-index": "0",
+                  "batch.kubernetes.io/job-name": child_job_name(s.job, rank)}
+        ref = {"apiVersion": "batch/v1", "kind": "Job", "name": owner["metadata"]["name"],
+               "uid": owner["metadata"]["uid"], "controller": True}
+        # As JobSet users write it: the rank from the job-index label through the downward API.
+        env.insert(0, {"name": "RANK", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.labels['jobset.sigs.k8s.io/job-index']"}}})
+    else:
+        labels = {
+            "training.kubeflow.org/job-name": s.job,
+            "training.kubeflow.org/replica-type": kind,
+            "training.kubeflow.org/replica-index": str(index),
+        }
+        ref = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": s.job,
+               "uid": owner["metadata"]["uid"], "controller": True}
+        env.insert(0, {"name": "RANK", "value": str(rank)})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(s.job, rank),
+            "name": pod_name(s.job, rank, s.kind),
             "namespace": s.namespace,
-            "labels": {
-                "training.kubeflow.org/job-name": s.job,
-                "training.kubeflow.org/replica-type": kind,
-                "training.kubeflow.org/replica-index": str(index),
-            },
-            "ownerReferences": [{
-                "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": s.job,
-                "uid": owner["metadata"]["uid"], "controller": True,
-            }],
+            "labels": labels,
+            "ownerReferences": [ref],
         },
         "spec": {
             "restartPolicy": "Never",
@@ -152,7 +234,7 @@ def rank_pod(s: DistributedSettings, owner: dict[str, Any], rank: int, port: int
                 "command": ["python", "-m", "podmortem_demo.rank"],
                 "args": ["--grow-rank", str(s.oom_rank), "--grow-mib", str(s.grow_mib),
                          "--watchdog-s", str(s.watchdog_s)],
-                "env": [{"name": k, "value": str(v)} for k, v in env.items()],
+                "env": env,
                 "resources": {"requests": {"memory": limit}, "limits": {"memory": limit}},
             }],
         },
@@ -204,7 +286,7 @@ class DistributedDemo:
         demo = runner.DemoSettings(kernel=s.kernel, cut_after_lines=(), run_timeout_s=s.timeout_s)
         with runner._workdir(s.keep_dir) as workdir:
             cluster = _RankCluster(choice=choice, workdir=workdir, demo=demo, progress=self.progress)
-            cluster.oom_pod = pod_name(s.job, s.oom_rank)
+            cluster.oom_pod = pod_name(s.job, s.oom_rank, s.kind)
             try:
                 cluster.start()
             except StartFailed as exc:
@@ -213,7 +295,7 @@ class DistributedDemo:
             try:
                 settings = dataclasses.replace(
                     runner.Demo()._operator_settings(cluster, workdir),
-                    foreign_kinds=(ForeignKind("kubeflow.org", "pytorchjobs", "v1"),),
+                    foreign_kinds=KINDS[s.kind][3],
                 )
                 operator = OperatorThread(
                     url=cluster.url, settings=settings, follow=runner.DEMO_FOLLOW, name="demo-operator"
@@ -233,19 +315,28 @@ class DistributedDemo:
         self.progress.restart()
         started = time.monotonic()
         deadline = started + s.timeout_s
+        _, kind_name, resource, _ = KINDS[s.kind]
+        group_version, plural = resource.rsplit("/", 1)
         say(
-            f"PyTorchJob {s.namespace}/{s.job} and its {s.world_size} pods (ranks 0-{s.world_size - 1}, "
+            f"{kind_name} {s.namespace}/{s.job} and its {s.world_size} pods (ranks 0-{s.world_size - 1}, "
             f"each {quantity.format_mib(s.limit_bytes)} memory limit); rank {s.oom_rank} keeps "
             f"{s.grow_mib} MiB per step until its limit; the others do all-reduces with it over TCP "
             f"(failure texts: real ones, from {TEXTS_SOURCE})"
         )
-        owner = cluster.create(f"/apis/kubeflow.org/v1/namespaces/{s.namespace}/pytorchjobs", pytorch_job(s))
+        owner = cluster.create(
+            f"/apis/{group_version}/namespaces/{s.namespace}/{plural}",
+            jobset(s) if s.kind == "jobset" else pytorch_job(s),
+        )
         port = _free_port()
         for rank in range(s.world_size):
-            cluster.create(f"/api/v1/namespaces/{s.namespace}/pods", rank_pod(s, owner, rank, port))
+            pod_owner = owner
+            if s.kind == "jobset":  # the JobSet controller's child Job owns the rank's pod
+                pod_owner = cluster.create(f"/apis/batch/v1/namespaces/{s.namespace}/jobs",
+                                           child_job(s, owner, rank))
+            cluster.create(f"/api/v1/namespaces/{s.namespace}/pods", rank_pod(s, pod_owner, rank, port))
         runs: list[PodRun] = []
         for rank in range(s.world_size):
-            name = pod_name(s.job, rank)
+            name = pod_name(s.job, rank, s.kind)
             runs.append(cluster.call(cluster.kubelet.wait_for(s.namespace, name, within_s=s.timeout_s),
                                      timeout=s.timeout_s + 5))
         pending = {run.uid: (rank, run) for rank, run in enumerate(runs)}
@@ -268,15 +359,15 @@ class DistributedDemo:
         ]
 
         def stored() -> dict[str, Any] | None:
-            found = cluster.sync(lambda: cluster.api.stored(PTJ_RESOURCE, s.namespace, s.job))
+            found = cluster.sync(lambda: cluster.api.stored(resource, s.namespace, s.job))
             return found[0] if found else None
 
         seen = time.monotonic()
         job = runner._wait(
             lambda: _settled(stored(), s.world_size), until=deadline,
-            what=f"PyTorchJob {s.job}'s report with a row per rank and its kernel record",
+            what=f"{kind_name} {s.job}'s report with a row per rank and its kernel record",
         )
-        say(f"job report in the PyTorchJob's {REPORT_ANNOTATION} annotation {time.monotonic() - seen:.1f} s "
+        say(f"job report in the {kind_name}'s {REPORT_ANNOTATION} annotation {time.monotonic() - seen:.1f} s "
             "after the last rank ended")
         oom_run = runs[s.oom_rank]
         evidence = cluster.call(cluster.agent.kernel_records_for(oom_run.uid, within_s=0.0))
@@ -290,7 +381,7 @@ class DistributedDemo:
         )
         return DistributedResult(
             job=copy.deepcopy(job), ranks=ranks, kernel=choice.mode, oom_rank=s.oom_rank,
-            events=copy.deepcopy(events), seconds=time.monotonic() - started,
+            events=copy.deepcopy(events), seconds=time.monotonic() - started, kind=s.kind,
         )
 
 
@@ -320,18 +411,20 @@ def table(result: DistributedResult) -> str:
     root = section.get("rootCause") or {}
     findings = ", ".join(str(f.get("code")) for f in report.get("findings") or [])
     label = f" [{runner.RECORDED_LABEL}]" if result.kernel == "recorded" else ""
+    width = max([22, *(len(str(row.get("pod"))) for row in section.get("rows") or [])])
+    meta = result.job["metadata"]
     lines = [
-        f"job {result.job['metadata']['namespace']}/{result.job['metadata']['name']} (PyTorchJob, "
+        f"job {meta['namespace']}/{meta['name']} ({KINDS[result.kind][1]}, "
         f"{section.get('pods', '?')} pods): root cause rank {root.get('rank')}, pod {root.get('pod')}, "
         f"exit {root.get('exitCode')} {root.get('reason')}, verdict {root.get('verdict')} ({findings})"
         f"{label}; "
         f"kernel {result.kernel}; {result.seconds:.1f} s",
-        f"  {'rank':<4}  {'pod':<22} {'exit':<4}  {'reason':<10} {'role':<12} line",
+        f"  {'rank':<4}  {'pod':<{width}} {'exit':<4}  {'reason':<10} {'role':<12} line",
     ]
     for row in section.get("rows") or []:
         line = str(row.get("line") or (root.get("line") if row.get("role") == "root-cause" else "") or "")
         lines.append(
-            f"  {row.get('rank')!s:<4}  {row.get('pod')!s:<22} {row.get('exitCode')!s:<4}  "
+            f"  {row.get('rank')!s:<4}  {row.get('pod')!s:<{width}} {row.get('exitCode')!s:<4}  "
             f"{row.get('reason')!s:<10} {row.get('role')!s:<12} {line[:110]}"
         )
     if section.get("note"):

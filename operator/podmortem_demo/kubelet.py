@@ -33,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -148,11 +149,23 @@ def resolve_argv(container: Mapping[str, Any]) -> list[str]:
     return argv
 
 
-def container_env(container: Mapping[str, Any], base: Mapping[str, str]) -> dict[str, str]:
+_FIELD_REF = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
+
+
+def container_env(
+    container: Mapping[str, Any], base: Mapping[str, str], meta: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """Literal values, and the downward API's label/annotation fieldRefs (a JobSet pod's index)."""
     env = dict(base)
     for item in container.get("env") or []:
         if "value" in item:
             env[str(item["name"])] = str(item["value"])
+            continue
+        ref = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+        m = _FIELD_REF.fullmatch(str(ref))
+        value = ((meta or {}).get(m.group(1)) or {}).get(m.group(2)) if m is not None else None
+        if value is not None:
+            env[str(item["name"])] = str(value)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -333,7 +346,7 @@ class DemoKubelet:
             live.faults.append(faults.EofAfter(lines=n, extra_bytes=self.settings.cut_extra_bytes))
             run.cuts_injected += 1
         try:
-            await self._execute(run, container, path)
+            await self._execute(run, container, path, meta)
         finally:
             run.done.set()
 
@@ -360,7 +373,9 @@ class DemoKubelet:
         )
         run.done.set()
 
-    async def _execute(self, run: PodRun, container: Mapping[str, Any], path: str) -> None:
+    async def _execute(
+        self, run: PodRun, container: Mapping[str, Any], path: str, meta: Mapping[str, Any] | None = None
+    ) -> None:
         loop = asyncio.get_running_loop()
         if self.cgroup_root is not None:
             run.cgroup = sandbox.MemoryCgroup(
@@ -374,7 +389,7 @@ class DemoKubelet:
         if self.hooks.started is not None:
             self.hooks.started(run)
 
-        env = container_env(container, os.environ)
+        env = container_env(container, os.environ, meta)
         env.pop(PSS_LIMIT_ENV, None)
         if run.cgroup is None:
             # No cgroup holds the pod: its memory is what the watchdog sums (the trainer reports that).

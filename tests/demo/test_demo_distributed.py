@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from podmortem_demo import distributed
+from podmortem.diagnosis import job_root_cause
+from podmortem_demo import distributed, kubelet
 
 
 def podmortem() -> list[str]:
@@ -45,6 +46,46 @@ def test_the_distributed_demo_names_rank_2_as_the_root_cause() -> None:
     assert "kernel OOM kill (real, read by the agent from /dev/kmsg)" in done.stderr or (
         "kernel OOM kill (RECORDED" in done.stderr and "[RECORDED" in head
     )
+
+
+def test_the_same_story_as_a_jobset_names_rank_2_through_the_jobset_labels() -> None:
+    """``--kind jobset``: pods owned by child Jobs of an annotated JobSet; ranks from the job-index label."""
+    done = subprocess.run(
+        [*podmortem(), "demo", "--distributed", "--kind", "jobset", "--timeout", "40"],
+        capture_output=True, text=True, timeout=90, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    head, _columns, *rows = done.stdout.strip().splitlines()
+    oom_pod = distributed.pod_name("ddp-demo", 2, "jobset")
+    assert oom_pod.startswith("ddp-demo-workers-2-0-")
+    assert "(JobSet, 4 pods)" in head, head
+    assert f"root cause rank 2, pod {oom_pod}, exit 137 OOMKilled" in head, head
+    table = {int(r.split()[0]): r.split(None, 5) for r in rows}
+    names = [distributed.pod_name("ddp-demo", r, "jobset") for r in range(4)]
+    assert [table[r][1] for r in range(4)] == names
+    assert [table[r][2:5] for r in range(4)] == [
+        ["1", "Error", "consequence"], ["1", "Error", "consequence"],
+        ["137", "OOMKilled", "root-cause"], ["143", "Error", "consequence"],
+    ]
+    assert done.stderr.index("(rank 2) exited 137") < done.stderr.index("(rank 0) exited 1")
+    assert "job report in the JobSet's podmortem.io/failure-report annotation" in done.stderr
+    assert "kernel OOM kill (real, read by the agent from /dev/kmsg)" in done.stderr or (
+        "kernel OOM kill (RECORDED" in done.stderr and "[RECORDED" in head
+    )
+
+
+def test_a_jobset_pod_gets_its_rank_from_the_job_index_label_only() -> None:
+    """No literal RANK: the operator and the demo kubelet both resolve the downward-API fieldRef."""
+    s = distributed.DistributedSettings(kind="jobset", job="js")
+    child = {"metadata": {"name": distributed.child_job_name("js", 2), "uid": "u2"}}
+    pod = distributed.rank_pod(s, child, 2, 29500)
+    container = pod["spec"]["containers"][0]
+    assert not any(e["name"] == "RANK" and "value" in e for e in container["env"])
+    assert pod["metadata"]["ownerReferences"][0]["kind"] == "Job"
+    assert pod["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] == "2"
+    assert job_root_cause.rank_of(pod) == 2
+    assert kubelet.container_env(container, {}, pod["metadata"])["RANK"] == "2"
+    assert "RANK" not in kubelet.container_env(container, {})
 
 
 def result(root_rank: int, *, oom: str = "OOMKilled", guessed: bool = False) -> distributed.DistributedResult:
