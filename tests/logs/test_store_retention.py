@@ -10,6 +10,7 @@ from podmortem.logs import reading, retention
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, LogEnd, LogLine
 from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.reports import stored_timeline
 
 BASE = 1_714_564_800 * 10**9
 
@@ -110,3 +111,28 @@ async def test_a_job_can_have_its_own_limits(tmp_path: Path) -> None:
         assert retention.job_bytes(tmp_path / "ns" / "job-1") <= 16 * 1024 + 8192 + 4096
     # The override is kept on disk: a sweep after a restart still honours it.
     assert retention.job_settings(tmp_path / "ns" / "job-1", cfg.retention).max_job_bytes == 16 * 1024
+
+
+async def test_a_filed_report_timeline_goes_with_the_jobs_last_expired_pod(tmp_path: Path) -> None:
+    """The reporter's report-timeline.json and timeline.svg in the job directory neither keep it alive
+    nor outlive it: retention removes the job directory once its last pod directory expired."""
+    cfg = settings(max_age_s=3600, max_job_bytes=None)
+    async with LogStore(tmp_path, settings=cfg) as st:
+        for pod, cid in (("pod-1", "cid-1"), ("pod-2", "cid-2")):
+            await write_all(st, pod, lines(20), LogCursor(container_id=cid))
+            await st.sink(namespace="ns", pod=pod).end(LogEnd("main", cid, EndReason.POD_DELETED))
+    job_dir = tmp_path / "ns" / "job-1"
+    stored_timeline.write(job_dir, {"version": 1, "points": []}, "<svg/>")
+    old = time.time() - 2 * 3600
+
+    def age(pod: str) -> None:
+        for _ in range(2):  # segments first (they go, leaving a tombstone), then what is left
+            for f in (job_dir / pod).rglob("*"):
+                os.utime(f, (old, old))
+            retention.sweep(tmp_path, cfg.retention)
+
+    age("pod-1")
+    assert not (job_dir / "pod-1").exists() and (job_dir / "pod-2").exists()
+    assert (job_dir / stored_timeline.JSON_NAME).exists() and (job_dir / stored_timeline.SVG_NAME).exists()
+    age("pod-2")
+    assert not job_dir.exists()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,10 @@ from tests.logs.test_http import SARS, TOKENS, access_review, token_review
 
 from podmortem.logs import auth, http
 from podmortem.logs.store import LogStore, StoreSettings
-from podmortem.operator import report_page
+from podmortem.operator import report_page, report_timeline
+from podmortem.reports import stored_timeline
+from podmortem.reports.memory import MemorySample, ProcessMemory
+from podmortem.reports.units import MIB
 
 REPORT = {
     "verdict": "memcg-limit",
@@ -106,5 +111,72 @@ async def test_json_404s_and_other_namespaces(log_store: LogStore) -> None:
         assert (await client.get("/reports/ns/odd")).status == 404
         assert (await client.get("/reports/ns/job", params={"tail": "3"})).status == 400
         assert (await client.get("/reports/NS_bad/job")).status == 400
+    finally:
+        await client.close()
+
+
+def _file_timeline(root: Path, *, pod: str) -> None:
+    """A timeline of pod ``pod`` filed in ns/job the way the reporter files it (two PSS groups)."""
+    at = datetime(2026, 5, 1, 11, 59, tzinfo=UTC)
+    samples = [
+        MemorySample(
+            at=at + timedelta(seconds=5 * i), usage_bytes=(100 + i) * MIB, limit_bytes=200 * MIB,
+            processes=[ProcessMemory(pid=1, name="python3", pss_bytes=90 * MIB)]
+            + [ProcessMemory(pid=9, name="python3", pss_bytes=10 * MIB)] * (i >= 5),
+        )
+        for i in range(10)
+    ]
+    report = dict(REPORT, pod=dict(REPORT["pod"], name=pod))  # type: ignore[arg-type]
+    doc, svg = report_timeline.build(report, samples)
+    directory = root / "ns" / "job"
+    directory.mkdir(parents=True)
+    stored_timeline.write(directory, doc, svg)
+
+
+@pytest.mark.parametrize(
+    ("authenticated", "allowed", "status"), [(True, True, 200), (False, True, 401), (True, False, 403)]
+)
+async def test_timeline_svg_is_reviewed_as_for_logs(
+    log_store: LogStore,
+    api: kmock.RawHandler,
+    api_client: k8s.ApiClient,
+    authenticated: bool,
+    allowed: bool,
+    status: int,
+) -> None:
+    api[TOKENS] << token_review(authenticated)
+    api[SARS] << access_review(allowed)
+    _file_timeline(log_store.root, pod="p")
+    foreign = Foreign({("ns", "job"): REPORT})
+    client = await client_for(log_store, auth.Reviewer(api=api_client), foreign)
+    try:
+        svg_url = "/reports/ns/job/timeline.svg"
+        resp = await client.get(svg_url, headers={"Authorization": "Bearer good-token"})
+        assert resp.status == status
+        body = await resp.text()
+        assert ('data-process="workers"' in body) == (status == 200)
+        if status == 200:
+            assert resp.headers["Content-Type"].startswith("image/svg+xml")
+        assert (await client.get(svg_url)).status == 401
+    finally:
+        await client.close()
+
+
+async def test_the_page_draws_only_the_reported_pods_filed_timeline(log_store: LogStore) -> None:
+    open_reviewer = auth.Reviewer(api=None, settings=auth.AuthSettings(authenticate=False, authorize=False))
+    client = await client_for(log_store, open_reviewer, Foreign({("ns", "job"): REPORT}))
+    try:
+        resp = await client.get("/reports/ns/job/timeline.svg")
+        assert resp.status == 404 and "no timeline" in await resp.text()  # none filed
+        assert 'class="pss"' not in await (await client.get("/reports/ns/job")).text()
+        _file_timeline(log_store.root, pod="another-pod")  # e.g. a previous job of that name
+        assert (await client.get("/reports/ns/job/timeline.svg")).status == 404
+        assert 'class="pss"' not in await (await client.get("/reports/ns/job")).text()
+        shutil.rmtree(log_store.root / "ns" / "job")
+        _file_timeline(log_store.root, pod="p")
+        page_html = await (await client.get("/reports/ns/job")).text()
+        assert 'data-process="trainer"' in page_html and 'data-process="workers"' in page_html
+        assert "trainer is the lowest pid" in page_html
+        assert (await client.get("/reports/ns/job/timeline.svg", params={"x": "1"})).status == 400
     finally:
         await client.close()

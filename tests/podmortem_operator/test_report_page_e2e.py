@@ -1,7 +1,9 @@
 """The report page served by the real operator after an OOM kill on the emulated cluster, read by a browser.
 
 One operator: a TrainingJob's pod prints per-epoch memory lines (and a ``<script>`` line), is
-OOM-killed with a real kernel record, and ``GET /reports/default/{job}`` serves its page. When
+OOM-killed with a real kernel record (the agent double's samples carry per-process PSS, with two
+forked workers from the evaluation on), and ``GET /reports/default/{job}`` serves its page, its
+PSS bands drawn from the timeline the reporter filed in the log store. When
 Debian's ``chromium`` is installed, it loads that page headless, and the test reads its DOM
 (``--dump-dom``) and keeps a screenshot.
 """
@@ -21,7 +23,7 @@ from typing import Any
 import pytest
 
 from podmortem.kernel import oom_parser
-from podmortem.reports.memory import MemorySample
+from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.units import MIB
 from podmortem_demo import harness as harness_mod
 from podmortem_demo.emulated.kubelet import LineText
@@ -63,6 +65,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Harness, 
                 at=start + timedelta(seconds=span * i / 30),
                 usage_bytes=int((60 + 63 * i / 30) * MIB),
                 limit_bytes=123 * MIB,
+                processes=_processes(i),
             )
             for i in range(31)
         ]
@@ -74,8 +77,25 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Harness, 
             return r if r and r["evidence"]["kernelRecord"]["state"] == "attached" else None
 
         report = h.wait(attached, what="the report with the kernel record")
+        # The timeline file is filed right after the report is written.
+        h.wait(
+            lambda: h.http_get(f"{h.running[0].log_url}/reports/default/pg/timeline.svg")[0] == 200 or None,
+            what="the filed timeline",
+        )
         yield h, h.running[0].log_url, report
         assert h.operator_error is None, h.operator_error
+
+
+#: Samples from this index on have two forked workers (an evaluation's data-loader copies).
+FORK_AT = 20
+
+
+def _processes(i: int) -> list[ProcessMemory]:
+    """The trainer (pid 1) climbing; from ``FORK_AT`` two workers of 8 MiB PSS each; a shell without PSS."""
+    procs = [ProcessMemory(pid=1, name="python3", pss_bytes=int((40 + i) * MIB))]
+    if i >= FORK_AT:
+        procs += [ProcessMemory(pid=40 + k, name="python3", pss_bytes=8 * MIB) for k in range(2)]
+    return [*procs, ProcessMemory(pid=7, name="sh", pss_bytes=None)]
 
 
 def _run_pod(h: Harness, name: str) -> str:
@@ -160,11 +180,23 @@ def _check_page(doc: str, report: dict[str, Any]) -> None:
     expected = x0 + (kill_at.timestamp() - t0) / (t1 - t0) * (x1 - x0)
     assert abs(float(tags[i + 1][1]["x1"] or 0) - expected) < 0.1
     assert sum(1 for t, a in tags if t == "circle" and a.get("class") == "epoch") == 5  # 5 memory lines
+    _check_bands(tags, svg)
     assert "step 50 loss=0.0050" in doc
     assert "evaluating &lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; scene 7" in doc or (
         "evaluating &lt;script&gt;alert('x')&lt;/script&gt; scene 7" in doc
     )
     assert "<script" not in doc
+
+
+def _check_bands(tags: list[tuple[str, dict[str, str | None]]], svg: dict[str, str | None]) -> None:
+    """Two stacked PSS bands by group name; the workers' band is zero before the fork and 16 MiB after."""
+    bands = {a.get("data-process"): a for t, a in tags if t == "polygon" and a.get("class") == "pss"}
+    assert set(bands) == {"trainer", "workers"}
+    points = [tuple(map(float, xy.split(","))) for xy in (bands["workers"]["points"] or "").split()]
+    half = len(points) // 2  # upper edge left to right, then the lower edge back
+    thickness = [abs(lo[1] - up[1]) for up, lo in zip(points[:half], reversed(points[half:]), strict=True)]
+    assert len(thickness) == 31
+    assert max(thickness[:FORK_AT]) < 0.01 and min(thickness[FORK_AT:]) > 1
 
 
 def test_report_page_served_after_a_real_kill(served: tuple[Harness, str, dict[str, Any]]) -> None:
@@ -180,6 +212,16 @@ def test_report_page_served_after_a_real_kill(served: tuple[Harness, str, dict[s
     assert status == 404 and b"has no failure report" in body
     status, _ = h.http_get(f"{base}/reports/default/pg?format=pdf")
     assert status == 400
+
+    status, body = h.http_get(f"{base}/reports/default/pg/timeline.svg")
+    assert status == 200 and body.startswith(b'<svg class="timeline" xmlns="http://www.w3.org/2000/svg"')
+    parser = _Tags()
+    parser.feed(body.decode())
+    svg = next(a for t, a in parser.tags if t == "svg")
+    _check_bands(parser.tags, svg)
+    assert any(t == "g" and a.get("class") == "kill" for t, a in parser.tags)
+    status, body = h.http_get(f"{base}/reports/default/pg-running/timeline.svg")
+    assert status == 404 and b"has no failure report" in body
 
 
 def test_chromium_renders_the_served_page(

@@ -57,7 +57,7 @@ def test_round_trip_feeds_the_page_bands_restarts_and_projection(tmp_path: Path)
     assert [s.usage_bytes for s in got_samples] == [(600 + i) * MIB for i in range(10)]
     tl, _ = page.timeline_of(page.PageInput(title="t", report={}, samples=got_samples, restarts=got_restarts,
                                             projection=got_projection))
-    assert tl.processes[-1].pss == {"trainer (1)": 509 * MIB, "workers (2)": 200 * MIB}
+    assert tl.processes[-1].pss == {"trainer": 509 * MIB, "workers": 200 * MIB}
     assert tl.restarts == [restart] and tl.projection == projection and tl.limit_bytes == 2048 * MIB
 
 

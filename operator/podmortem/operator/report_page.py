@@ -12,6 +12,7 @@ what its reader could not read with ``kubectl logs``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Mapping
@@ -26,10 +27,10 @@ from podmortem.kube import api as kube_mod
 from podmortem.logs import auth, reading, store
 from podmortem.logs import http as log_http
 from podmortem.logs.events import GapMarker
-from podmortem.operator import jobs
+from podmortem.operator import jobs, report_timeline
 from podmortem.operator.log_links import report_url
 from podmortem.operator.reporting import Reporter
-from podmortem.reports import page
+from podmortem.reports import page, stored_timeline
 from podmortem.reports import timeline as tl_mod
 
 logger = logging.getLogger(__name__)
@@ -163,14 +164,78 @@ async def log_context(
 
 async def get_report(request: web.Request) -> web.StreamResponse:
     namespace, job = request.match_info["namespace"], request.match_info["job"]
+    fmt = request.query.get("format", "html")
+    if fmt not in ("html", "json") or set(request.query) - {"format"}:
+        return web.Response(status=400, text="the only parameter is format=html or format=json\n")
+    found = await _find(request, namespace, job)
+    if isinstance(found, web.Response):
+        return found
+    headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+    if fmt == "json":
+        return web.Response(text=json.dumps(found.document), content_type="application/json", headers=headers)
+    log_store = request.app[log_http.STORE]
+    try:
+        lines, epochs, note = await log_context(log_store, found.document)
+    except store.StoreClosed:
+        lines, epochs, note = [], [], "the log store is shutting down"
+    stored = await asyncio.to_thread(report_timeline.load, log_store.root, namespace=namespace, job=job)
+    samples, restarts, projection = (
+        stored_timeline.expand(stored)
+        if stored is not None and report_timeline.belongs_to(stored, found.document)
+        else ([], [], None)
+    )
+    doc = page.render(
+        page.PageInput(
+            title=f"{namespace}/{job}",
+            report=found.document,
+            log_lines=lines,
+            log_note=note,
+            epochs=epochs,
+            samples=samples,
+            restarts=restarts,
+            projection=projection,
+            generated_at=datetime.now(UTC),
+            json_url=report_url("", namespace=namespace, job=job) + "?format=json",
+        )
+    )
+    headers["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+    return web.Response(text=doc, content_type="text/html", headers=headers)
+
+
+async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
+    """``GET /reports/{namespace}/{job}/timeline.svg``: the SVG filed with the report, for tickets."""
+    namespace, job = request.match_info["namespace"], request.match_info["job"]
+    if request.query:
+        return web.Response(status=400, text="timeline.svg takes no parameters\n")
+    found = await _find(request, namespace, job)
+    if isinstance(found, web.Response):
+        return found
+    root = request.app[log_http.STORE].root
+    directory = report_timeline.job_dir(root, namespace=namespace, job=job)
+    stored = await asyncio.to_thread(report_timeline.load, root, namespace=namespace, job=job)
+    try:
+        svg = await asyncio.to_thread((directory / stored_timeline.SVG_NAME).read_text, encoding="utf-8")
+    except OSError:
+        svg = None
+    if svg is None or stored is None or not report_timeline.belongs_to(stored, found.document):
+        return web.Response(
+            status=404, text=f"no timeline of the report of {namespace}/{job} is filed in the log store\n"
+        )
+    headers = {
+        "Cache-Control": "no-store",
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
+    }
+    return web.Response(text=svg, content_type="image/svg+xml", headers=headers)
+
+
+async def _find(request: web.Request, namespace: str, job: str) -> Found | web.Response:
+    """The job's report after the log server's access checks, or the response that refuses it."""
     try:
         store.check_name("namespace", namespace)
         store.check_name("job", job)
     except ValueError as exc:
         return web.Response(status=400, text=f"{exc}\n")
-    fmt = request.query.get("format", "html")
-    if fmt not in ("html", "json") or set(request.query) - {"format"}:
-        return web.Response(status=400, text="the only parameter is format=html or format=json\n")
     peer = request.remote or "unknown"
     failures = request.app[log_http.FAILURES]
     if failures.exhausted(peer):
@@ -197,29 +262,11 @@ async def get_report(request: web.Request) -> web.StreamResponse:
     pod_ns = (found.document.get("pod") or {}).get("namespace")
     if pod_ns not in (None, namespace):  # a report never shows another namespace's pod
         return web.Response(status=404, text=f"the report of {namespace}/{job} names another namespace\n")
-    headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
-    if fmt == "json":
-        return web.Response(text=json.dumps(found.document), content_type="application/json", headers=headers)
-    try:
-        lines, epochs, note = await log_context(request.app[log_http.STORE], found.document)
-    except store.StoreClosed:
-        lines, epochs, note = [], [], "the log store is shutting down"
-    doc = page.render(
-        page.PageInput(
-            title=f"{namespace}/{job}",
-            report=found.document,
-            log_lines=lines,
-            log_note=note,
-            epochs=epochs,
-            generated_at=datetime.now(UTC),
-            json_url=report_url("", namespace=namespace, job=job) + "?format=json",
-        )
-    )
-    headers["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-    return web.Response(text=doc, content_type="text/html", headers=headers)
+    return found
 
 
 def add_routes(app: web.Application, finder: ReportFinder) -> None:
     """Serve ``GET /reports/{namespace}/{job}`` on the log server's app (made by ``logs.http.make_app``)."""
     app[FINDER] = finder
     app.router.add_get("/reports/{namespace}/{job}", get_report)
+    app.router.add_get("/reports/{namespace}/{job}/timeline.svg", get_timeline_svg)

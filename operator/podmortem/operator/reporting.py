@@ -31,7 +31,15 @@ import aiohttp
 from podmortem.diagnosis import job_root_cause, verdicts
 from podmortem.diagnosis.termination import Termination
 from podmortem.kube import api as kube_mod
-from podmortem.operator import job_report, kernel_record, log_links, metrics, prometheus, stored_report
+from podmortem.operator import (
+    job_report,
+    kernel_record,
+    log_links,
+    metrics,
+    prometheus,
+    report_timeline,
+    stored_report,
+)
 from podmortem.operator.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.annotations import FAILURE_REPORT
 from podmortem.operator.following import PodLogFacts
@@ -234,7 +242,20 @@ class Reporter:
             self._spawn(self._attach_record_later(outcome))
         elif record != kernel_record.NOT_SOUGHT:
             metrics.KERNEL_RECORDS.labels(outcome=record).inc()
+        await self._file_timeline(outcome, agent_evidence)
         return outcome
+
+    async def _file_timeline(self, outcome: Outcome, evidence: PodEvidence | None) -> None:
+        """The timeline with the agent's samples next to the job's logs (`report_timeline`; best effort)."""
+        t = outcome.termination
+        await report_timeline.save(
+            self.settings.store_dir,
+            namespace=outcome.target.namespace,
+            job=outcome.target.name,
+            report=outcome.report.model_dump(mode="json") | outcome.document,
+            samples=evidence.samples if evidence is not None else [],
+            restarts=report_timeline.restarts_of(t, (o.termination for o in self.outcomes)),
+        )
 
     async def _working_set(
         self,
@@ -567,6 +588,8 @@ class Reporter:
             "kernel record of %s/%s (%s): %s after %.1f s, %d request(s)",
             t.namespace, t.pod, t.container, ev["kernelRecord"]["state"], waited, asked,
         )
+        if evidence is not None:
+            await self._file_timeline(outcome, evidence)
         if not await self._patch(outcome, what="the kernel record", condition=found) or not found:
             return
         verdict, _ = self._headline(outcome)

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from podmortem.reports import timeline as tl_mod
-from podmortem.reports.memory import MemorySample
+from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.units import human_bytes
 
 #: Seconds after which a page whose evidence is pending reloads itself.
@@ -154,6 +154,11 @@ def verdict_sentence(report: Mapping[str, Any]) -> str:
     return f"{who} ended with exit {exit_code}, reason {reason}; no verdict was reached."
 
 
+def _process_label(p: ProcessMemory) -> str:
+    """``python3 (6054)``; a stored timeline's group (pid 0: ``trainer``, ``workers``) by its name alone."""
+    return p.name if p.pid <= 0 else f"{p.name} ({p.pid})"
+
+
 def timeline_of(data: PageInput) -> tuple[tl_mod.Timeline, list[str]]:
     """The timeline from what the report and the caller hold, and notes on what it lacks."""
     report = data.report
@@ -167,13 +172,17 @@ def timeline_of(data: PageInput) -> tuple[tl_mod.Timeline, list[str]]:
         tl.usage_source = "node agent samples"
         tl.processes = [
             tl_mod.ProcessPoint(
-                at=s.at, pss={f"{p.name} ({p.pid})": p.pss_bytes for p in s.processes if p.pss_bytes}
+                at=s.at, pss={_process_label(p): p.pss_bytes for p in s.processes if p.pss_bytes}
             )
             for s in data.samples
         ]
         if not any(p.pss for p in tl.processes):
             tl.processes = []
             notes.append("the samples hold no per-process PSS (no /proc of the pod was readable)")
+        elif any(p.pid <= 0 for s in data.samples for p in s.processes):
+            notes.append(
+                "PSS as filed with the report: trainer is the lowest pid, workers the sum of the others"
+            )
         limits = [s.limit_bytes for s in data.samples if s.limit_bytes]
         tl.limit_bytes = limits[-1] if limits else None
     else:

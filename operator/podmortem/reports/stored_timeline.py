@@ -26,6 +26,8 @@ MAX_POINTS = 360
 VERSION = 1
 JSON_NAME = "report-timeline.json"
 SVG_NAME = "timeline.svg"
+#: The pid of an expanded PSS group (``trainer``, ``workers``): not a process, shown by name.
+GROUP_PID = 0
 
 
 def downsample(samples: Sequence[MemorySample], max_points: int = MAX_POINTS) -> list[MemorySample]:
@@ -101,9 +103,10 @@ def expand(doc: Mapping[str, Any]) -> tuple[list[MemorySample], list[datetime], 
         if at is None:
             continue
         groups = point[3] if isinstance(point[3], Mapping) else {}
+        # pid 0 (no process has it) marks a group: the page labels it by its name alone.
         procs = [
-            ProcessMemory(pid=i + 1, name=str(name), pss_bytes=pss)
-            for i, (name, value) in enumerate(groups.items())
+            ProcessMemory(pid=GROUP_PID, name=str(name), pss_bytes=pss)
+            for name, value in groups.items()
             if (pss := _int(value))
         ]
         samples.append(

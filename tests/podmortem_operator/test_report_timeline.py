@@ -1,0 +1,65 @@
+"""Filing a report's timeline next to the job's logs: where, of which pod, and never failing the report."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from podmortem.diagnosis.termination import Termination
+from podmortem.operator import report_timeline
+from podmortem.reports import stored_timeline
+from podmortem.reports.memory import MemorySample, ProcessMemory
+
+T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+MIB = 2**20
+REPORT = {"pod": {"namespace": "ns", "name": "p", "uid": "u1", "finishedAt": "2026-05-01T12:01:00Z"}}
+SAMPLES = [
+    MemorySample(at=T0 + timedelta(seconds=10 * i), usage_bytes=(100 + i) * MIB, limit_bytes=200 * MIB,
+                 processes=[ProcessMemory(pid=3, name="python3", pss_bytes=90 * MIB),
+                            ProcessMemory(pid=8, name="python3", pss_bytes=5 * MIB)])
+    for i in range(6)
+]
+
+
+def term(finished: datetime | None, uid: str = "u1") -> Termination:
+    return Termination(namespace="ns", pod="p", pod_uid=uid, node="n", container="c", container_id=None,
+                       exit_code=137, reason="OOMKilled", pod_reason=None, pod_message=None,
+                       started_at=T0, finished_at=finished, deleting=False)
+
+
+async def test_filed_in_the_job_directory_naming_the_pod(tmp_path: Path) -> None:
+    job_dir = tmp_path / "ns" / "job"
+    assert not await report_timeline.save(tmp_path, namespace="ns", job="job", report=REPORT, samples=SAMPLES)
+    assert not job_dir.exists()  # no log of the job in the store: nothing would ever delete the files
+    job_dir.mkdir(parents=True)
+    restart = T0 + timedelta(seconds=25)
+    assert await report_timeline.save(
+        tmp_path, namespace="ns", job="job", report=REPORT, samples=SAMPLES, restarts=[restart]
+    )
+    doc = json.loads((job_dir / stored_timeline.JSON_NAME).read_text())
+    assert doc["pod"] == {"namespace": "ns", "name": "p", "uid": "u1"} and doc["samples"] == 6
+    assert report_timeline.load(tmp_path, namespace="ns", job="job") == doc
+    assert report_timeline.belongs_to(doc, REPORT)
+    assert not report_timeline.belongs_to(doc, {"pod": {"name": "p", "uid": "u2"}})  # a new pod, same name
+    svg = (job_dir / stored_timeline.SVG_NAME).read_text()
+    assert 'data-process="trainer"' in svg and 'data-process="workers"' in svg and 'class="restart"' in svg
+
+
+async def test_a_failed_write_is_logged_not_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "ns" / "job" / stored_timeline.JSON_NAME).mkdir(parents=True)  # in the way of the file
+    with caplog.at_level(logging.WARNING):
+        assert not await report_timeline.save(
+            tmp_path, namespace="ns", job="job", report=REPORT, samples=SAMPLES
+        )
+    assert "filing the report timeline of ns/job failed" in caplog.text
+    assert not await report_timeline.save(tmp_path, namespace="ns", job="../x", report=REPORT, samples=[])
+
+
+def test_restarts_are_the_same_pods_earlier_ends() -> None:
+    now = term(T0 + timedelta(minutes=5))
+    earlier = [term(T0 + timedelta(minutes=1)), term(T0 + timedelta(minutes=2), uid="other"), term(None), now]
+    assert report_timeline.restarts_of(now, earlier) == [T0 + timedelta(minutes=1)]
