@@ -93,7 +93,9 @@ def test_defaults_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     s = cli_agent.settings_from(_args("--node-name", "n"))
     assert (s.kernel_log_source, s.listen_port, s.metrics_port) == ("auto", 8090, 9090)
     assert (s.poll_interval_s, s.ring_size, s.token_path, s.namespaces) == (10.0, 360, None, ())
-    assert [str(k) for k in s.foreign_kinds] == ["jobs.batch", "pytorchjobs.kubeflow.org"]
+    assert [str(k) for k in s.foreign_kinds] == [
+        "jobs.batch", "pytorchjobs.kubeflow.org", "jobsets.jobset.x-k8s.io"
+    ]
     assert s.state_dir == Path("/var/lib/podmortem/agent")
 
 

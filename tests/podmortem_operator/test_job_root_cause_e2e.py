@@ -52,9 +52,8 @@ RANKS = [
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     with harness(tmp_path_factory.mktemp("jobs")) as h:
         h.add_agent_pod()
-        settings = h.settings(
-            log_http_auth=False, log_base_url=LOG_BASE, foreign_kinds=(*DEFAULT_FOREIGN_KINDS, JOBSETS)
-        )
+        assert JOBSETS in DEFAULT_FOREIGN_KINDS  # JobSets are followed by default (the chart's too)
+        settings = h.settings(log_http_auth=False, log_base_url=LOG_BASE, foreign_kinds=DEFAULT_FOREIGN_KINDS)
         h.start_operator(settings)
         yield h
         assert h.operator_error is None, h.operator_error

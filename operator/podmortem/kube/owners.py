@@ -80,6 +80,8 @@ class ForeignKind:
 DEFAULT_FOREIGN_KINDS: tuple[ForeignKind, ...] = (
     ForeignKind("batch", "jobs", "v1"),
     ForeignKind("kubeflow.org", "pytorchjobs", "v1"),
+    # A JobSet's pods belong to its child Jobs (followed above); annotate the JobSet to get one report.
+    ForeignKind("jobset.x-k8s.io", "jobsets", "v1alpha2"),
 )
 
 
