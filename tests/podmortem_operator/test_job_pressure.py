@@ -96,3 +96,24 @@ def test_a_deleted_pod_is_forgotten() -> None:
     assert jp.pressure_of("old", "trainer") is None
     change = feed(jp, "new", 1, 0, 29.5)  # the restarted rank's first line starts afresh
     assert change is not None and change.started is not None
+
+
+def test_the_projection_line_runs_from_the_last_peak_to_the_limit_in_epoch_time() -> None:
+    from podmortem.memory_line.early_warning import MemoryPressure
+    from podmortem.operator.job_pressure import epoch_seconds, projection_line
+
+    assert epoch_seconds([(3, 100 * 10**9)]) is None
+    assert epoch_seconds([(3, 100 * 10**9), (5, 500 * 10**9)]) == 200.0  # two epochs in 400 s
+    pressure = MemoryPressure(epoch=5, peak_bytes=30 << 30, limit_bytes=40 << 30,
+                              growth_bytes_per_epoch=float(4 << 30), epochs_to_limit=2.5,
+                              over_ratio=False, warning_ratio=0.9)
+    line = projection_line(pressure, at_ns=500 * 10**9, epoch_s=200.0)
+    assert line is not None
+    start_ns, start_bytes, end_ns, end_bytes, text = line
+    assert (start_ns, start_bytes, end_bytes) == (500 * 10**9, 30 << 30, 40 << 30)
+    assert end_ns == 500 * 10**9 + 500 * 10**9  # 2.5 epochs of 200 s
+    assert "2.5 epochs" in text and "epoch 8" in text
+    flat = MemoryPressure(epoch=5, peak_bytes=39 << 30, limit_bytes=40 << 30, growth_bytes_per_epoch=0.0,
+                          epochs_to_limit=None, over_ratio=True, warning_ratio=0.9)
+    assert projection_line(flat, at_ns=1, epoch_s=200.0) is None
+    assert projection_line(pressure, at_ns=1, epoch_s=None) is None

@@ -135,3 +135,29 @@ def _urgency(source: _Source) -> tuple[int, float, int]:
     assert p is not None
     left = p.epochs_to_limit if p.epochs_to_limit is not None else float("inf")
     return (0 if p.over_ratio else 1, left, source.rank if source.rank is not None else 1 << 30)
+
+
+def projection_line(
+    pressure: early_warning.MemoryPressure, *, at_ns: int, epoch_s: float | None
+) -> tuple[int, int, int, int, str] | None:
+    """The projection as a line for the timeline: (start ns, start bytes, end ns, end bytes, text).
+
+    From the last epoch's peak (printed at ``at_ns``) to the limit, ``epochs_to_limit`` epochs of
+    ``epoch_s`` seconds later; None when the peak is not growing or the epoch length is unknown.
+    """
+    if pressure.epochs_to_limit is None or not epoch_s or epoch_s <= 0:
+        return None
+    end_ns = at_ns + int(pressure.epochs_to_limit * epoch_s * 1e9)
+    text = (f"projected to reach the limit in {pressure.epochs_to_limit:.1f} epochs "
+            f"(epoch {pressure.crossing_epoch})")
+    return at_ns, pressure.peak_bytes, end_ns, pressure.limit_bytes, text
+
+
+def epoch_seconds(seen: list[tuple[int, int]]) -> float | None:
+    """Seconds per epoch from the (epoch, ns) of the last memory lines of one source."""
+    if len(seen) < 2:
+        return None
+    (e1, t1), (e2, t2) = seen[-2], seen[-1]
+    if e2 <= e1 or t2 <= t1:
+        return None
+    return (t2 - t1) / 1e9 / (e2 - e1)

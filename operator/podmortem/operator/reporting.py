@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +48,7 @@ from podmortem.operator.settings import OperatorSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.failure import FailureReport
+from podmortem.reports.timeline import Projection
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +167,8 @@ class Reporter:
         self.status = status
         self.log_url = log_url
         self._background: set[asyncio.Task[None]] = set()
+        #: The early warning's projection line of a pod (set by the service), drawn on its timeline.
+        self.projection_of: Callable[[str], tuple[int, int, int, int, str] | None] | None = None
         self.outcomes: list[Outcome] = []
         #: The latest outcome per pod uid (a job's report shows its root-cause pod's).
         self.by_pod: dict[str, Outcome] = {}
@@ -255,7 +258,16 @@ class Reporter:
             report=outcome.report.model_dump(mode="json") | outcome.document,
             samples=evidence.samples if evidence is not None else [],
             restarts=report_timeline.restarts_of(t, (o.termination for o in self.outcomes)),
+            projection=self._projection(t.pod_uid),
         )
+
+    def _projection(self, pod_uid: str) -> Projection | None:
+        line = self.projection_of(pod_uid) if self.projection_of is not None else None
+        if line is None:
+            return None
+        start_ns, start_bytes, end_ns, end_bytes, text = line
+        return Projection(start=datetime.fromtimestamp(start_ns / 1e9, UTC), start_bytes=start_bytes,
+                          end=datetime.fromtimestamp(end_ns / 1e9, UTC), end_bytes=end_bytes, text=text)
 
     async def _working_set(
         self,

@@ -86,6 +86,11 @@ class Podmortem:
         self.kube = kube
         self.settings = settings
         self.following = following
+        #: Per pod: the early warning's projection line (start ns, bytes, end ns, bytes, text), for the
+        #: report's timeline; the reporter reads it through ``projection_of``.
+        self.projections: dict[str, tuple[int, int, int, int, str]] = {}
+        self._epoch_times: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        reporter.projection_of = self.projections.get
         #: Awaited at the end of :meth:`stop` (the operator stops its HTTP servers there).
         self.on_stopped: Callable[[], Awaitable[None]] | None = None
         self.reporter = reporter
@@ -283,6 +288,8 @@ class Podmortem:
             self._pods.pop(pod_uid, None)
             known.pressure.forget(pod_uid)
             known.ranks.pop(pod_uid, None)
+            for key in [k for k in self._epoch_times if k[0] == pod_uid]:
+                del self._epoch_times[key]
         else:
             self._pods[pod_uid] = known
             if pod_uid not in known.ranks:
@@ -506,6 +513,7 @@ class Podmortem:
             within_epochs=target.options.early_warning_epochs,
             warning_ratio=target.options.memory_warning_ratio,
         )
+        self._note_projection(facts.pod_uid, container, known, peak.epoch, ts_ns)
         if change is None:
             return
         if change.started is not None:
@@ -515,6 +523,22 @@ class Podmortem:
             await self._event(target.involved(), "Warning", "MemoryPressure", change.started)
         elif not change.on and target.role != "trainingjob":  # no condition to show the end: an Event
             await self._event(target.involved(), "Normal", "MemoryPressureEnded", change.message)
+
+    def _note_projection(self, pod_uid: str, container: str, known: _Known, epoch: int, ts_ns: int) -> None:
+        """Keep the pod's projection line for its report's timeline (None when it projects nothing)."""
+        seen = self._epoch_times.setdefault((pod_uid, container), [])
+        if not seen or seen[-1][0] != epoch:
+            seen.append((epoch, ts_ns))
+            del seen[:-2]
+        pressure = known.pressure.pressure_of(pod_uid, container)
+        line = None
+        if pressure is not None:
+            epoch_s = job_pressure.epoch_seconds(seen)
+            line = job_pressure.projection_line(pressure, at_ns=ts_ns, epoch_s=epoch_s)
+        if line is None:
+            self.projections.pop(pod_uid, None)
+        else:
+            self.projections[pod_uid] = line
 
     async def _pressure_condition(self, target: Target, on: bool, reason: str, message: str) -> None:
         """The ``MemoryPressure`` condition, on TrainingJobs (other targets get Events only)."""
