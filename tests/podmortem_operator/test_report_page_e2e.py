@@ -181,6 +181,9 @@ def _check_page(doc: str, report: dict[str, Any]) -> None:
     assert abs(float(tags[i + 1][1]["x1"] or 0) - expected) < 0.1
     assert sum(1 for t, a in tags if t == "circle" and a.get("class") == "epoch") == 5  # 5 memory lines
     _check_bands(tags, svg)
+    # The peaks climb ~10 MiB an epoch toward the 123 MiB limit: the early warning's line is drawn.
+    projection = next(a for t, a in tags if t == "line" and a.get("class") == "projection")
+    assert float(projection["x2"] or 0) > float(projection["x1"] or 0)
     assert "step 50 loss=0.0050" in doc
     assert "evaluating &lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; scene 7" in doc or (
         "evaluating &lt;script&gt;alert('x')&lt;/script&gt; scene 7" in doc
