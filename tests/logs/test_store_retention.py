@@ -113,16 +113,16 @@ async def test_a_job_can_have_its_own_limits(tmp_path: Path) -> None:
     assert retention.job_settings(tmp_path / "ns" / "job-1", cfg.retention).max_job_bytes == 16 * 1024
 
 
-async def test_a_filed_report_timeline_goes_with_the_jobs_last_expired_pod(tmp_path: Path) -> None:
-    """The reporter's report-timeline.json and timeline.svg in the job directory neither keep it alive
-    nor outlive it: retention removes the job directory once its last pod directory expired."""
+async def test_a_filed_report_timeline_goes_with_its_pods_logs(tmp_path: Path) -> None:
+    """The reporter's report-timeline.json and timeline.svg, next to a pod's logs, do not outlive them:
+    retention removes the pod's directory once it expired, then the job's once its last pod did."""
     cfg = settings(max_age_s=3600, max_job_bytes=None)
     async with LogStore(tmp_path, settings=cfg) as st:
         for pod, cid in (("pod-1", "cid-1"), ("pod-2", "cid-2")):
             await write_all(st, pod, lines(20), LogCursor(container_id=cid))
             await st.sink(namespace="ns", pod=pod).end(LogEnd("main", cid, EndReason.POD_DELETED))
     job_dir = tmp_path / "ns" / "job-1"
-    stored_timeline.write(job_dir, {"version": 1, "points": []}, "<svg/>")
+    stored_timeline.write(job_dir / "pod-1", {"version": 1, "points": []}, "<svg/>")
     old = time.time() - 2 * 3600
 
     def age(pod: str) -> None:
@@ -131,8 +131,8 @@ async def test_a_filed_report_timeline_goes_with_the_jobs_last_expired_pod(tmp_p
                 os.utime(f, (old, old))
             retention.sweep(tmp_path, cfg.retention)
 
-    age("pod-1")
-    assert not (job_dir / "pod-1").exists() and (job_dir / "pod-2").exists()
-    assert (job_dir / stored_timeline.JSON_NAME).exists() and (job_dir / stored_timeline.SVG_NAME).exists()
     age("pod-2")
+    assert not (job_dir / "pod-2").exists()
+    assert (job_dir / "pod-1" / stored_timeline.JSON_NAME).exists()
+    age("pod-1")
     assert not job_dir.exists()

@@ -128,7 +128,7 @@ def _file_timeline(root: Path, *, pod: str) -> None:
     ]
     report = dict(REPORT, pod=dict(REPORT["pod"], name=pod))  # type: ignore[arg-type]
     doc, svg = report_timeline.build(report, samples)
-    directory = root / "ns" / "job"
+    directory = root / "ns" / "job" / pod  # next to that pod's logs
     directory.mkdir(parents=True)
     stored_timeline.write(directory, doc, svg)
 

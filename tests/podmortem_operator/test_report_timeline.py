@@ -31,18 +31,20 @@ def term(finished: datetime | None, uid: str = "u1") -> Termination:
                        started_at=T0, finished_at=finished, deleting=False)
 
 
-async def test_filed_in_the_job_directory_naming_the_pod(tmp_path: Path) -> None:
-    job_dir = tmp_path / "ns" / "job"
-    assert not await report_timeline.save(tmp_path, namespace="ns", job="job", report=REPORT, samples=SAMPLES)
-    assert not job_dir.exists()  # no log of the job in the store: nothing would ever delete the files
+async def test_filed_in_the_pods_directory_naming_the_pod(tmp_path: Path) -> None:
+    job_dir = tmp_path / "ns" / "job" / "p"
+    assert not await report_timeline.save(tmp_path, namespace="ns", job="job", pod="p", report=REPORT,
+                                          samples=SAMPLES)
+    assert not job_dir.exists()  # no log of the pod in the store: nothing would ever delete the files
     job_dir.mkdir(parents=True)
     restart = T0 + timedelta(seconds=25)
     assert await report_timeline.save(
-        tmp_path, namespace="ns", job="job", report=REPORT, samples=SAMPLES, restarts=[restart]
+        tmp_path, namespace="ns", job="job", pod="p", report=REPORT, samples=SAMPLES, restarts=[restart]
     )
     doc = json.loads((job_dir / stored_timeline.JSON_NAME).read_text())
     assert doc["pod"] == {"namespace": "ns", "name": "p", "uid": "u1"} and doc["samples"] == 6
-    assert report_timeline.load(tmp_path, namespace="ns", job="job") == doc
+    assert report_timeline.load(tmp_path, namespace="ns", job="job", pod="p") == doc
+    assert report_timeline.load(tmp_path, namespace="ns", job="job", pod="other-pod") is None
     assert report_timeline.belongs_to(doc, REPORT)
     assert not report_timeline.belongs_to(doc, {"pod": {"name": "p", "uid": "u2"}})  # a new pod, same name
     svg = (job_dir / stored_timeline.SVG_NAME).read_text()
@@ -50,13 +52,14 @@ async def test_filed_in_the_job_directory_naming_the_pod(tmp_path: Path) -> None
 
 
 async def test_a_failed_write_is_logged_not_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    (tmp_path / "ns" / "job" / stored_timeline.JSON_NAME).mkdir(parents=True)  # in the way of the file
+    (tmp_path / "ns" / "job" / "p" / stored_timeline.JSON_NAME).mkdir(parents=True)  # in the way
     with caplog.at_level(logging.WARNING):
         assert not await report_timeline.save(
-            tmp_path, namespace="ns", job="job", report=REPORT, samples=SAMPLES
+            tmp_path, namespace="ns", job="job", pod="p", report=REPORT, samples=SAMPLES
         )
-    assert "filing the report timeline of ns/job failed" in caplog.text
-    assert not await report_timeline.save(tmp_path, namespace="ns", job="../x", report=REPORT, samples=[])
+    assert "filing the report timeline of ns/job (pod p) failed" in caplog.text
+    assert not await report_timeline.save(tmp_path, namespace="ns", job="../x", pod="p", report=REPORT,
+                                          samples=[])
 
 
 def test_restarts_are_the_same_pods_earlier_ends() -> None:

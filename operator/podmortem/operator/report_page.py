@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -178,7 +179,7 @@ async def get_report(request: web.Request) -> web.StreamResponse:
         lines, epochs, note = await log_context(log_store, found.document)
     except store.StoreClosed:
         lines, epochs, note = [], [], "the log store is shutting down"
-    stored = await asyncio.to_thread(report_timeline.load, log_store.root, namespace=namespace, job=job)
+    stored = await _stored_timeline(log_store.root, namespace, job, found.document)
     samples, restarts, projection = (
         stored_timeline.expand(stored)
         if stored is not None and report_timeline.belongs_to(stored, found.document)
@@ -202,6 +203,16 @@ async def get_report(request: web.Request) -> web.StreamResponse:
     return web.Response(text=doc, content_type="text/html", headers=headers)
 
 
+async def _stored_timeline(
+    root: Path, namespace: str, job: str, report: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The timeline filed next to the logs of the report's pod (the root cause's, for a multi-pod job)."""
+    pod = report_timeline.pod_of(report)
+    if pod is None:
+        return None
+    return await asyncio.to_thread(report_timeline.load, root, namespace=namespace, job=job, pod=pod)
+
+
 async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
     """``GET /reports/{namespace}/{job}/timeline.svg``: the SVG filed with the report, for tickets."""
     namespace, job = request.match_info["namespace"], request.match_info["job"]
@@ -211,12 +222,15 @@ async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
     if isinstance(found, web.Response):
         return found
     root = request.app[log_http.STORE].root
-    directory = report_timeline.job_dir(root, namespace=namespace, job=job)
-    stored = await asyncio.to_thread(report_timeline.load, root, namespace=namespace, job=job)
-    try:
-        svg = await asyncio.to_thread((directory / stored_timeline.SVG_NAME).read_text, encoding="utf-8")
-    except OSError:
-        svg = None
+    stored = await _stored_timeline(root, namespace, job, found.document)
+    svg = None
+    pod = report_timeline.pod_of(found.document)
+    if stored is not None and pod is not None:
+        directory = report_timeline.pod_dir(root, namespace=namespace, job=job, pod=pod)
+        try:
+            svg = await asyncio.to_thread((directory / stored_timeline.SVG_NAME).read_text, encoding="utf-8")
+        except OSError:
+            svg = None
     if svg is None or stored is None or not report_timeline.belongs_to(stored, found.document):
         return web.Response(
             status=404, text=f"no timeline of the report of {namespace}/{job} is filed in the log store\n"

@@ -1,12 +1,13 @@
-"""A report's timeline as files next to the job's logs: ``report-timeline.json`` and ``timeline.svg``.
+"""A report's timeline as files next to the pod's logs: ``report-timeline.json`` and ``timeline.svg``.
 
 The stored report (status or annotation) is too small for the agent's samples with their
 per-process PSS, so when the Reporter writes or updates a report it also files the timeline
-(`podmortem.reports.stored_timeline`) in the job's log-store directory,
-``<store>/<namespace>/<job>/``, where the store files the job's logs. The page
-(`report_page`) draws the PSS bands, restarts and projection from it, and serves the SVG
-for tickets. Retention deletes the job directory, and so these files, with the job's logs.
-Writing is best effort: a failure is logged, never the report's.
+(`podmortem.reports.stored_timeline`) in the pod's log-store directory,
+``<store>/<namespace>/<job>/<pod>/``, where the store files the pod's logs: each pod of a
+multi-pod job keeps its own. The page (`report_page`) draws the PSS bands, restarts and
+projection of the report's pod from it, and serves the SVG for tickets. Retention deletes the
+pod's directory, and so these files, with its logs. Writing is best effort: a failure is
+logged, never the report's.
 """
 
 from __future__ import annotations
@@ -28,9 +29,17 @@ from podmortem.reports.memory import MemorySample
 logger = logging.getLogger(__name__)
 
 
-def job_dir(store_dir: Path, *, namespace: str, job: str) -> Path:
-    """The job's directory in the log store (``LogStore`` files a bare pod under its own name)."""
-    return Path(store_dir) / store.check_name("namespace", namespace) / store.check_name("job", job)
+def pod_dir(store_dir: Path, *, namespace: str, job: str, pod: str) -> Path:
+    """The pod's directory in the log store (``LogStore`` files a bare pod under its own name as the job)."""
+    return (Path(store_dir) / store.check_name("namespace", namespace) / store.check_name("job", job)
+            / store.check_name("pod", pod))
+
+
+def pod_of(report: Mapping[str, Any]) -> str | None:
+    """The name of the pod a stored report is about."""
+    pod = report.get("pod")
+    name = pod.get("name") if isinstance(pod, Mapping) else None
+    return name if isinstance(name, str) and name else None
 
 
 def restarts_of(t: Termination, earlier: Iterable[Termination]) -> list[datetime]:
@@ -65,7 +74,7 @@ def build(
 
 
 def belongs_to(doc: Mapping[str, Any], report: Mapping[str, Any]) -> bool:
-    """The stored timeline is of the report's pod (a job's directory holds its latest pod's only)."""
+    """The stored timeline is of the report's pod (not an earlier pod of the same name)."""
     mine = doc.get("pod") if isinstance(doc.get("pod"), Mapping) else None
     theirs = report.get("pod") if isinstance(report.get("pod"), Mapping) else None
     if not isinstance(mine, Mapping) or not isinstance(theirs, Mapping):
@@ -91,6 +100,7 @@ async def save(
     *,
     namespace: str,
     job: str,
+    pod: str,
     report: Mapping[str, Any],
     samples: Sequence[MemorySample],
     restarts: Sequence[datetime] = (),
@@ -98,16 +108,19 @@ async def save(
 ) -> bool:
     """Build and write both files in a worker thread; False (logged) when they were not written."""
     try:
-        directory = job_dir(store_dir, namespace=namespace, job=job)
+        directory = pod_dir(store_dir, namespace=namespace, job=job, pod=pod)
         return await asyncio.to_thread(_save, directory, report, list(samples), list(restarts), projection)
     except (OSError, ValueError) as exc:
-        logger.warning("filing the report timeline of %s/%s failed: %s", namespace, job, exc)
+        logger.warning("filing the report timeline of %s/%s (pod %s) failed: %s", namespace, job, pod, exc)
         return False
 
 
-def load(store_dir: Path, *, namespace: str, job: str) -> dict[str, Any] | None:
+def load(store_dir: Path, *, namespace: str, job: str, pod: str) -> dict[str, Any] | None:
     """The stored document, or None when there is none or it cannot be read (blocking: run off the loop)."""
-    path = job_dir(store_dir, namespace=namespace, job=job) / stored_timeline.JSON_NAME
+    try:
+        path = pod_dir(store_dir, namespace=namespace, job=job, pod=pod) / stored_timeline.JSON_NAME
+    except ValueError:
+        return None
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

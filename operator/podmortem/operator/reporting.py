@@ -255,6 +255,7 @@ class Reporter:
             self.settings.store_dir,
             namespace=outcome.target.namespace,
             job=outcome.target.name,
+            pod=t.pod,
             report=outcome.report.model_dump(mode="json") | outcome.document,
             samples=evidence.samples if evidence is not None else [],
             restarts=report_timeline.restarts_of(t, (o.termination for o in self.outcomes)),
