@@ -153,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     try:
-        from podmortem_demo import kernel, quantity, runner, summary, trainer
+        from podmortem import quantity
+        from podmortem_demo import kernel, runner, summary, trainer
     except ImportError as exc:
         print(f"podmortem demo: needs the demo extra (pip install 'podmortem[demo]'): {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from podmortem import quantity
 from podmortem.kube.owners import ForeignKind
 from podmortem.operator import kernel_record
-from podmortem_demo import kernel, quantity, runner
+from podmortem_demo import kernel, runner
 from podmortem_demo.kubelet import PodRun
 from podmortem_demo.rank import TEXTS_SOURCE
 from podmortem_demo.threads import OperatorThread, StartFailed

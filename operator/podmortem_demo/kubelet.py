@@ -47,7 +47,8 @@ from typing import IO, Any
 
 import aiohttp
 
-from podmortem_demo import quantity, sandbox
+from podmortem import quantity
+from podmortem_demo import sandbox
 from podmortem_demo.cluster import DemoApi, LiveLog
 from podmortem_demo.emulated import faults
 from podmortem_demo.watchdog import PSS_LIMIT_ENV, LimitWatchdog

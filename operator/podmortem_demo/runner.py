@@ -38,7 +38,7 @@ from typing import Any, TextIO, TypeVar
 
 import kmock
 
-from podmortem import memory_line
+from podmortem import memory_line, quantity
 from podmortem.agent.settings import AgentSettings as NodeAgentSettings
 from podmortem.errors import PodmortemError
 from podmortem.logs import reading
@@ -57,7 +57,7 @@ from podmortem.operator.settings import (
     PrometheusSettings,
 )
 from podmortem.reports.oom_record import OomKillRecord
-from podmortem_demo import describe, kernel, quantity, trainer
+from podmortem_demo import describe, kernel, trainer
 from podmortem_demo.agent import KubeletPods, RunningAgent, running_agent
 from podmortem_demo.cluster import DemoApi
 from podmortem_demo.kubelet import DemoKubelet, KubeletHooks, KubeletSettings, PodRun

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from podmortem_demo import quantity
+from podmortem import quantity
 
 from . import _render, _story
 

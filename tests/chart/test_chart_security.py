@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from podmortem_demo import quantity
+from podmortem import quantity
 
 from . import _render
 

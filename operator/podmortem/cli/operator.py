@@ -40,14 +40,17 @@ def _retention(text: str) -> tuple[float | None, int | None]:
 
 
 def _store_budget(text: str) -> int | None:
-    """A size like ``9Gi`` or plain bytes, as a Kubernetes quantity may be written (empty: none)."""
+    """A Kubernetes quantity (``9Gi``, ``10G``, plain bytes), as a sizeLimit is written; empty: none."""
     if not text.strip():
         return None
-    if text.strip().isdigit():
-        return int(text.strip())
-    age, size = _retention(text)
-    if age is not None or size is None:
-        raise ValueError("expected a size like 9Gi or 500Mi")
+    from podmortem import quantity
+
+    try:
+        size = quantity.parse_bytes(text.strip())
+    except quantity.BadQuantity:
+        raise ValueError("expected a size like 9Gi, 500Mi or 10G") from None
+    if size <= 0:
+        raise ValueError("expected a size above 0")
     return size
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from podmortem import quantity
 from podmortem.diagnosis.training_log import LogFacts
 from podmortem.reports.findings import Finding, Severity
 from podmortem.reports.units import human_bytes
@@ -24,31 +25,12 @@ SIGTERM_EXIT = 143
 #: Docker's, containerd's and CRI-O's /dev/shm when the pod mounts nothing there.
 RUNTIME_SHM_DEFAULT = 64 * 2**20
 
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)([KMGTPE]i?|[kmgtpe])?$")
-_SUFFIX = {
-    "": 1,
-    "k": 10**3,
-    "K": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-
-
 def quantity_bytes(text: str) -> int | None:
     """A Kubernetes quantity (``1Gi``, ``512M``, ``64Mi``) in bytes; None if it is not one."""
-    m = _QUANTITY.match(str(text).strip())
-    if m is None:
+    try:
+        return quantity.parse_bytes(str(text))
+    except quantity.BadQuantity:
         return None
-    return int(float(m.group(1)) * _SUFFIX[m.group(2) or ""])
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""Kubernetes resource quantities for memory (``256Mi``, ``1G``, ``512000k``), as the kubelet reads a limit.
+"""Kubernetes resource quantities for memory (``256Mi``, ``1G``, ``512000k``), read as the kubelet reads them.
 
-The demo's kubelet turns ``resources.limits.memory`` into the byte limit of the
-pod's memory cgroup, so it must read the same notation the apiserver accepts.
+Used wherever a size comes from a Kubernetes object or the chart: a pod's memory limit
+(the demo's kubelet), an emptyDir's ``sizeLimit`` (the /dev/shm finding, the log store's
+budget). One reading of the notation the apiserver accepts.
 """
 
 from __future__ import annotations

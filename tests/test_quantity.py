@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from podmortem_demo import quantity
+from podmortem import quantity
 
 
 @pytest.mark.parametrize(
