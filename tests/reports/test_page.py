@@ -187,3 +187,27 @@ def test_axis_labels_are_whole_binary_units() -> None:
 def test_stored_report_roundtrips_as_json() -> None:
     report = stored_report()
     assert json.loads(json.dumps(report)) == report
+
+
+def test_times_in_utc_and_in_the_pods_local_zone_when_it_sets_tz() -> None:
+    report = stored_report()
+    assert "Europe/Berlin" not in page.render(page.PageInput(title="ml/train", report=report))
+    report["pod"]["timeZone"] = "Europe/Berlin"
+    doc = page.render(page.PageInput(title="ml/train", report=report))
+    assert "ended 2026-05-01 12:00:00 UTC (2026-05-01 14:00:00 Europe/Berlin)" in doc
+    assert "the pod's local time (Europe/Berlin, from its TZ)" in doc
+    report["pod"]["timeZone"] = "Not/AZone"
+    assert "Not/AZone" not in page.render(page.PageInput(title="ml/train", report=report))
+
+
+def test_the_zone_comes_from_the_containers_literal_tz() -> None:
+    from podmortem.diagnosis import termination
+
+    pod = {"spec": {"containers": [
+        {"name": "side", "env": [{"name": "TZ", "value": "Asia/Tokyo"}]},
+        {"name": "trainer", "env": [{"name": "TZ", "value": ":Europe/Berlin"}]},
+        {"name": "odd", "env": [{"name": "TZ", "value": "<script>"}]},
+    ]}}
+    assert termination.time_zone(pod, "trainer") == "Europe/Berlin"
+    assert termination.time_zone(pod, "odd") is None
+    assert termination.time_zone(pod, "missing") is None

@@ -10,6 +10,7 @@ SIGBUS's 135, SIGSEGV's 139) gets a report too, read from the log tail
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,6 +49,8 @@ class Termination:
     shm: exit_causes.ShmSize | None = None
     #: Another container of the pod OOM-killed shortly before this one ended (a sidecar's kill).
     sibling_oom: sibling_oom_mod.SiblingOom | None = None
+    #: The container's ``TZ`` (an IANA zone like ``Europe/Berlin``), for times in the pod's local time.
+    time_zone: str | None = None
 
     @property
     def key(self) -> str:
@@ -64,6 +67,25 @@ def parse_time(value: Any) -> datetime | None:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def time_zone(pod: Mapping[str, Any], container: str) -> str | None:
+    """The container's ``TZ`` when it is a literal IANA zone name (``Europe/Berlin``); else None.
+
+    Training logs print local time when the image sets ``TZ``: the report shows both.
+    """
+    spec = pod.get("spec") or {}
+    for c in spec.get("containers") or []:
+        if c.get("name") != container:
+            continue
+        for env in c.get("env") or []:
+            value = env.get("value") if env.get("name") == "TZ" else None
+            if isinstance(value, str) and _ZONE.fullmatch(value.lstrip(":")):
+                return value.lstrip(":")
+    return None
+
+
+_ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,3}")
 
 
 def find(pod: Mapping[str, Any]) -> list[Termination]:
@@ -99,6 +121,7 @@ def find(pod: Mapping[str, Any]) -> list[Termination]:
                     sibling_oom=sibling_oom_mod.find(
                         pod, cs.get("name", ""), parse_time(term.get("finishedAt"))
                     ) if reason != "OOMKilled" else None,
+                    time_zone=time_zone(pod, cs.get("name", "")),
                     **base,
                 )
             )

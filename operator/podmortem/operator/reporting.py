@@ -344,7 +344,8 @@ class Reporter:
                 "podMessage": t.pod_message,
                 "startedAt": _iso(t.started_at),
                 "finishedAt": _iso(t.finished_at),
-            },
+            }
+            | ({"timeZone": t.time_zone} if t.time_zone else {}),
             "reportedAt": kube_mod.now_rfc3339(),
             "evidence": agent_fields(evidence)
             | {
@@ -708,6 +709,7 @@ def summary(report: FailureReport, context: Mapping[str, Any], *, max_bytes: int
                 "reason",
                 "podReason",
                 "finishedAt",
+                "timeZone",
             )
         },
         "findings": [

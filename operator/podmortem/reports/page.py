@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from podmortem.reports import timeline as tl_mod
 from podmortem.reports.memory import MemorySample, ProcessMemory
@@ -109,8 +110,26 @@ def parse_time(value: object) -> datetime | None:
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
-def _utc(at: datetime | None) -> str:
-    return "unknown" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+def _utc(at: datetime | None, zone: ZoneInfo | None = None) -> str:
+    """The time in UTC, and in the pod's local zone (its ``TZ``) when it has one."""
+    if at is None:
+        return "unknown"
+    text = at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if zone is not None:
+        text += at.astimezone(zone).strftime(f" (%Y-%m-%d %H:%M:%S {zone.key})")
+    return text
+
+
+def pod_zone(report: Mapping[str, Any]) -> ZoneInfo | None:
+    """The pod's time zone (``pod.timeZone``, from the container's ``TZ``), if known to this system."""
+    pod = report.get("pod")
+    name = pod.get("timeZone") if isinstance(pod, Mapping) else None
+    if not isinstance(name, str) or not name or name == "UTC":
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
 
 
 def _evidence(report: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -359,15 +378,17 @@ def _log(data: PageInput, kill_at: datetime | None) -> str:
     if data.log_lines:
         rows = []
         kill_shown = False
+        kill_at_text = esc(_utc(kill_at, pod_zone(data.report)))
+        kill_row = f'<tr class="kill"><td>{kill_at_text}</td><td>── kill ──</td></tr>'
         for line in data.log_lines:
             if kill_at is not None and not kill_shown and line.at is not None and line.at > kill_at:
-                rows.append(f'<tr class="kill"><td>{esc(_utc(kill_at))}</td><td>── kill ──</td></tr>')
+                rows.append(kill_row)
                 kill_shown = True
             cls = ' class="gap"' if line.kind != "line" else ""
             at = line.at.astimezone(UTC).strftime("%H:%M:%S.%f")[:-3] if line.at is not None else ""
             rows.append(f"<tr{cls}><td>{esc(at)}</td><td>{esc(line.text)}</td></tr>")
         if kill_at is not None and not kill_shown:
-            rows.append(f'<tr class="kill"><td>{esc(_utc(kill_at))}</td><td>── kill ──</td></tr>')
+            rows.append(kill_row)
         parts.append(f'<div class="scroll"><table class="log">{"".join(rows)}</table></div>')
     else:
         parts.append('<p class="note">no log lines on this page</p>')
@@ -429,6 +450,7 @@ def render(data: PageInput) -> str:
     report = data.report
     pending = pending_parts(report)
     pod = report.get("pod") if isinstance(report.get("pod"), Mapping) else {}
+    zone = pod_zone(report)
     assert isinstance(pod, Mapping)
     head = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
@@ -444,8 +466,8 @@ def render(data: PageInput) -> str:
         f"container {esc(pod.get('container'))}",
         f"node {esc(pod.get('node'))}",
         f"exit {esc(pod.get('exitCode'))} {esc(pod.get('reason') or pod.get('podReason'))}",
-        f"ended {esc(_utc(parse_time(pod.get('finishedAt'))))}",
-        f"reported {esc(_utc(parse_time(report.get('reportedAt'))))}",
+        f"ended {esc(_utc(parse_time(pod.get('finishedAt')), zone))}",
+        f"reported {esc(_utc(parse_time(report.get('reportedAt')), zone))}",
     ]
     if data.generated_at is not None:
         meta.append(f"page made {esc(_utc(data.generated_at))}")
@@ -484,7 +506,8 @@ def render(data: PageInput) -> str:
     dropped = report.get("dropped") or []
     if dropped:
         body.append('<p class="note">trimmed to fit: ' + "; ".join(esc(d) for d in dropped) + "</p>")
-    foot = "times in UTC · made by podmortem"
+    foot = ("times in UTC" + (f" and the pod's local time ({zone.key}, from its TZ)" if zone else "")
+            + " · made by podmortem")
     if data.json_url:
         link = safe_url(data.json_url)
         if link:
