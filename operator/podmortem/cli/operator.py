@@ -381,7 +381,7 @@ def check_startup(args: argparse.Namespace, settings: s.OperatorSettings) -> Non
     v = o.Values(args)
     o.check_directory(v, STORE_DIR, settings.store_dir)
     try:
-        settings.log_server.ssl_context()
+        settings.log_server.certificate()
     except (OSError, ssl.SSLError) as exc:
         reason = (exc.strerror or str(exc)) if not isinstance(exc, ssl.SSLError) else (exc.reason or str(exc))
         raise v.conflict(f"cannot load the log API's TLS certificate and key: {reason}",

@@ -394,11 +394,16 @@ async def serve(
     settings = settings or HttpSettings()
     run = runner(make_app(log_store=log_store, reviewer=reviewer, settings=settings), settings)
     await run.setup()
+    certificate = settings.certificate()
+    watching = asyncio.create_task(certificate.watch()) if certificate is not None else None
     try:
-        site = web.TCPSite(run, settings.host, settings.port, ssl_context=settings.ssl_context())
+        tls = certificate.context if certificate is not None else None
+        site = web.TCPSite(run, settings.host, settings.port, ssl_context=tls)
         await site.start()
         logger.info("serving stored pod logs on %s://%s:%d/logs/{namespace}/{pod}",
                     settings.scheme, settings.host, settings.port)
         yield run
     finally:
+        if watching is not None:
+            watching.cancel()
         await run.cleanup()

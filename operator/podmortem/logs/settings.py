@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass
 from pathlib import Path
+
+from podmortem.logs.tls import ServerCertificate
 
 
 @dataclass(frozen=True)
@@ -130,11 +131,11 @@ class HttpSettings:
     def scheme(self) -> str:
         return "https" if self.tls_cert_file is not None else "http"
 
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """The server's TLS context, or None for plain HTTP; a bad file raises ``OSError``/``SSLError``."""
+    def certificate(self) -> ServerCertificate | None:
+        """The server's certificate (reloaded when its files change), or None for plain HTTP.
+
+        A pair that does not load raises ``OSError``/``SSLError``: a bad setting stops the start.
+        """
         if self.tls_cert_file is None or self.tls_key_file is None:
             return None
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
-        return context
+        return ServerCertificate(self.tls_cert_file, self.tls_key_file)

@@ -137,6 +137,7 @@ async def probe_servers(
     ]
     if log_app is not None:
         apps.append((log_app, settings.log_http_port, log))
+    watching: asyncio.Task[None] | None = None
     try:
         for app, port, log_settings in apps:
             if log_settings is None:
@@ -145,7 +146,10 @@ async def probe_servers(
                 runner = log_http.runner(app, log_settings)
             await runner.setup()
             runners.append(runner)
-            tls = log_settings.ssl_context() if log_settings is not None else None
+            certificate = log_settings.certificate() if log_settings is not None else None
+            tls = certificate.context if certificate is not None else None
+            if certificate is not None:  # a renewed certificate is loaded without a restart
+                watching = asyncio.create_task(certificate.watch(), name="podmortem-log-tls")
             site = web.TCPSite(runner, settings.listen_host, port, ssl_context=tls)
             await site.start()
             real_port = port
@@ -156,6 +160,8 @@ async def probe_servers(
         servers = Servers(urls[0], urls[1], urls[2] if log_app is not None else "", runners)
         yield servers
     finally:
+        if watching is not None:
+            watching.cancel()
         await Servers("", "", "", runners).stop()
 
 
