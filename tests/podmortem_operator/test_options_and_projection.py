@@ -233,3 +233,10 @@ def test_pod_of_a_trainingjob_is_owned_and_never_restarts_by_default() -> None:
     assert (
         "has no image" in jobs.template_problems({"template": {"spec": {"containers": [{"name": "c"}]}}})[0]
     )
+
+
+def test_a_huge_bad_value_is_quoted_in_part() -> None:
+    problem = annotations.OptionProblem(option="podmortem.io/log-retention", value="x" * 100_000,
+                                        reason="expected AGE[,SIZE]", default="7d")
+    message = problem.message()
+    assert len(message) < 400 and "... (100000 characters)" in message

@@ -82,7 +82,14 @@ class OptionProblem:
     default: str
 
     def message(self) -> str:
-        return f"{self.option}={self.value!r} is invalid: {self.reason}; using the default ({self.default})"
+        shown = self.value
+        if len(shown) > _SHOWN:
+            shown = f"{shown[:_SHOWN]}... ({len(self.value)} characters)"
+        return f"{self.option}={shown!r} is invalid: {self.reason}; using the default ({self.default})"
+
+
+#: Characters of a bad value quoted in its Event and condition (annotations may be 256 KiB long).
+_SHOWN = 200
 
 
 def is_watched(annotations: Mapping[str, str] | None) -> bool:
