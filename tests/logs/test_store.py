@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.logs import reading, segments, store, timestamps
+from podmortem.logs import quarantine, reading, segments, store, timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd, LogLine
 from podmortem.logs.lines import LineBatch
@@ -126,7 +126,7 @@ async def test_torn_tail_is_cut_and_cursor_matches_data(tmp_path: Path, cut: int
         assert repaired[:good_size] == full[:good_size]
         marker = segments.scan(repaired).last
         assert marker is not None and marker.kind is segments.BatchKind.DAMAGE
-        aside = store.quarantine_records(seg.with_name(seg.name + ".quarantine"))
+        aside = quarantine.records(seg.with_name(seg.name + ".quarantine"))
         assert aside == [{"offset": good_size, "length": len(torn) - good_size, "why": "torn"}]
         await deliver(sink, lines, loaded, batch=10)
         assert texts(await stored(st)) == [x.text for x in lines]

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podmortem.logs import reading, segments, store
+from podmortem.logs import quarantine, reading, segments
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
 from podmortem.logs.store import LogStore, StoreSettings
@@ -161,7 +161,7 @@ async def test_a_flipped_byte_in_the_newest_segment_loses_only_its_batch(tmp_pat
         ]
         assert inst.index == 10_000  # the cursor is the last batch's: nothing is fetched again
         assert st.corrupt_bytes_total == layout[9].length
-    records = store.quarantine_records(seg.with_name(seg.name + ".quarantine"))
+    records = quarantine.records(seg.with_name(seg.name + ".quarantine"))
     assert records == [{"offset": layout[9].offset, "length": layout[9].length, "why": "corrupt"}]
 
 

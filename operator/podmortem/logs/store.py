@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from podmortem import files
 from podmortem.errors import PodmortemError
-from podmortem.logs import retention, segments
+from podmortem.logs import quarantine, retention, segments
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.errors import SinkFull
 from podmortem.logs.events import EndReason, GapMarker, LogEnd, LogLine
@@ -291,7 +291,7 @@ def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
                            "; set aside in the quarantine file" if writable else "")
         if writable and found.damage:
             pieces = [(d, data[d.offset:d.offset + d.length]) for d in found.damage]
-            quarantined.append(quarantine(seg, pieces))
+            quarantined.append(quarantine.set_aside(seg, pieces))
         tail = found.tail
         if tail is not None and writable:
             cut.append(tail)
@@ -331,60 +331,6 @@ def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
     if cut and writable:
         _append_damage_marker(inst, cut, quarantined, removed_seq)
     return inst
-
-
-def quarantine(seg: Path, pieces: Sequence[tuple[segments.Damage, bytes]]) -> str:
-    """Copy damaged byte ranges into ``<segment>.quarantine`` (each once); its file name.
-
-    Each range is a line ``PMQUAR1 {"offset": .., "length": .., "why": ..}`` and then its bytes
-    and a newline: what was there, for a person (or a later tool) to look at.
-    """
-    path = seg.with_name(seg.name + retention.QUARANTINE_SUFFIX)
-    done = {(r["offset"], r["length"]) for r in quarantine_records(path)}
-    with open(path, "ab") as f:
-        for d, data in pieces:
-            if (d.offset, d.length) in done:
-                continue
-            head = json.dumps({"offset": d.offset, "length": d.length, "why": d.why}, sort_keys=True)
-            f.write(b"PMQUAR1 " + head.encode() + b"\n" + data + b"\n")
-        f.flush()
-        os.fsync(f.fileno())
-    return path.name
-
-
-def quarantine_range(seg: Path, offset: int, length: int) -> None:
-    """Set aside one damaged range a reader met (blocking; a vanished segment is no error)."""
-    try:
-        with open(seg, "rb") as f:
-            f.seek(offset)
-            data = f.read(length)
-    except FileNotFoundError:
-        return
-    try:
-        quarantine(seg, [(segments.Damage(offset, len(data), "corrupt"), data)])
-    except OSError as exc:
-        logger.warning("log store: cannot set aside damaged bytes of %s: %s", seg, exc)
-
-
-def quarantine_records(path: Path) -> list[dict[str, Any]]:
-    """The ranges a quarantine file holds (their headers; the bytes follow each)."""
-    out: list[dict[str, Any]] = []
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return out
-    pos = 0
-    while data.startswith(b"PMQUAR1 ", pos):
-        nl = data.find(b"\n", pos)
-        if nl < 0:
-            break
-        try:
-            record = json.loads(data[pos + 8:nl])
-            pos = nl + 1 + int(record["length"]) + 1
-        except (ValueError, KeyError, TypeError):
-            break
-        out.append(record)
-    return out
 
 
 def _append_damage_marker(
@@ -667,7 +613,7 @@ class LogStore:
         self.corrupt_bytes_total += length
         if set_aside and not self.read_only and self._open:
             task = asyncio.get_running_loop().create_task(
-                asyncio.to_thread(quarantine_range, path, offset, length)
+                asyncio.to_thread(quarantine.set_aside_range, path, offset, length)
             )
             self._aside.add(task)
             task.add_done_callback(self._aside.discard)
