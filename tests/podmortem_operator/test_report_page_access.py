@@ -66,33 +66,39 @@ async def client_for(
     return client
 
 
+@pytest.mark.parametrize("path", ["/reports/ns/job", "/reports/ns/job/timeline.svg"])
 @pytest.mark.parametrize(
     ("authenticated", "allowed", "status"), [(True, True, 200), (False, True, 401), (True, False, 403)]
 )
-async def test_reviews_as_for_logs(
+async def test_the_page_and_its_svg_are_reviewed_as_for_logs(
     log_store: LogStore,
     api: kmock.RawHandler,
     api_client: k8s.ApiClient,
+    path: str,
     authenticated: bool,
     allowed: bool,
     status: int,
 ) -> None:
     api[TOKENS] << token_review(authenticated)
     api[SARS] << access_review(allowed)
+    svg = path.endswith(".svg")
+    if svg:
+        _file_timeline(log_store.root, pod="p")
     foreign = Foreign({("ns", "job"): REPORT})
     client = await client_for(log_store, auth.Reviewer(api=api_client), foreign)
     try:
-        resp = await client.get("/reports/ns/job", headers={"Authorization": "Bearer good-token"})
+        resp = await client.get(path, headers={"Authorization": "Bearer good-token"})
         assert resp.status == status
         body = await resp.text()
-        assert ("hit its own limit" in body) == (status == 200)
+        shown = 'data-process="workers"' if svg else "hit its own limit"
+        assert (shown in body) == (status == 200)
         assert foreign.asked == ([("ns", "job")] if status == 200 else [])  # no lookup before access
         if status == 200:
-            assert resp.headers["Content-Type"].startswith("text/html")
+            assert resp.headers["Content-Type"].startswith("image/svg+xml" if svg else "text/html")
             assert "default-src 'none'" in resp.headers["Content-Security-Policy"]
-            assert "no stored log" in body  # the pod's log is not in this store
-        no_token = await client.get("/reports/ns/job")
-        assert no_token.status == 401
+            if not svg:
+                assert "no stored log" in body  # the pod's log is not in this store
+        assert (await client.get(path)).status == 401  # no token
     finally:
         await client.close()
 
@@ -131,35 +137,6 @@ def _file_timeline(root: Path, *, pod: str) -> None:
     directory = root / "ns" / "job" / pod  # next to that pod's logs
     directory.mkdir(parents=True)
     stored_timeline.write(directory, doc, svg)
-
-
-@pytest.mark.parametrize(
-    ("authenticated", "allowed", "status"), [(True, True, 200), (False, True, 401), (True, False, 403)]
-)
-async def test_timeline_svg_is_reviewed_as_for_logs(
-    log_store: LogStore,
-    api: kmock.RawHandler,
-    api_client: k8s.ApiClient,
-    authenticated: bool,
-    allowed: bool,
-    status: int,
-) -> None:
-    api[TOKENS] << token_review(authenticated)
-    api[SARS] << access_review(allowed)
-    _file_timeline(log_store.root, pod="p")
-    foreign = Foreign({("ns", "job"): REPORT})
-    client = await client_for(log_store, auth.Reviewer(api=api_client), foreign)
-    try:
-        svg_url = "/reports/ns/job/timeline.svg"
-        resp = await client.get(svg_url, headers={"Authorization": "Bearer good-token"})
-        assert resp.status == status
-        body = await resp.text()
-        assert ('data-process="workers"' in body) == (status == 200)
-        if status == 200:
-            assert resp.headers["Content-Type"].startswith("image/svg+xml")
-        assert (await client.get(svg_url)).status == 401
-    finally:
-        await client.close()
 
 
 async def test_the_page_draws_only_the_reported_pods_filed_timeline(log_store: LogStore) -> None:
