@@ -18,22 +18,11 @@ from datetime import datetime
 from typing import Any
 
 from podmortem.diagnosis import training_log
+from podmortem.reports import codes
 
-#: Verdicts that are a pod's own death whatever its log says later.
-OWN_CAUSES = frozenset(
-    {
-        "memcg-limit",
-        "global-oom",
-        "eviction",
-        "ephemeral-storage-eviction",
-        "node-pressure-eviction",
-        "preempted",
-        "sidecar-oom",
-        "cuda-oom",
-        "shm-full",
-        "segfault",
-    }
-)
+#: Verdicts that are a pod's own death whatever its log says later: every verdict but the two that
+#: may be a peer's doing (a plain SIGKILL, a Python exception such as a connection reset).
+OWN_CAUSES = frozenset(codes.VERDICTS) - {"sigkill-not-oom", "python-exception"}
 SIGTERM_EXIT = 143
 ROLES = ("root-cause", "consequence", "unrelated", "not-failed")
 
