@@ -12,6 +12,7 @@ import math
 import sys
 import tempfile
 from pathlib import Path
+from typing import TextIO
 
 #: Policies the second run may use (podmortem_runtime.val_loader's; "fresh-fork" is the baseline).
 PATCHED_POLICIES = ("none", "persistent", "forkserver", "spawn", "auto")
@@ -203,20 +204,8 @@ def run(args: argparse.Namespace) -> int:
     except runner.DemoFailed as exc:
         print(f"podmortem demo: {exc}", file=sys.stderr)
         return EXIT_UNEXPECTED
-    problems = summary.problems(results)
-    table = summary.table(results, limit_bytes=limit)
-    if progress is not None:
-        print(file=progress, flush=True)
-    if args.json:
-        json.dump({"runs": [r.to_json() for r in results]}, sys.stdout)
-        sys.stdout.write("\n")
-        if progress is not None or problems:
-            print(table, file=sys.stderr)
-    else:
-        print(table, file=sys.stdout, flush=True)
-    for problem in problems:
-        print(f"unexpected: {problem}", file=sys.stderr)
-    return EXIT_UNEXPECTED if problems else EXIT_OK
+    return _finish(args, progress, table=summary.table(results, limit_bytes=limit),
+                   document={"runs": [r.to_json() for r in results]}, problems=summary.problems(results))
 
 
 def _run_distributed(args: argparse.Namespace, limit: int) -> int:
@@ -235,12 +224,17 @@ def _run_distributed(args: argparse.Namespace, limit: int) -> int:
     except runner.DemoFailed as exc:
         print(f"podmortem demo: {exc}", file=sys.stderr)
         return EXIT_UNEXPECTED
-    problems = distributed.problems(result)
-    table = distributed.table(result)
+    return _finish(args, progress, table=distributed.table(result), document=result.to_json(),
+                   problems=distributed.problems(result))
+
+
+def _finish(args: argparse.Namespace, progress: TextIO | None, *, table: str, document: object,
+            problems: list[str]) -> int:
+    """The table on stdout (or the JSON document, the table then on stderr); what went wrong; the exit."""
     if progress is not None:
         print(file=progress, flush=True)
     if args.json:
-        json.dump(result.to_json(), sys.stdout)
+        json.dump(document, sys.stdout)
         sys.stdout.write("\n")
         if progress is not None or problems:
             print(table, file=sys.stderr)
