@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -37,3 +38,31 @@ def read_json(path: Path) -> object | None:
     except (OSError, ValueError):
         return None
     return data
+
+
+def open_nofollow(path: os.PathLike[str] | str, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that refuses a symbolic link as the last component (ELOOP).
+
+    The log store's files are ours: a link planted inside the store directory must not make
+    a reader serve, or retention delete, a file outside it.
+    """
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def read_nofollow(path: os.PathLike[str] | str) -> bytes:
+    """The whole file, refusing a symbolic link (see `open_nofollow`)."""
+    fd = open_nofollow(path, os.O_RDONLY)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def is_real_dir(path: os.PathLike[str] | str) -> bool:
+    """A directory that is not a symbolic link (``Path.is_dir`` follows links)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode)

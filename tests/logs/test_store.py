@@ -100,7 +100,11 @@ async def test_cursor_is_copied_not_referenced(tmp_path: Path) -> None:
         assert loaded is not None and loaded.delivered == 5
 
 
-@pytest.mark.parametrize("cut", [1, 10, segments.HEADER_SIZE, segments.HEADER_SIZE + 5, -1])
+#: Bytes before a batch's payload (sync marker, fields, CRC).
+HEADER = segments.Framing.new().header_size
+
+
+@pytest.mark.parametrize("cut", [1, 10, HEADER, HEADER + 5, -1])
 async def test_torn_tail_is_cut_and_cursor_matches_data(tmp_path: Path, cut: int) -> None:
     lines = produce(60)
     async with LogStore(tmp_path, settings=NO_FSYNC) as st:
@@ -147,7 +151,7 @@ async def test_corrupt_batch_is_cut_by_crc(tmp_path: Path) -> None:
         size = seg.stat().st_size
         await deliver(sink, lines[20:], cursor, batch=10)
     data = bytearray(seg.read_bytes())
-    data[size + segments.HEADER_SIZE + 3] ^= 0xFF  # a flipped byte in the last batch's payload
+    data[size + HEADER + 3] ^= 0xFF  # a flipped byte in the last batch's payload
     seg.write_bytes(bytes(data))
     async with LogStore(tmp_path, settings=NO_FSYNC) as st:
         loaded = await st.sink(namespace="ns", pod="pod-1").load_cursor("main")

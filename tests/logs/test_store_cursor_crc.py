@@ -28,10 +28,11 @@ async def test_last_line_crc_survives_a_reopen(tmp_path: Path) -> None:
 
 def test_headers_without_the_checksum_read_as_unknown() -> None:
     fields = segments.CursorFields(BASE, 1, 1)  # a follower that did not know the line's bytes
-    data = segments.encode_event(segments.BatchKind.GAP, {}, first_ts=segments.NO_TS, last_ts=segments.NO_TS,
+    framing = segments.Framing.new()
+    data = framing.encode_event(segments.BatchKind.GAP, {}, first_ts=segments.NO_TS, last_ts=segments.NO_TS,
                                  index=0, cursor=fields)
-    assert segments.decode_header(data).cursor_line_crc is None
-    data = segments.encode_event(segments.BatchKind.GAP, {}, first_ts=segments.NO_TS, last_ts=segments.NO_TS,
+    assert framing.decode_header(data).cursor_line_crc is None
+    data = framing.encode_event(segments.BatchKind.GAP, {}, first_ts=segments.NO_TS, last_ts=segments.NO_TS,
                                  index=0, cursor=segments.CursorFields(BASE, 1, 1, 0))
-    assert segments.decode_header(data).cursor_line_crc == 0  # zero is a checksum, not "none"
-    assert segments.check_batch(data, 0).cursor_line_crc == 0
+    assert framing.decode_header(data).cursor_line_crc == 0  # zero is a checksum, not "none"
+    assert framing.check_batch(data, 0).cursor_line_crc == 0

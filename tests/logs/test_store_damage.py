@@ -58,10 +58,12 @@ def _layout(root: Path) -> list[Batch]:
     segs = sorted(_instance_dir(root).glob("*.seg"))
     for i, seg in enumerate(segs):
         data = seg.read_bytes()
-        pos = len(segments.FILE_MAGIC)
+        framing = segments.framing_of(data)
+        assert framing is not None
+        pos = framing.data_start
         while pos < len(data):
-            head = segments.check_batch(data, pos)
-            payload = data[pos + segments.HEADER_SIZE:pos + segments.HEADER_SIZE + head.payload_len]
+            head = framing.check_batch(data, pos)
+            payload = data[pos + head.header_size:pos + head.header_size + head.payload_len]
             texts = tuple(segments.decode_lines(head, payload).texts())
             out.append(Batch(i, pos, head.total_len, texts))
             pos += head.total_len
@@ -149,7 +151,7 @@ async def test_a_flipped_byte_in_the_newest_segment_loses_only_its_batch(tmp_pat
     layout = _layout(root)
     seg = next(_instance_dir(root).glob("*.seg"))
     data = bytearray(seg.read_bytes())
-    data[layout[9].offset + segments.HEADER_SIZE + 5] ^= 0x20
+    data[layout[9].offset + segments.Framing.new().header_size + 5] ^= 0x20
     seg.write_bytes(bytes(data))
     async with LogStore(root, settings=StoreSettings(fsync_interval_s=None)) as st:
         inst = st.find(namespace="ns", pod="p")
@@ -157,7 +159,7 @@ async def test_a_flipped_byte_in_the_newest_segment_loses_only_its_batch(tmp_pat
         lines = [t for item in items if isinstance(item, reading.LinesBlock) for t in item.payload.texts()]
         assert len(lines) == 9_900
         assert [i for i in items if isinstance(i, reading.Damaged)] == [
-            reading.Damaged("main", layout[9].length)
+            reading.Damaged("main", layout[9].length, "corrupt", 100)
         ]
         assert inst.index == 10_000  # the cursor is the last batch's: nothing is fetched again
         assert st.corrupt_bytes_total == layout[9].length

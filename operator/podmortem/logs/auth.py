@@ -123,6 +123,9 @@ class Reviewer:
         self._cache: dict[tuple[str, str], tuple[float, User]] = {}
         #: Token hash -> (expiry, why) of tokens the TokenReview rejected.
         self._rejected: dict[str, tuple[float, str]] = {}
+        #: Token hash -> expiry of tokens the TokenReview accepted, in any namespace: the login
+        #: limits serve these even from an address whose failure budget a sprayer spent.
+        self._good: dict[str, float] = {}
         self._in_flight = asyncio.Semaphore(self.settings.max_concurrent_reviews)
         #: Reviews actually sent to the API (for tests and metrics).
         self.reviews_sent = 0
@@ -147,6 +150,7 @@ class Reviewer:
             except Unauthenticated as exc:
                 self._remember_rejected(digest, str(exc), now)
                 raise
+            self._remember_good(digest, now)
             if self.settings.authorize:
                 await self._authorize(user, namespace)
         if self.settings.cache_ttl_s > 0:
@@ -154,6 +158,22 @@ class Reviewer:
                 self._evict(now)
             self._cache[key] = (now + self.settings.cache_ttl_s, user)
         return user
+
+    def known_good(self, token_digest: str) -> bool:
+        """Whether a TokenReview accepted this token (SHA-256 hex) within ``cache_ttl_s``."""
+        expiry = self._good.get(token_digest)
+        return expiry is not None and expiry > time.monotonic()
+
+    def _remember_good(self, digest: str, now: float) -> None:
+        if self.settings.cache_ttl_s <= 0:
+            return
+        self._good.pop(digest, None)
+        if len(self._good) >= self.settings.cache_max_entries:
+            for k in [k for k, exp in self._good.items() if exp <= now]:
+                del self._good[k]
+            while len(self._good) >= self.settings.cache_max_entries:
+                del self._good[next(iter(self._good))]
+        self._good[digest] = now + self.settings.cache_ttl_s
 
     def _remember_rejected(self, digest: str, why: str, now: float) -> None:
         if self.settings.rejected_ttl_s <= 0:

@@ -44,8 +44,8 @@ from typing import Any
 from aiohttp import web
 
 from podmortem.errors import PodmortemError
-from podmortem.logs import auth, reading, store, timestamps
-from podmortem.logs.events import GapMarker, LogEnd
+from podmortem.logs import auth, login_limits, reading, store, timestamps
+from podmortem.logs.events import GapMarker
 from podmortem.logs.settings import HttpSettings
 
 logger = logging.getLogger(__name__)
@@ -56,8 +56,11 @@ REVIEWER = web.AppKey("podmortem_log_reviewer", auth.Reviewer)
 _ALLOWED = frozenset({"container", "tail", "since", "follow", "previous", "timestamps", "format"})
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no", ""}
-_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:h|m|s|ms|us|µs|ns))+$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
+# ASCII digits only: ``\d`` would take ``٣h`` (an Arabic-Indic 3) as 3 h, which kubectl refuses.
+_DURATION = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?(?:h|m|s|ms|us|µs|ns))+$")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|ms|m|s|us|µs|ns)")
+#: What ``since`` may be padded with; ``str.strip()`` alone would also take a no-break space.
+_ASCII_SPACE = " \t\r\n\v\f"
 _UNIT_NS = {"h": 3600e9, "m": 60e9, "s": 1e9, "ms": 1e6, "us": 1e3, "µs": 1e3, "ns": 1.0}
 
 
@@ -87,7 +90,7 @@ def _bool(name: str, value: str) -> bool:
 
 def parse_since(value: str, *, now_ns: int | None = None) -> int:
     """``since``: an RFC3339 time, or a duration back from now (Go syntax: ``90s``, ``1h30m``)."""
-    value = value.strip()
+    value = value.strip(_ASCII_SPACE)
     bad = BadParams(
         "since must be an RFC3339 time (2024-05-01T12:00:00Z) or a duration (10m, 1h30m), "
         f"not {_clip(value)!r}"
@@ -158,9 +161,9 @@ def _ts(ns: int | None) -> str:
 
 
 def render_text(item: reading.LogItem, *, with_timestamps: bool) -> bytes:
-    """One item of a stored log as text: lines as they were, markers as lines of their own."""
-    if isinstance(item, reading.LinesBlock):
-        return item.text_bytes(timestamps=with_timestamps)
+    """A marker of a stored log as a line of its own (lines: `reading.render_block`)."""
+    if isinstance(item, reading.LinesBlock | reading.LargeLinesBlock):
+        raise TypeError("lines are rendered in pieces: reading.render_block / LargeLinesBlock.pieces")
     if isinstance(item, GapMarker):
         detail = f": {item.detail}" if item.detail else ""
         msg = (f"--- podmortem: lines may be missing here ({item.reason}) "
@@ -168,32 +171,44 @@ def render_text(item: reading.LogItem, *, with_timestamps: bool) -> bytes:
     elif isinstance(item, reading.RetentionCut):
         msg = f"--- podmortem: {item.removed_lines} earlier lines were deleted by retention ---\n"
     elif isinstance(item, reading.Damaged):
-        msg = f"--- podmortem: {item.length} bytes unreadable here ({item.why}) ---\n"
+        lost = f", {item.lines} lines" if item.lines else ""
+        msg = f"--- podmortem: {item.length} bytes unreadable here ({item.why}{lost}) ---\n"
     else:
         msg = f"--- podmortem: end of log ({item.reason}) ---\n"
     return msg.encode()
 
 
 def render_jsonl(item: reading.LogItem) -> bytes:
-    if isinstance(item, reading.LinesBlock):
-        fmt = timestamps.format_ns
-        return "".join(
-            json.dumps({"type": "line", "ts": fmt(ts), "ts_ns": ts,
-                        "text": text.decode("utf-8", "surrogateescape")}) + "\n"
-            for ts, text in zip(item.stamps(), item.payload.texts(item.start), strict=True)
-        ).encode()
+    """A marker of a stored log as one jsonl record (lines: `reading.render_block`)."""
     record: dict[str, Any]
+    if isinstance(item, reading.LinesBlock | reading.LargeLinesBlock):
+        raise TypeError("lines are rendered in pieces: reading.render_block / LargeLinesBlock.pieces")
     if isinstance(item, GapMarker):
         record = {"type": "gap", "reason": str(item.reason), "after_ts_ns": item.after_ts_ns,
                   "before_ts_ns": item.before_ts_ns, "detail": item.detail}
     elif isinstance(item, reading.RetentionCut):
         record = {"type": "retention-cut", "removed_lines": item.removed_lines}
     elif isinstance(item, reading.Damaged):
-        record = {"type": "damage", "bytes": item.length, "why": item.why}
+        record = {"type": "damage", "bytes": item.length, "why": item.why, "lines": item.lines}
     else:
-        assert isinstance(item, LogEnd)
         record = {"type": "end", "reason": str(item.reason), "container_id": item.container_id}
     return (json.dumps(record) + "\n").encode()
+
+
+async def render(item: reading.LogItem, query: LogQuery) -> AsyncIterator[bytes]:
+    """An item as the query wants it, in pieces: nothing of a long line is rendered whole."""
+    if query.jsonl:
+        how = reading.Render.JSONL
+    else:
+        how = reading.Render.TIMESTAMPS if query.timestamps else reading.Render.TEXT
+    if isinstance(item, reading.LargeLinesBlock):
+        async for piece in item.pieces(how):
+            yield piece
+    elif isinstance(item, reading.LinesBlock):
+        for piece in reading.render_block(item, how):
+            yield piece
+    else:
+        yield render_jsonl(item) if query.jsonl else render_text(item, with_timestamps=query.timestamps)
 
 
 STOPPING = web.AppKey("podmortem_log_server_stopping", asyncio.Event)
@@ -243,30 +258,9 @@ class ReaderSlots:
                 del self.by_caller[caller]
 
 
-@dataclass
-class FailureBudget:
-    """Failed authentications per client address in the current minute (a token sprayer gets 429)."""
-
-    per_minute: int
-    minute: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def _roll(self) -> None:
-        minute = int(time.monotonic() // 60)
-        if minute != self.minute:
-            self.minute, self.counts = minute, {}
-
-    def exhausted(self, peer: str) -> bool:
-        self._roll()
-        return self.counts.get(peer, 0) >= self.per_minute
-
-    def spend(self, peer: str) -> None:
-        self._roll()
-        self.counts[peer] = self.counts.get(peer, 0) + 1
-
-
 SLOTS = web.AppKey("podmortem_log_reader_slots", ReaderSlots)
-FAILURES = web.AppKey("podmortem_log_auth_failures", FailureBudget)
+#: Failed logins, per token and per address (see ``login_limits``).
+FAILURES = web.AppKey("podmortem_log_auth_failures", login_limits.LoginLimits)
 
 
 def _peer(request: web.Request) -> str:
@@ -284,18 +278,15 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
     except (BadParams, ValueError) as exc:
         return _error(400, str(exc))
     peer = _peer(request)
-    failures = request.app[FAILURES]
-    if failures.exhausted(peer):
-        return _error(429, "too many failed authentications from this address; retry in a minute",
-                      **{"Retry-After": "60"})
     try:
-        user = await request.app[REVIEWER].check(
-            authorization=request.headers.get("Authorization"), namespace=namespace
+        user = await login_limits.check(
+            request.app[FAILURES], request.app[REVIEWER], peer=peer,
+            authorization=request.headers.get("Authorization"), namespace=namespace,
         )
     except auth.AccessError as exc:
-        if isinstance(exc, auth.Unauthenticated):
-            failures.spend(peer)
         headers = {"WWW-Authenticate": 'Bearer realm="podmortem"'} if exc.status == 401 else {}
+        if isinstance(exc, login_limits.TooManyFailures):
+            headers = {"Retry-After": str(exc.retry_after_s)}
         return _error(exc.status, str(exc), **headers)
     caller = peer if user is auth.ANONYMOUS else "user:" + hashlib.sha256(user.name.encode()).hexdigest()
     try:
@@ -330,12 +321,12 @@ async def _serve_log(request: web.Request, namespace: str, pod: str, query: LogQ
     try:
         async for item in reading.read(inst, since_ns=query.since_ns, tail=query.tail, follow=query.follow,
                                        stop=stopping):
-            data = render_jsonl(item) if query.jsonl else render_text(item, with_timestamps=query.timestamps)
-            if data:
-                # A reader that leaves a full socket buffer unread this long is dropped: its
-                # slot and its chunk are freed for readers that read.
-                async with asyncio.timeout(deadline):
-                    await response.write(data)
+            async for data in render(item, query):
+                if data:
+                    # A reader that leaves a full socket buffer unread this long is dropped: its
+                    # slot and its chunk are freed for readers that read.
+                    async with asyncio.timeout(deadline):
+                        await response.write(data)
                 del data
         if stopping.is_set() and query.follow:
             async with asyncio.timeout(1.0):
@@ -366,7 +357,7 @@ def make_app(*, log_store: store.LogStore, reviewer: auth.Reviewer,
     app[SETTINGS] = settings
     app[STOPPING] = asyncio.Event()
     app[SLOTS] = ReaderSlots(total=settings.max_readers, per_caller=settings.max_readers_per_caller)
-    app[FAILURES] = FailureBudget(per_minute=settings.auth_failures_per_minute)
+    app[FAILURES] = login_limits.LoginLimits.from_settings(settings)
     app.router.add_get("/logs/{namespace}/{pod}", get_logs)
 
     async def tell_readers_to_stop(app: web.Application) -> None:

@@ -23,6 +23,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from podmortem import files
 from podmortem.logs import segments
@@ -102,17 +103,46 @@ def _segments_of(instance_dir: Path) -> list[_Segment]:
     return out
 
 
+def read_instance_meta(instance_dir: Path) -> dict[str, Any]:
+    """An instance's meta (container ID, creation time, sync marker); blocking, no links followed."""
+    data = json.loads(files.read_nofollow(instance_dir / INSTANCE_META))
+    if not isinstance(data, dict):
+        raise ValueError(f"{instance_dir / INSTANCE_META} is not a JSON object")
+    return data
+
+
+def meta_sync(meta: dict[str, Any]) -> bytes | None:
+    """The instance's sync marker from its meta (None: an instance made before format 2)."""
+    raw = meta.get("sync")
+    if not isinstance(raw, str):
+        return None
+    try:
+        sync = bytes.fromhex(raw)
+    except ValueError:
+        return None
+    return sync if len(sync) == segments.SYNC_SIZE else None
+
+
+def _segment_framing(fd: int, segment: Path) -> segments.Framing | None:
+    try:
+        fallback = meta_sync(read_instance_meta(segment.parent))
+    except (OSError, ValueError):
+        fallback = None
+    return segments.read_framing(fd, fallback)
+
+
 def _quarantine_of(segment: Path) -> Path:
     return segment.with_name(segment.name + QUARANTINE_SUFFIX)
 
 
 def _has_ended(path: Path) -> bool:
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+        fd = files.open_nofollow(path, os.O_RDONLY)
+    except OSError:
         return False
     try:
-        head = segments.read_last_content_header(fd, os.fstat(fd).st_size)
+        framing = _segment_framing(fd, path)
+        head = framing.read_last_content_header(fd, os.fstat(fd).st_size) if framing is not None else None
     except (segments.BadBatch, OSError):
         return False  # a torn tail: the writer will repair it on open
     finally:
@@ -136,18 +166,21 @@ def job_dirs(root: Path) -> list[Path]:
 
 def _subdirs(path: Path) -> list[Path]:
     try:
-        return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return sorted(p for p in path.iterdir() if not p.name.startswith(".") and files.is_real_dir(p))
     except FileNotFoundError:
         return []
 
 
 def save_tombstone(instance_dir: Path, last_segment: Path) -> None:
     """Keep the resume point of an instance whose last segment is about to go."""
-    fd = os.open(last_segment, os.O_RDONLY)
+    fd = files.open_nofollow(last_segment, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        found = segments.read_last_header(fd, size)
-        content = segments.read_last_content_header(fd, size) if found is not None else None
+        framing = _segment_framing(fd, last_segment)
+        if framing is None:
+            return
+        found = framing.read_last_header(fd, size)
+        content = framing.read_last_content_header(fd, size) if found is not None else None
     finally:
         os.close(fd)
     if found is None:

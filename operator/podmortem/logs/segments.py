@@ -13,12 +13,25 @@ segment is scanned batch by batch (a jump per batch, a CRC per batch) and cut at
 the first torn or corrupt batch; the cursor is then the one in the last intact
 batch header. Data and cursor can therefore never disagree.
 
-Layout of a segment file::
+Why a secret sync marker: a container prints any bytes it likes, and those bytes are stored
+inside batch payloads. If a batch were recognised by a constant magic, a line holding a
+CRC-valid batch would be taken for a real one wherever the store resynchronises (after damage,
+or at a torn tail after a crash): a forged cursor, a forged end of log. So every batch starts
+with the segment's *sync marker*, 16 random bytes drawn when the container instance is created
+and written in the segment's file header (and the instance's meta), the technique of Avro's and
+Hadoop SequenceFile's sync markers. Content never sees the store, so it cannot know the marker;
+a resynchronisation only looks at offsets that start with it, and still checks the CRC there.
+A chance match inside content is a 2^-128 event per offset.
 
-    b"PMLOGSG1"                                  file magic, 8 bytes
+Layout of a segment file (format 2)::
+
+    b"PMLOGSG2" SYNC(16) CRC32(magic+sync)(4)    file header, 28 bytes
     batch*                                       zero or more batches
 
-    batch := HEADER(68 bytes) payload TRAILER(u32 total batch length)
+    batch := SYNC(16) HEADER(64 bytes) payload TRAILER(u32 total batch length)
+
+Format 1 segments (``b"PMLOGSG1"``, batches starting with the public magic ``PMB\x01``) are
+still read, as before; the writer never appends to one again, it starts a format 2 segment.
 
 Payload of a raw lines batch: the API's own ``<RFC3339> <text>\n`` lines, as
 the follower received them (no per-line work at all to store or to serve with
@@ -50,19 +63,20 @@ from podmortem.errors import PodmortemError
 from podmortem.logs import timestamps
 from podmortem.logs.events import LogLine
 
-FILE_MAGIC = b"PMLOGSG1"
-BATCH_MAGIC = b"PMB\x01"
+#: Format 1 (read only): a constant batch magic that content can forge.
+FILE_MAGIC_V1 = b"PMLOGSG1"
+BATCH_MAGIC_V1 = b"PMB\x01"
+#: Format 2: the file magic, then the segment's sync marker and a CRC of both.
+FILE_MAGIC = b"PMLOGSG2"
+SYNC_SIZE = 16
 
-#: magic, kind, n_lines, payload_len, first_ts, last_ts, index_after,
-#: cursor.last_ts_ns, cursor.count_at_last, cursor.delivered
-#: magic, kind, flags, n_lines, payload_len, first_ts, last_ts, index_after,
+#: After the sync: kind, flags, n_lines, payload_len, first_ts, last_ts, index_after,
 #: cursor last_ts, cursor count, cursor last-line CRC (valid if flags has _HAS_LINE_CRC), cursor delivered.
-_HEAD = struct.Struct("<4sBB2xIIqqQqIIQ")
+_FIELDS = "BB2xIIqqQqIIQ"
 #: Header flag: the cursor's last-line checksum is present (segments written before it have 0 there).
 _HAS_LINE_CRC = 1
 _CRC = struct.Struct("<I")
 _TRAILER = struct.Struct("<I")
-HEADER_SIZE = _HEAD.size + _CRC.size
 TRAILER_SIZE = _TRAILER.size
 #: Timestamps stand for "none" as this value (real ones are positive).
 NO_TS = -1
@@ -104,10 +118,12 @@ class BatchHeader:
     cursor_delivered: int
     #: CRC-32 of the cursor's last delivered line, if the follower knew it (None: unknown).
     cursor_line_crc: int | None = None
+    #: Bytes before the payload (sync or magic, fields, CRC): the framing's ``header_size``.
+    header_size: int = 0
 
     @property
     def total_len(self) -> int:
-        return HEADER_SIZE + self.payload_len + TRAILER_SIZE
+        return self.header_size + self.payload_len + TRAILER_SIZE
 
     @property
     def index_before(self) -> int:
@@ -140,104 +156,221 @@ def _from_le(typecode: str, data: bytes | memoryview) -> array[int]:
     return arr
 
 
-def _frame(
-    kind: BatchKind,
-    payload: bytes,
-    *,
-    n_lines: int,
-    first_ts: int,
-    last_ts: int,
-    index_after: int,
-    cursor: CursorFields,
-) -> bytes:
-    flags = 0 if cursor.line_crc is None else _HAS_LINE_CRC
-    head = _HEAD.pack(
-        BATCH_MAGIC, kind, flags, n_lines, len(payload), first_ts, last_ts, index_after,
-        cursor.last_ts, cursor.count, cursor.line_crc or 0, cursor.delivered,
-    )
-    crc = zlib.crc32(payload, zlib.crc32(head))
-    total = HEADER_SIZE + len(payload) + TRAILER_SIZE
-    return b"".join((head, _CRC.pack(crc), payload, _TRAILER.pack(total)))
-
-
-def encode_lines(
-    lines: Sequence[LogLine], *, index_before: int, cursor: CursorFields
-) -> bytes:
-    """Encode a non-empty batch of lines; the per-line work is attribute reads in comprehensions."""
-    texts = [line.text for line in lines]
-    stamps = array("q", [line.ts_ns for line in lines])
-    lengths = array("I", map(len, texts))
-    texts.append(b"")
-    payload = b"".join((_to_le(stamps), _to_le(lengths), b"\n".join(texts)))
-    return _frame(
-        BatchKind.LINES, payload,
-        n_lines=len(lines), first_ts=stamps[0], last_ts=stamps[-1],
-        index_after=index_before + len(lines), cursor=cursor,
-    )
-
-
-def encode_raw(
-    raw: bytes, *, n_lines: int, first_ts: int, last_ts: int, index_before: int, cursor: CursorFields
-) -> bytes:
-    """Encode a block of complete ``<RFC3339> <text>\n`` lines as the API sent them."""
-    return _frame(
-        BatchKind.RAW_LINES, raw,
-        n_lines=n_lines, first_ts=first_ts, last_ts=last_ts,
-        index_after=index_before + n_lines, cursor=cursor,
-    )
-
-
-def encode_event(
-    kind: BatchKind,
-    data: dict[str, Any],
-    *,
-    first_ts: int,
-    last_ts: int,
-    index: int,
-    cursor: CursorFields,
-) -> bytes:
-    """Encode a gap or end marker: no lines, a JSON payload."""
-    payload = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
-    return _frame(kind, payload, n_lines=0, first_ts=first_ts, last_ts=last_ts,
-                  index_after=index, cursor=cursor)
-
 
 class BadBatch(PodmortemError, ValueError):
     """Bytes that are not an intact batch: a torn tail or corruption."""
 
 
-def decode_header(data: bytes | memoryview) -> BatchHeader:
-    if len(data) < HEADER_SIZE:
-        raise BadBatch("short header")
-    fields = _HEAD.unpack_from(data)
-    if fields[0] != BATCH_MAGIC:
-        raise BadBatch("bad batch magic")
-    try:
-        kind = BatchKind(fields[1])
-    except ValueError as exc:
-        raise BadBatch(f"unknown batch kind {fields[1]}") from exc
-    (_, _, flags, n_lines, payload_len, first_ts, last_ts, index_after,
-     cursor_last_ts, cursor_count, line_crc, cursor_delivered) = fields
-    return BatchHeader(kind, n_lines, payload_len, first_ts, last_ts, index_after, cursor_last_ts,
-                       cursor_count, cursor_delivered, line_crc if flags & _HAS_LINE_CRC else None)
+class Framing:
+    """How one segment frames its batches: the sync marker every batch starts with.
+
+    Format 2 segments have a secret 16-byte marker (see the module docstring); format 1
+    segments, still read, have the public batch magic in its place.
+    """
+
+    __slots__ = ("_head", "data_start", "header_size", "sync", "version")
+
+    def __init__(self, sync: bytes, *, version: int = 2) -> None:
+        if version == 2 and len(sync) != SYNC_SIZE:
+            raise ValueError(f"a sync marker has {SYNC_SIZE} bytes")
+        self.sync = sync
+        self.version = version
+        self._head = struct.Struct(f"<{len(sync)}s{_FIELDS}")
+        self.header_size = self._head.size + _CRC.size
+        #: Offset of the first batch: after the file header.
+        self.data_start = len(FILE_MAGIC_V1) if version == 1 else len(FILE_MAGIC) + SYNC_SIZE + _CRC.size
+
+    @classmethod
+    def new(cls) -> Framing:
+        """A format 2 framing with a fresh random sync marker."""
+        return cls(os.urandom(SYNC_SIZE))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Framing) and (self.sync, self.version) == (other.sync, other.version)
+
+    def __hash__(self) -> int:
+        return hash((self.sync, self.version))
+
+    def __repr__(self) -> str:
+        return f"Framing(version={self.version})"  # the marker stays out of logs
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def file_header(self) -> bytes:
+        if self.version == 1:
+            return FILE_MAGIC_V1
+        return FILE_MAGIC + self.sync + _CRC.pack(zlib.crc32(FILE_MAGIC + self.sync))
+
+    def _frame(
+        self,
+        kind: BatchKind,
+        payload: bytes,
+        *,
+        n_lines: int,
+        first_ts: int,
+        last_ts: int,
+        index_after: int,
+        cursor: CursorFields,
+    ) -> bytes:
+        flags = 0 if cursor.line_crc is None else _HAS_LINE_CRC
+        head = self._head.pack(
+            self.sync, kind, flags, n_lines, len(payload), first_ts, last_ts, index_after,
+            cursor.last_ts, cursor.count, cursor.line_crc or 0, cursor.delivered,
+        )
+        crc = zlib.crc32(payload, zlib.crc32(head))
+        total = self.header_size + len(payload) + TRAILER_SIZE
+        return b"".join((head, _CRC.pack(crc), payload, _TRAILER.pack(total)))
+
+    def encode_lines(self, lines: Sequence[LogLine], *, index_before: int, cursor: CursorFields) -> bytes:
+        """Encode a non-empty batch of lines; the per-line work is attribute reads in comprehensions."""
+        texts = [line.text for line in lines]
+        stamps = array("q", [line.ts_ns for line in lines])
+        lengths = array("I", map(len, texts))
+        texts.append(b"")
+        payload = b"".join((_to_le(stamps), _to_le(lengths), b"\n".join(texts)))
+        return self._frame(
+            BatchKind.LINES, payload,
+            n_lines=len(lines), first_ts=stamps[0], last_ts=stamps[-1],
+            index_after=index_before + len(lines), cursor=cursor,
+        )
+
+    def encode_raw(self, raw: bytes, *, n_lines: int, first_ts: int, last_ts: int, index_before: int,
+                   cursor: CursorFields) -> bytes:
+        """Encode a block of complete ``<RFC3339> <text>\n`` lines as the API sent them."""
+        return self._frame(
+            BatchKind.RAW_LINES, raw,
+            n_lines=n_lines, first_ts=first_ts, last_ts=last_ts,
+            index_after=index_before + n_lines, cursor=cursor,
+        )
+
+    def encode_event(self, kind: BatchKind, data: dict[str, Any], *, first_ts: int, last_ts: int,
+                     index: int, cursor: CursorFields) -> bytes:
+        """Encode a gap, end or damage marker: no lines, a JSON payload."""
+        payload = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+        return self._frame(kind, payload, n_lines=0, first_ts=first_ts, last_ts=last_ts,
+                           index_after=index, cursor=cursor)
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def decode_header(self, data: bytes | memoryview) -> BatchHeader:
+        if len(data) < self.header_size:
+            raise BadBatch("short header")
+        fields = self._head.unpack_from(data)
+        if fields[0] != self.sync:
+            raise BadBatch("no sync marker")
+        try:
+            kind = BatchKind(fields[1])
+        except ValueError as exc:
+            raise BadBatch(f"unknown batch kind {fields[1]}") from exc
+        (_, _, flags, n_lines, payload_len, first_ts, last_ts, index_after,
+         cursor_last_ts, cursor_count, line_crc, cursor_delivered) = fields
+        return BatchHeader(kind, n_lines, payload_len, first_ts, last_ts, index_after, cursor_last_ts,
+                           cursor_count, cursor_delivered, line_crc if flags & _HAS_LINE_CRC else None,
+                           self.header_size)
+
+    def check_batch(self, data: bytes | memoryview, offset: int) -> BatchHeader:
+        """Validate the whole batch at ``offset`` (sync, lengths, trailer, CRC) and return its header."""
+        head = self.decode_header(data[offset:offset + self.header_size])
+        end = offset + head.total_len
+        if end > len(data):
+            raise BadBatch("torn batch")
+        fields_len = self._head.size
+        (crc,) = _CRC.unpack_from(data, offset + fields_len)
+        payload_at = offset + self.header_size
+        head_crc = zlib.crc32(data[offset:offset + fields_len])
+        expected = zlib.crc32(data[payload_at:payload_at + head.payload_len], head_crc)
+        if crc != expected:
+            raise BadBatch("CRC mismatch")
+        (trailer,) = _TRAILER.unpack_from(data, end - TRAILER_SIZE)
+        if trailer != head.total_len:
+            raise BadBatch("trailer mismatch")
+        return head
+
+    def crc_of_fields(self, head_bytes: bytes | memoryview) -> tuple[int, int]:
+        """(stored CRC, CRC of the header fields): a streaming check continues the second over the payload."""
+        (crc,) = _CRC.unpack_from(head_bytes, self._head.size)
+        return crc, zlib.crc32(head_bytes[:self._head.size])
+
+    def next_batch(self, data: bytes, start: int) -> int | None:
+        """Offset of the first intact batch at or after ``start``, if any.
+
+        Resynchronising after damage: only offsets that start with the sync marker are looked
+        at, and each must pass the CRC. Content cannot hold the marker (format 2), so no line
+        a container printed is ever taken for a batch.
+        """
+        view = memoryview(data)
+        try:
+            pos = data.find(self.sync, start)
+            while pos >= 0:
+                try:
+                    self.check_batch(view, pos)
+                    return pos
+                except BadBatch:
+                    pos = data.find(self.sync, pos + 1)
+            return None
+        finally:
+            view.release()
+
+    def read_last_header(self, fd: int, size: int) -> tuple[BatchHeader, int] | None:
+        """Header and offset of the last batch of an intact file of ``size`` bytes, via its trailer."""
+        if size < self.data_start + self.header_size + TRAILER_SIZE:
+            return None
+        (total,) = _TRAILER.unpack(os.pread(fd, TRAILER_SIZE, size - TRAILER_SIZE))
+        start = size - total
+        if start < self.data_start:
+            raise BadBatch("trailer points before the file start")
+        head = self.decode_header(os.pread(fd, self.header_size, start))
+        if head.total_len != total:
+            raise BadBatch("trailer mismatch")
+        return head, start
+
+    def read_last_content_header(self, fd: int, size: int) -> BatchHeader | None:
+        """The last batch of an intact file that is not a damage marker (those follow a repair)."""
+        end = size
+        for _ in range(64):
+            found = self.read_last_header(fd, end)
+            if found is None:
+                return None
+            head, start = found
+            if head.kind is not BatchKind.DAMAGE:
+                return head
+            end = start
+        return None
+
+    def read_first_header(self, fd: int, size: int) -> BatchHeader | None:
+        if size < self.data_start + self.header_size:
+            return None
+        return self.decode_header(os.pread(fd, self.header_size, self.data_start))
 
 
-def check_batch(data: bytes | memoryview, offset: int) -> BatchHeader:
-    """Validate the whole batch at ``offset`` (lengths, trailer, CRC) and return its header."""
-    head = decode_header(data[offset:offset + HEADER_SIZE])
-    end = offset + head.total_len
-    if end > len(data):
-        raise BadBatch("torn batch")
-    (crc,) = _CRC.unpack_from(data, offset + _HEAD.size)
-    payload_at = offset + HEADER_SIZE
-    head_crc = zlib.crc32(data[offset:offset + _HEAD.size])
-    expected = zlib.crc32(data[payload_at:payload_at + head.payload_len], head_crc)
-    if crc != expected:
-        raise BadBatch("CRC mismatch")
-    (trailer,) = _TRAILER.unpack_from(data, end - TRAILER_SIZE)
-    if trailer != head.total_len:
-        raise BadBatch("trailer mismatch")
-    return head
+#: Format 1 segments: the batch magic in the sync's place.
+LEGACY = Framing(BATCH_MAGIC_V1, version=1)
+#: Bytes of a file header that tell its framing (the longest header, format 2's).
+FILE_HEADER_SIZE = len(FILE_MAGIC) + SYNC_SIZE + _CRC.size
+
+
+def framing_of(header: bytes, fallback: bytes | None = None) -> Framing | None:
+    """The framing a segment's first bytes announce.
+
+    A damaged file header is no loss where the instance's meta keeps the marker
+    (``fallback``); without it the segment cannot be read safely (None): guessing a marker
+    from the content would let content choose it.
+    """
+    if header.startswith(FILE_MAGIC_V1):
+        return LEGACY
+    if header.startswith(FILE_MAGIC) and len(header) >= FILE_HEADER_SIZE:
+        sync = header[len(FILE_MAGIC):len(FILE_MAGIC) + SYNC_SIZE]
+        (crc,) = _CRC.unpack_from(header, len(FILE_MAGIC) + SYNC_SIZE)
+        if crc == zlib.crc32(FILE_MAGIC + sync):
+            return Framing(sync)
+    if fallback is not None:
+        return Framing(fallback)
+    return None
+
+
+def read_framing(fd: int, fallback: bytes | None = None) -> Framing | None:
+    """`framing_of` for an open segment file."""
+    return framing_of(os.pread(fd, FILE_HEADER_SIZE, 0), fallback)
 
 
 class LinesPayload:
@@ -332,26 +465,6 @@ def decode_event(payload: bytes) -> dict[str, Any]:
     return data
 
 
-def next_batch(data: bytes, start: int) -> int | None:
-    """Offset of the first intact batch at or after ``start`` (magic, lengths and CRC check), if any.
-
-    Resynchronising after damage: a batch magic inside damaged bytes or inside a payload is
-    rejected by its CRC, so the first offset that passes is a real batch boundary.
-    """
-    view = memoryview(data)
-    try:
-        pos = data.find(BATCH_MAGIC, start)
-        while pos >= 0:
-            try:
-                check_batch(view, pos)
-                return pos
-            except BadBatch:
-                pos = data.find(BATCH_MAGIC, pos + 1)
-        return None
-    finally:
-        view.release()
-
-
 @dataclass(frozen=True, slots=True)
 class Damage:
     """Bytes of a segment that are no intact batch."""
@@ -379,6 +492,8 @@ class ScanResult:
     #: still ends the log when a damage marker was appended after it).
     last_content: BatchHeader | None = None
     last_content_at: int = 0
+    #: How the segment frames its batches (None: it could not be told, the whole file is damage).
+    framing: Framing | None = None
 
     @property
     def tail(self) -> Damage | None:
@@ -392,36 +507,41 @@ class ScanResult:
         return None if not self.damage else f"{sum(d.length for d in self.damage)} bytes {self.damage[0].why}"
 
 
-def _tail_why(data: bytes, offset: int) -> str:
+def _tail_why(framing: Framing, data: bytes, offset: int) -> str:
     """A tail is torn when it is the start of one batch the file ends inside (or zeros after a crash)."""
     rest = data[offset:]
     if not rest.strip(b"\0"):
         return "torn"
-    if len(rest) < HEADER_SIZE:
-        return "torn" if BATCH_MAGIC.startswith(rest[:4]) else "corrupt"
+    if len(rest) < framing.header_size:
+        return "torn" if framing.sync.startswith(rest[:len(framing.sync)]) else "corrupt"
     try:
-        head = decode_header(rest)
+        head = framing.decode_header(rest)
     except BadBatch:
         return "corrupt"
     return "torn" if head.total_len > len(rest) else "corrupt"
 
 
-def scan(data: bytes) -> ScanResult:
+def scan(data: bytes, fallback: bytes | None = None) -> ScanResult:
     """Walk a whole segment's bytes batch by batch, validating each; resynchronise past damage.
 
-    Damage never hides what follows it: after a bad batch (or a bad file magic) the scan
-    looks for the next offset that holds an intact batch and goes on from there.
+    Damage never hides what follows it: after a bad batch (or a bad file header) the scan
+    looks for the next offset that starts with the sync marker and holds an intact batch,
+    and goes on from there. ``fallback``: the instance's sync marker, for a damaged header.
     """
     if not data:
         return ScanResult(0, None, None)
+    framing = framing_of(data[:FILE_HEADER_SIZE], fallback)
+    if framing is None:
+        return ScanResult(0, None, None, (Damage(0, len(data), "corrupt"),))
     damage: list[Damage] = []
     valid_len = 0
-    if data[:len(FILE_MAGIC)] == FILE_MAGIC:
-        offset = valid_len = len(FILE_MAGIC)
+    start = framing.data_start
+    if data[:start] == framing.file_header():
+        offset = valid_len = start
     else:
-        found = next_batch(data, 0)
+        found = framing.next_batch(data, 0)
         end = len(data) if found is None else found
-        damage.append(Damage(0, end, "corrupt" if len(data) >= len(FILE_MAGIC) else "torn"))
+        damage.append(Damage(0, end, "corrupt" if len(data) >= start else "torn"))
         offset = end
     first: BatchHeader | None = None
     last: BatchHeader | None = None
@@ -431,11 +551,11 @@ def scan(data: bytes) -> ScanResult:
     try:
         while offset < len(data):
             try:
-                head = check_batch(view, offset)
+                head = framing.check_batch(view, offset)
             except BadBatch:
-                found = next_batch(data, offset + 1)
+                found = framing.next_batch(data, offset + 1)
                 if found is None:
-                    damage.append(Damage(offset, len(data) - offset, _tail_why(data, offset)))
+                    damage.append(Damage(offset, len(data) - offset, _tail_why(framing, data, offset)))
                     break
                 damage.append(Damage(offset, found - offset, "corrupt"))
                 offset = found
@@ -449,35 +569,4 @@ def scan(data: bytes) -> ScanResult:
             valid_len = offset
     finally:
         view.release()
-    return ScanResult(valid_len, last, first, tuple(damage), last_content, last_content_at)
-
-
-def read_last_header(fd: int, size: int) -> tuple[BatchHeader, int] | None:
-    """Header and offset of the last batch of an intact file of ``size`` bytes, via its trailer."""
-    if size < len(FILE_MAGIC) + HEADER_SIZE + TRAILER_SIZE:
-        return None
-    (total,) = _TRAILER.unpack(os.pread(fd, TRAILER_SIZE, size - TRAILER_SIZE))
-    start = size - total
-    if start < len(FILE_MAGIC):
-        raise BadBatch("trailer points before the file start")
-    return decode_header(os.pread(fd, HEADER_SIZE, start)), start
-
-
-def read_last_content_header(fd: int, size: int) -> BatchHeader | None:
-    """The last batch of an intact file that is not a damage marker (those follow a repair)."""
-    end = size
-    for _ in range(64):
-        found = read_last_header(fd, end)
-        if found is None:
-            return None
-        head, start = found
-        if head.kind is not BatchKind.DAMAGE:
-            return head
-        end = start
-    return None
-
-
-def read_first_header(fd: int, size: int) -> BatchHeader | None:
-    if size < len(FILE_MAGIC) + HEADER_SIZE:
-        return None
-    return decode_header(os.pread(fd, HEADER_SIZE, len(FILE_MAGIC)))
+    return ScanResult(valid_len, last, first, tuple(damage), last_content, last_content_at, framing)

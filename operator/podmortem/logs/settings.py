@@ -108,15 +108,26 @@ class HttpSettings:
     #: Seconds open requests get to finish at shutdown, after following readers were told to stop.
     #: Default 2 s, so the whole operator stops well within the chart's 30 s grace period.
     shutdown_timeout_s: float = 2.0
-    #: Failed authentications one client address may cause per minute before it gets 429 without
-    #: a TokenReview. Default 30: a user retyping a token is never stopped; a token sprayer is.
-    auth_failures_per_minute: int = 30
+    #: Failed authentications one client address may cause per minute before the tokens it sends
+    #: that are not known good (accepted by a TokenReview within the auth cache's 30 s) get 429
+    #: without a review. Default 300: at most 5 reviews a second per address, while the users
+    #: behind one port-forward or ingress may each fail their own token budget ten times over.
+    auth_failures_per_minute: int = 300
+    #: Failed authentications one token (counted by its SHA-256) may have per minute before it
+    #: gets 429 without a review, from any address. Default 30: a user retrying a stale token is
+    #: told to stop, and only that token is refused, not the others sent from the same address.
+    auth_failures_per_token_per_minute: int = 30
+    #: Tokens, and addresses, whose failures are counted at most (10,000 of each take ~2.3 MB);
+    #: the least recently failing goes first, so a sprayer of distinct tokens or addresses cannot
+    #: grow the operator's memory.
+    auth_failure_entries: int = 10_000
     #: PEM certificate chain and key: serve HTTPS instead of HTTP (both or neither).
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_readers", "max_readers_per_caller", "auth_failures_per_minute"):
+        for name in ("max_readers", "max_readers_per_caller", "auth_failures_per_minute",
+                     "auth_failures_per_token_per_minute", "auth_failure_entries"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("write_deadline_s", "header_timeout_s"):

@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from podmortem import files
 from podmortem.errors import PodmortemError
+from podmortem.files import open_nofollow, read_nofollow
 from podmortem.logs import quarantine, retention, segments
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.errors import SinkFull
@@ -184,11 +185,18 @@ def _write_all(fd: int, data: bytes) -> None:
 class Instance:
     """One container instance's log: its files on disk and, while open, its writer state."""
 
-    def __init__(self, *, path: Path, container: str, seq: int, container_id: str | None) -> None:
+    def __init__(self, *, path: Path, container: str, seq: int, container_id: str | None,
+                 sync: bytes | None = None) -> None:
         self.path = path
         self.container = container
         self.seq = seq
         self.container_id = container_id
+        #: The instance's secret sync marker (its meta keeps it; None: made before format 2).
+        self.sync = sync
+        #: Each segment's framing, read once from its file header.
+        self._framings: dict[int, segments.Framing | None] = {}
+        #: How the active segment frames batches (set when it is opened for writing).
+        self.writing: segments.Framing | None = None
         #: Lines stored so far (the running index after the last batch).
         self.index = 0
         #: The cursor as handed over with the last batch.
@@ -211,6 +219,38 @@ class Instance:
 
     def segment_path(self, seq: int) -> Path:
         return self.path / _segment_name(seq)
+
+    def framing(self, seq: int) -> segments.Framing | None:
+        """How segment ``seq`` frames its batches (blocking: reads its file header once).
+
+        None when the header is damaged and the instance keeps no marker: the segment is then
+        read as damage, never resynchronised on a guess.
+        """
+        if seq in self._framings:
+            return self._framings[seq]
+        try:
+            fd = open_nofollow(self.segment_path(seq), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            found = segments.read_framing(fd, self.sync)
+        finally:
+            os.close(fd)
+        if found is not None:  # a file too short to tell (being created) is asked again later
+            self._framings[seq] = found
+        return found
+
+    def known_framing(self, seq: int, framing: segments.Framing) -> None:
+        self._framings[seq] = framing
+
+    def instance_framing(self) -> segments.Framing:
+        """The framing of the segments this instance writes (its own sync marker)."""
+        if self.sync is None:
+            raise StoreError(f"{self.path}: an instance without a sync marker cannot be written")
+        return segments.Framing(self.sync)
+
+    def forget_framing(self, seq: int) -> None:
+        self._framings.pop(seq, None)
 
     def segment_seqs(self) -> list[int]:
         try:
@@ -253,10 +293,10 @@ class Instance:
 def _load_instances(cdir: Path, *, container: str, writable: bool) -> list[Instance]:
     """Every stored instance of a container directory, oldest first (blocking file I/O)."""
     insts: list[Instance] = []
-    if cdir.is_dir():
+    if files.is_real_dir(cdir):
         for d in sorted(cdir.iterdir()):
-            if not d.is_dir() or not d.name.isdigit():
-                continue
+            if not d.name.isdigit() or not files.is_real_dir(d):
+                continue  # a symbolic link is never followed out of the store
             if not (d / retention.INSTANCE_META).exists():
                 continue  # a creation interrupted before its meta landed: never written to
             insts.append(_load_instance(d, container=container, writable=writable))
@@ -273,8 +313,13 @@ def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
     past it and mark it); damage at the end (a torn write, or corruption there) is cut, and a
     damage marker is appended where it was, so readers see where bytes went missing.
     """
-    meta = json.loads((path / retention.INSTANCE_META).read_text())
-    inst = Instance(path=path, container=container, seq=int(path.name), container_id=meta.get("container_id"))
+    meta = retention.read_instance_meta(path)
+    inst = Instance(path=path, container=container, seq=int(path.name), container_id=meta.get("container_id"),
+                    sync=retention.meta_sync(meta))
+    if writable and inst.sync is None:
+        # Made before format 2: its next segments get a marker, kept in the meta like a new instance's.
+        inst.sync = os.urandom(segments.SYNC_SIZE)
+        files.write_json_atomic(path / retention.INSTANCE_META, {**meta, "sync": inst.sync.hex()})
     seqs = inst.segment_seqs()
     result: segments.ScanResult | None = None
     removed_seq = 0
@@ -282,8 +327,10 @@ def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
     quarantined: list[str] = []
     while seqs:
         seg = inst.segment_path(seqs[-1])
-        data = seg.read_bytes()
-        found = segments.scan(data)
+        data = read_nofollow(seg)
+        found = segments.scan(data, inst.sync)
+        if found.framing is not None:
+            inst.known_framing(seqs[-1], found.framing)
         for damage in found.damage:
             inst.damage_found.append((seg, damage))
             logger.warning("log store: %s: %d bytes at offset %d are no intact batch (%s)%s",
@@ -317,6 +364,8 @@ def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
             inst.ended = end_from_event(container, segments.decode_event(
                 _read_at(inst.segment_path(inst.active_seq or 0), result.last_content_at, content)
             ))
+        if result.framing is not None and result.framing.version == 2 and result.framing.sync == inst.sync:
+            inst.writing = result.framing  # appends go on in this segment
     else:
         with contextlib.suppress(FileNotFoundError):
             tomb = json.loads((path / retention.TOMBSTONE).read_text())
@@ -341,24 +390,35 @@ def _append_damage_marker(
     seg = inst.segment_path(seq)
     why = "corrupt" if any(d.why == "corrupt" for d in cut) else "torn"
     data = {"bytes": sum(d.length for d in cut), "why": why, "quarantine": sorted(set(quarantined))}
-    batch = segments.encode_event(segments.BatchKind.DAMAGE, data, first_ts=segments.NO_TS,
-                                  last_ts=segments.NO_TS, index=inst.index, cursor=inst.cursor)
-    fd = os.open(seg, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = open_nofollow(seg, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
-        if os.fstat(fd).st_size == 0:
-            _write_all(fd, segments.FILE_MAGIC)
-        _write_all(fd, batch)
+        empty = os.fstat(fd).st_size == 0
+        framing = inst.instance_framing() if empty else inst.framing(seq)
+        if framing is None:  # the segment's framing cannot be told: mark in a new segment
+            os.close(fd)
+            seq += 1
+            seg = inst.segment_path(seq)
+            fd = open_nofollow(seg, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            empty, framing = True, inst.instance_framing()
+        batch = framing.encode_event(segments.BatchKind.DAMAGE, data, first_ts=segments.NO_TS,
+                                     last_ts=segments.NO_TS, index=inst.index, cursor=inst.cursor)
+        _write_all(fd, framing.file_header() + batch if empty else batch)
         os.fsync(fd)
+        inst.known_framing(seq, framing)
         inst.active_seq = seq
         inst.active_size = os.fstat(fd).st_size
+        if framing.version == 2 and framing.sync == inst.sync:
+            inst.writing = framing
     finally:
         os.close(fd)
 
 
 def _read_at(seg: Path, offset: int, head: segments.BatchHeader) -> bytes:
-    with open(seg, "rb") as f:
-        f.seek(offset + segments.HEADER_SIZE)
-        return f.read(head.payload_len)
+    fd = open_nofollow(seg, os.O_RDONLY)
+    try:
+        return os.pread(fd, head.payload_len, offset + head.header_size)
+    finally:
+        os.close(fd)
 
 
 def end_from_event(container: str, data: dict[str, Any]) -> LogEnd:
@@ -388,7 +448,7 @@ class Pod:
         """Containers with a stored log: on disk, or created here (never a name only asked about)."""
         names = {name for name, insts in self.instances.items() if insts}
         with contextlib.suppress(FileNotFoundError):
-            names.update(p.name for p in self.path.iterdir() if p.is_dir())
+            names.update(p.name for p in self.path.iterdir() if files.is_real_dir(p))
         return sorted(names)
 
 
@@ -544,17 +604,31 @@ class LogStore:
             # (A writable store made every directory itself: no rescan per unknown name.)
             self._pod_dirs.pop(namespace, None)
             path = self._find_pod_dir(namespace, name)
+        if path is not None and not self._no_links(path):
+            logger.warning("log store: %s holds a symbolic link; not served", path)
+            raise LogNotFound(f"no stored log for pod {namespace}/{name}")
         if path is not None:
             job = path.parent.name
         elif create:
             job = check_name("job", job or name)
             path = self.root / namespace / job / name
+            if not self._no_links(path):
+                raise StoreError(f"{path} holds a symbolic link; the store writes only its own directories")
             self._index_pod_dir(path)
         else:
             raise LogNotFound(f"no stored log for pod {namespace}/{name}")
         pod = Pod(path=path, namespace=namespace, job=job or name, name=name)
         self._pods[key] = pod
         return pod
+
+    def _no_links(self, path: Path) -> bool:
+        """No component of ``path`` below the root is a symbolic link (those that exist)."""
+        current = self.root
+        for part in path.relative_to(self.root).parts:
+            current = current / part
+            if current.is_symlink():
+                return False
+        return True
 
     def _find_pod_dir(self, namespace: str, name: str) -> Path | None:
         """The pod's directory; under several jobs, the most recently modified one wins."""
@@ -580,12 +654,12 @@ class LogStore:
             with contextlib.suppress(FileNotFoundError, NotADirectoryError), \
                     os.scandir(self.root / namespace) as jobs:
                 for job in jobs:
-                    if not job.is_dir() or job.name.startswith("."):
+                    if not job.is_dir(follow_symlinks=False) or job.name.startswith("."):
                         continue
                     with contextlib.suppress(FileNotFoundError, NotADirectoryError), \
                             os.scandir(job.path) as pods:
                         for entry in pods:
-                            if entry.is_dir():
+                            if entry.is_dir(follow_symlinks=False):
                                 index.setdefault(entry.name, []).append(Path(entry.path))
             self._pod_dirs[namespace] = index
         return index
@@ -662,11 +736,17 @@ class LogStore:
         path = pod.path / container / f"{seq:04d}"
         # The directories and the meta write (which fsyncs) go off the event loop. The instance
         # joins the list only once its meta landed, so nothing is written where a reopen would skip.
-        meta = {"container_id": container_id, "created": time.time()}
-        await asyncio.to_thread(_create_instance_dir, path, meta)
+        sync = os.urandom(segments.SYNC_SIZE)
+        meta = {"container_id": container_id, "created": time.time(), "sync": sync.hex()}
+        try:
+            await asyncio.to_thread(_create_instance_dir, path, meta)
+        except OSError as exc:
+            if _is_full(exc):  # a new pod on a full volume pauses like a running one
+                raise self._full(exc) from exc
+            raise
         self._index_pod_dir(pod.path)
         self._dirty_dirs.add(path.parent)
-        inst = Instance(path=path, container=container, seq=seq, container_id=container_id)
+        inst = Instance(path=path, container=container, seq=seq, container_id=container_id, sync=sync)
         inst.on_damage = self.note_damage
         for older in insts:
             older.superseded = True
@@ -702,25 +782,41 @@ class LogStore:
             insts = self._instances(pod, container)
             if insts and insts[-1].container_id is None and insts[-1].index == 0:
                 latest = insts[-1]  # adopt an instance that so far holds only markers
-                await asyncio.to_thread(files.write_json_atomic, latest.path / retention.INSTANCE_META,
-                                        {"container_id": container_id, "created": time.time()})
+                meta: dict[str, Any] = {"container_id": container_id, "created": time.time()}
+                if latest.sync is not None:
+                    meta["sync"] = latest.sync.hex()
+                try:
+                    await asyncio.to_thread(files.write_json_atomic, latest.path / retention.INSTANCE_META,
+                                            meta)
+                except OSError as exc:
+                    if _is_full(exc):
+                        raise self._full(exc) from exc
+                    raise
                 latest.container_id = container_id
                 return latest
             return await self._new_instance(pod, container, container_id)
 
     # --- writing ---------------------------------------------------------------------------------
 
-    async def _append(self, pod: Pod, inst: Instance, encode: Callable[[Instance], bytes], *,
-                      durable: bool = False) -> None:
+    def _full(self, exc: OSError) -> StoreFull:
+        self.full_since = self.full_since or time.time()
+        return StoreFull(f"the log store's volume is full ({exc.strerror}): {self.root}")
+
+    async def _append(self, pod: Pod, inst: Instance, encode: Callable[[Instance, segments.Framing], bytes],
+                      *, durable: bool = False) -> None:
         self._check_open()
         async with inst.lock:
-            if inst.fd is None or inst.active_size >= self.settings.segment_bytes:
-                await self._roll(pod, inst)
-            assert inst.fd is not None
+            try:
+                if inst.fd is None or inst.active_size >= self.settings.segment_bytes:
+                    await self._roll(pod, inst)
+            except OSError as exc:
+                if _is_full(exc):  # no room for the next segment: the same pause as a failed write
+                    raise self._full(exc) from exc
+                raise
+            assert inst.fd is not None and inst.writing is not None
             saved = (inst.index, inst.cursor)
-            data = encode(inst)
-            if inst.active_size == 0:
-                data = segments.FILE_MAGIC + data
+            batch = encode(inst, inst.writing)
+            data = inst.writing.file_header() + batch if inst.active_size == 0 else batch
             try:
                 try:
                     _write_all(inst.fd, data)
@@ -732,15 +828,18 @@ class LogStore:
                     if not (await self._free_early()).deleted_bytes:
                         raise
                     _write_all(inst.fd, data)
+                if os.lseek(inst.fd, 0, os.SEEK_CUR) != inst.active_size + len(data):
+                    # Someone else truncated or appended to the segment: it no longer ends where
+                    # readers think. Take the batch back and write it to a fresh segment.
+                    data = await self._moved_under_us(pod, inst, landed=len(data), batch=batch)
             except BaseException as exc:
                 # Drop whatever part landed, so the file ends at a batch boundary.
                 inst.index, inst.cursor = saved
                 with contextlib.suppress(OSError):
-                    os.ftruncate(inst.fd, inst.active_size)
-                if _is_full(exc):
-                    self.full_since = self.full_since or time.time()
-                    why = exc.strerror if isinstance(exc, OSError) else exc
-                    raise StoreFull(f"the log store's volume is full ({why}): {self.root}") from exc
+                    if inst.fd is not None:
+                        os.ftruncate(inst.fd, inst.active_size)
+                if isinstance(exc, OSError) and _is_full(exc):
+                    raise self._full(exc) from exc
                 raise
             self.full_since = None
             inst.active_size += len(data)
@@ -755,7 +854,27 @@ class LogStore:
                 inst.dirty = False
         inst.notify()
 
-    async def _roll(self, pod: Pod, inst: Instance) -> None:
+    async def _moved_under_us(self, pod: Pod, inst: Instance, *, landed: int, batch: bytes) -> bytes:
+        """The active segment changed size behind the writer: take the batch back and roll.
+
+        What was just written (``landed`` bytes) is cut off the old segment, which keeps the size
+        it now has, and ``batch`` goes to a fresh segment; readers that were past the old
+        segment's real end move on to the new one. Returns what the new segment holds.
+        """
+        assert inst.fd is not None
+        old = inst.segment_path(inst.active_seq or 0)
+        landed_at = os.lseek(inst.fd, 0, os.SEEK_CUR) - landed
+        logger.warning("log store: %s was changed by another process (its end was at %d, not %d); "
+                       "going on in a new segment", old, landed_at, inst.active_size)
+        os.ftruncate(inst.fd, max(0, landed_at))
+        inst.active_size = max(0, landed_at)
+        await self._roll(pod, inst, force_new=True)
+        assert inst.fd is not None and inst.writing is not None
+        data = inst.writing.file_header() + batch
+        _write_all(inst.fd, data)
+        return data
+
+    async def _roll(self, pod: Pod, inst: Instance, *, force_new: bool = False) -> None:
         """Finish the current segment (fsync, close) and create the next one."""
         sync = self.settings.fsync_interval_s is not None
         if inst.fd is not None:
@@ -764,11 +883,16 @@ class LogStore:
             if sync:
                 await asyncio.to_thread(os.fsync, old)
             os.close(old)
-        if inst.active_seq is not None and 0 < inst.active_size < self.settings.segment_bytes:
-            # Reopened after a restart: keep appending to the intact (already cut) tail.
+        if (not force_new and inst.active_seq is not None and inst.writing is not None
+                and 0 < inst.active_size < self.settings.segment_bytes):
+            # Reopened after a restart: keep appending to the intact (already cut) tail, if it is
+            # a segment of our own format and marker (a format 1 segment is never appended to).
             with contextlib.suppress(FileNotFoundError):
-                inst.fd = os.open(inst.segment_path(inst.active_seq), os.O_WRONLY | os.O_APPEND)
-                return
+                inst.fd = open_nofollow(inst.segment_path(inst.active_seq), os.O_WRONLY | os.O_APPEND)
+                if os.lseek(inst.fd, 0, os.SEEK_END) == inst.active_size:
+                    return
+                os.close(inst.fd)  # not where the load left it: start a new segment
+                inst.fd = None
         seqs = inst.segment_seqs()
         candidates = [0]
         if seqs:
@@ -776,7 +900,9 @@ class LogStore:
         if inst.active_seq is not None:
             candidates.append(inst.active_seq + 1)
         seq = max(candidates)
-        inst.fd = os.open(inst.segment_path(seq), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        inst.fd = open_nofollow(inst.segment_path(seq), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
+        inst.writing = inst.instance_framing()
+        inst.known_framing(seq, inst.writing)
         inst.active_seq = seq
         inst.active_size = 0
         self._dirty_dirs.add(inst.path)
@@ -928,12 +1054,12 @@ class LogStore:
         raw = getattr(lines, "raw", None)
         n_lines = len(lines)
 
-        def encode(inst: Instance) -> bytes:
+        def encode(inst: Instance, framing: segments.Framing) -> bytes:
             if isinstance(raw, bytes) and isinstance(lines, LineBatch):
-                data = segments.encode_raw(raw, n_lines=n_lines, first_ts=lines.first_ts_ns,
+                data = framing.encode_raw(raw, n_lines=n_lines, first_ts=lines.first_ts_ns,
                                            last_ts=lines.last_ts_ns, index_before=inst.index, cursor=fields)
             else:
-                data = segments.encode_lines(lines, index_before=inst.index, cursor=fields)
+                data = framing.encode_lines(lines, index_before=inst.index, cursor=fields)
             inst.index += n_lines
             inst.cursor = fields
             return data
@@ -952,8 +1078,8 @@ class LogStore:
         data = {"reason": str(marker.reason), "after_ts_ns": marker.after_ts_ns,
                 "before_ts_ns": marker.before_ts_ns, "detail": marker.detail}
 
-        def encode(inst: Instance) -> bytes:
-            return segments.encode_event(
+        def encode(inst: Instance, framing: segments.Framing) -> bytes:
+            return framing.encode_event(
                 segments.BatchKind.GAP, data,
                 first_ts=segments.NO_TS if marker.after_ts_ns is None else marker.after_ts_ns,
                 last_ts=segments.NO_TS if marker.before_ts_ns is None else marker.before_ts_ns,
@@ -969,8 +1095,8 @@ class LogStore:
             return  # already ended: keep the first reason
         data = {"reason": str(end.reason), "container_id": end.container_id}
 
-        def encode(inst: Instance) -> bytes:
-            return segments.encode_event(segments.BatchKind.END, data, first_ts=segments.NO_TS,
+        def encode(inst: Instance, framing: segments.Framing) -> bytes:
+            return framing.encode_event(segments.BatchKind.END, data, first_ts=segments.NO_TS,
                                          last_ts=segments.NO_TS, index=inst.index, cursor=inst.cursor)
 
         await self._append(pod, inst, encode, durable=True)
