@@ -95,7 +95,10 @@ async def write_all(root: Path, batches: list[list[LogLine]], *, raw: bool) -> W
         return Written(batches, ends, cursors, seg, data_start)
 
 
-async def read_back(root: Path) -> tuple[list[tuple[int, bytes]], list[reading.LogItem], LogCursor | None, bool]:
+Served = tuple[list[tuple[int, bytes]], list[reading.LogItem], LogCursor | None, bool]
+
+
+async def read_back(root: Path) -> Served:
     async with LogStore(root, settings=SETTINGS) as store:
         cursor = await store.sink(namespace="ns", pod="p", job="j").load_cursor("main")
         inst = store.find(namespace="ns", pod="p")
@@ -118,11 +121,11 @@ async def test_a_printed_end_batch_never_ends_the_log_after_a_crash(tmp_path: Pa
     for n, magic in enumerate([b"PMB\x01", os.urandom(16), b"\0" * 16]):
         root = tmp_path / f"store-{n}"
         printed = forged_texts(magic)
-        batches = [_lines([b"epoch 1"], 0), _lines([b"epoch 2", *printed], 1), _lines([b"epoch 3", *printed], 100)]
+        batches = [_lines([b"epoch 1"], 0), _lines([b"epoch 2", *printed], 1),
+                   _lines([b"epoch 3", *printed], 100)]
         written = await write_all(root, batches, raw=False)
         cut = written.ends[2] - 7  # the last write() was 7 bytes short when the process was killed
-        with open(written.segment, "r+b") as f:
-            f.truncate(cut)
+        os.truncate(written.segment, cut)
         served, items, cursor, ended = await read_back(root)
         assert served == [(x.ts_ns, x.text) for b in batches[:2] for x in b]
         assert cursor == written.cursors[1]

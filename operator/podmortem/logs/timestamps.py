@@ -71,10 +71,11 @@ def parse_ns(stamp: bytes) -> int:
     if zone == b"Z" or zone == b"z":
         offset = 0
     elif len(zone) == 6 and zone[0] in b"+-" and zone[3] == 0x3A:
-        try:
-            offset = int(zone[1:3]) * 3600 + int(zone[4:6]) * 60
-        except ValueError as exc:
-            raise BadTimestamp(f"bad zone offset in timestamp: {stamp!r}") from exc
+        hours, minutes = zone[1:3], zone[4:6]
+        # bytes.isdigit() is ASCII-only; int() alone would also take b" 1", b"-1" and b"+1".
+        if not (hours.isdigit() and minutes.isdigit()):
+            raise BadTimestamp(f"bad zone offset in timestamp: {stamp!r}")
+        offset = int(hours) * 3600 + int(minutes) * 60
         if zone[0] == 0x2B:  # "+": local time is ahead of UTC
             offset = -offset
     else:

@@ -14,7 +14,7 @@ import contextvars
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from podmortem import memory_line
@@ -52,8 +52,9 @@ class PodLogFacts:
     error: str | None = None
     #: Containers whose lines cannot be kept now (the store's volume is full): paused, retrying.
     disk_full: set[str] = field(default_factory=set)
-    #: The last TAIL_LINES lines per container, for the deaths only the log tells (a CUDA OOM, a traceback).
-    tail: dict[str, deque[builtins.bytes]] = field(default_factory=dict)
+    #: The last lines per container, for the deaths only the log tells (a CUDA OOM, a traceback),
+    #: bounded in lines and in bytes (see :class:`LineTail`).
+    tail: dict[str, LineTail] = field(default_factory=dict)
 
     def last_lines(self, container: str) -> list[str]:
         return [line.decode("utf-8", "replace") for line in self.tail.get(container, ())]
@@ -66,6 +67,52 @@ class PodLogFacts:
 
 #: Log lines kept per container for the report: a traceback's end and torch's messages fit in 50.
 TAIL_LINES = 50
+#: Bytes kept of one line; the rest is cut, with a marker saying how much. CUDA OOM, NCCL and
+#: Python exception messages say what they are in their first few hundred bytes (torch's longest,
+#: the 2.x CUDA OOM, is under 1 KiB), while a progress bar redrawn with ``\r`` can be megabytes.
+TAIL_LINE_BYTES = 4096
+#: Bytes kept per container, markers included: 50 lines of up to ~1.3 KiB each, or at least 15
+#: clipped ones. 2 pods x 3 containers printing 16 MiB lines held 4.9 GB before this bound.
+TAIL_BYTES = 64 * 1024
+
+
+def clip_line(text: builtins.bytes) -> builtins.bytes:
+    """``text``, or its first ``TAIL_LINE_BYTES`` (never half a UTF-8 character) and a marker."""
+    if len(text) <= TAIL_LINE_BYTES:
+        return text
+    cut = TAIL_LINE_BYTES
+    for _ in range(3):  # back up over UTF-8 continuation bytes to a character's start
+        if text[cut] & 0xC0 != 0x80:
+            break
+        cut -= 1
+    return text[:cut] + b" [podmortem: %d more bytes]" % (len(text) - cut)
+
+
+class LineTail:
+    """The newest lines of one container: at most ``TAIL_LINES`` lines and ``TAIL_BYTES`` bytes."""
+
+    __slots__ = ("held", "lines")
+
+    def __init__(self) -> None:
+        self.lines: deque[builtins.bytes] = deque()
+        #: Bytes of the kept lines (their ``len``, markers included).
+        self.held = 0
+
+    def extend(self, texts: Iterable[builtins.bytes]) -> None:
+        lines = self.lines
+        for text in texts:
+            text = clip_line(text)
+            lines.append(text)
+            self.held += len(text)
+            while len(lines) > TAIL_LINES or self.held > TAIL_BYTES:
+                self.held -= len(lines.popleft())
+
+    def __iter__(self) -> Iterator[builtins.bytes]:
+        return iter(self.lines)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
 
 #: Called with (facts, container, ts_ns, text) for each memory line; must not block.
 MemoryLineHook = Callable[[PodLogFacts, str, int, bytes], Awaitable[None]]
@@ -99,7 +146,7 @@ class WatchingSink:
             facts.last_line_ns[container] = last_ts
         tail = facts.tail.get(container)
         if tail is None:
-            tail = facts.tail[container] = deque(maxlen=TAIL_LINES)
+            tail = facts.tail[container] = LineTail()
         tail.extend(line.text for line in lines[-TAIL_LINES:])
         if self.on_memory_line is None:
             return
