@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -23,6 +24,41 @@ if TYPE_CHECKING:
 
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "podmortem-operator"
+
+EVENT_MESSAGE_MAX_BYTES = 1024
+"""Bytes of UTF-8 in an Event's message. The API server validates a core/v1 Event's message
+against no length (``ValidateEventCreate`` stops after the legacy checks for core/v1); the
+events.k8s.io/v1 ``note`` is capped at ``NoteLengthLimit`` = 1024 (Go's ``len``: bytes), and
+the kube-scheduler truncates its own core/v1 Event messages to that limit. So do we: an Event
+is a line in ``kubectl describe``, the report itself is in the status or the annotation, and a
+message carrying a pod's log line or an annotation whole was once 360,317 characters."""
+
+_ELLIPSIS = "…"
+
+
+def event_message(message: str, limit: int = EVENT_MESSAGE_MAX_BYTES) -> str:
+    """``message``, or its start within ``limit`` UTF-8 bytes cut at a word and ended with ``…``.
+
+    The cut is at the last whitespace of the part that fits when that keeps three quarters of
+    it, else at a character boundary (a value with no spaces is then quoted in part). A closing
+    ``(...)`` of at most half the limit, where podmortem's Events say where the report is, is
+    kept after the ``…``.
+    """
+    if len(message) <= limit // 4 or len(message.encode("utf-8", "replace")) <= limit:
+        return message
+    pointer = _POINTER.search(message[-(limit // 2) :])
+    tail = pointer[0] if pointer is not None and len(pointer[0].encode()) <= limit // 2 else ""
+    body = message[: len(message) - len(tail)]
+    room = limit - len((_ELLIPSIS + tail).encode("utf-8", "replace"))
+    head = body.encode("utf-8", "replace")[:room].decode("utf-8", "ignore")  # ignore: a split character
+    space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    if space >= len(head) * 3 // 4:
+        head = head[:space]
+    return head.rstrip() + _ELLIPSIS + tail
+
+
+#: A message's closing parenthetical (``... (podmortem failure report in ..., page URL)``).
+_POINTER = re.compile(r" \([^()]*\)\Z")
 
 
 class KubeError(PodmortemError):
@@ -152,7 +188,11 @@ class Kube:
         reason: str,
         message: str,
     ) -> None:
-        """A core/v1 Event about ``involved`` (an object with apiVersion, kind and metadata)."""
+        """A core/v1 Event about ``involved`` (an object with apiVersion, kind and metadata).
+
+        Every Event podmortem posts comes here, so its message is capped here, once
+        (`event_message`, `EVENT_MESSAGE_MAX_BYTES`).
+        """
         meta = involved.get("metadata", {}) or {}
         namespace = meta.get("namespace") or "default"
         now = now_rfc3339()
@@ -172,8 +212,7 @@ class Kube:
             },
             "type": type_,
             "reason": reason,
-            # The API caps an Event message at 1 KiB.
-            "message": message if len(message) <= 1024 else message[:1021] + "...",
+            "message": event_message(message),
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT,
             "firstTimestamp": now,

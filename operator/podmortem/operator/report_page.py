@@ -8,13 +8,24 @@ log store holds: the last lines of the reported container up to the kill, and th
 per-epoch memory lines among them. Access is the log server's own: a TokenReview and a
 SubjectAccessReview for ``get pods/log`` in the job's namespace, so a page never shows
 what its reader could not read with ``kubectl logs``.
+
+A page costs what its log lines and its report cost, and both come from outside: the pod
+prints the lines (one may be megabytes long), and anyone who may edit the object can edit the
+report. So each shown line is clipped to `LINE_BYTES` as it is read, the report is read only
+within `stored_report`'s bounds, the page stays under ``page.PAGE_MAX_BYTES``, it is rendered in
+a worker thread, and each page request holds one of the log server's reader slots, as a
+``GET /logs`` does (429 with Retry-After beyond them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import collections
+import hashlib
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,10 +36,10 @@ from aiohttp import web
 
 from podmortem import memory_line
 from podmortem.kube import api as kube_mod
-from podmortem.logs import auth, reading, store
+from podmortem.logs import auth, login_limits, reading, store
 from podmortem.logs import http as log_http
 from podmortem.logs.events import GapMarker
-from podmortem.operator import jobs, report_timeline
+from podmortem.operator import jobs, report_timeline, stored_report
 from podmortem.operator.log_links import report_url
 from podmortem.operator.reporting import Reporter
 from podmortem.reports import page, stored_timeline
@@ -39,6 +50,22 @@ logger = logging.getLogger(__name__)
 #: Log lines shown before the kill, and how many stored lines are read to find the memory lines.
 SHOWN_LINES = 40
 SCANNED_LINES = 5000
+
+LINE_BYTES = 2048
+"""Bytes of one log line shown on the page; the rest is cut as the line is read from the store,
+and the line ends with ``… [N more bytes]``. 40 lines of 2 KiB are 80 KiB at most (480 KiB
+escaped), where 4 lines of 8 MiB made a 128 MiB page."""
+
+MEMORY_LINE_BYTES = 4096
+"""Bytes read for a memory line from its marker on: the runtime prints about 200; a longer
+"memory line" is read only this far (and most likely is none)."""
+
+#: The page's Content-Security-Policy: nothing loaded, inline styles and data: images only, and
+#: no framing by another site (clickjacking).
+PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'"
+SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"
+
+_MARKER = memory_line.MARKER.encode()
 
 
 @dataclass(frozen=True)
@@ -77,10 +104,11 @@ class ReportFinder:
                 f"no TrainingJob {namespace}/{job}, and no watched job of another kind by that name "
                 "has a report from this operator run"
             )
-        status = obj.get("status") or {}
+        status = obj.get("status")
+        status = status if isinstance(status, dict) else {}
         report = status.get("failureReport")
         if not isinstance(report, dict) or not report:
-            phase = status.get("phase") or "no phase yet"
+            phase = str(status.get("phase") or "no phase yet")[:100]
             raise Missing(
                 f"TrainingJob {namespace}/{job} has no failure report (phase: {phase}); a report is "
                 "written when its pod's container exits non-zero"
@@ -110,40 +138,115 @@ def _utc(ns: int) -> datetime:
     return datetime.fromtimestamp(ns / 1e9, UTC)
 
 
+def clip_line(raw: bytes, limit: int = LINE_BYTES, *, more: int = 0) -> str:
+    """The line's first ``limit`` bytes as text, ending ``… [N more bytes]`` when longer.
+
+    ``more``: bytes already cut after ``raw`` (by the store's reader). The cut backs off to a
+    character boundary, so no half character is shown (the held-back bytes are counted in N).
+    """
+    if len(raw) <= limit and not more:
+        return raw.decode("utf-8", "replace")
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    shown = decoder.decode(raw[:limit], final=False)  # keeps back a trailing incomplete character
+    held, _ = decoder.getstate()
+    return f"{shown}… [{max(0, len(raw) - limit) + len(held) + more} more bytes]"
+
+
+def memory_peak(raw: bytes) -> tuple[int, int] | None:
+    """(epoch, pod peak bytes) of a per-epoch memory line; None for any other line.
+
+    A line with the marker that is not in the format (``INFO -> memory epoch is done``) is just
+    a log line here: the page shows it, and draws no peak from it.
+    """
+    at = raw.find(_MARKER)
+    if at < 0:
+        return None
+    try:
+        parsed = memory_line.parse(raw[at : at + MEMORY_LINE_BYTES].decode("utf-8", "replace"))
+    except ValueError:  # MemoryLineError, and pydantic's ValidationError
+        return None
+    if parsed is None or parsed.pod is None:
+        return None
+    return parsed.epoch, parsed.pod.epoch_peak_bytes or parsed.pod.peak_bytes
+
+
+def _take(
+    block: reading.LinesBlock,
+    kill_ns: int | None,
+    lines: collections.deque[page.LogLine],
+    peaks: list[tuple[datetime, int, int]],
+) -> int:
+    """Clip the block's lines up to the kill into ``lines``, note memory peaks; how many were read."""
+    taken = 0
+    for ts, raw in zip(block.stamps(), block.payload.texts(block.start), strict=True):
+        if kill_ns is not None and ts > kill_ns:
+            continue
+        taken += 1
+        lines.append(page.LogLine(at=_utc(ts), text=clip_line(raw)))
+        peak = memory_peak(raw)
+        if peak is not None:
+            peaks.append((_utc(ts), *peak))
+    return taken
+
+
+#: How `reading.LargeLinesBlock.clipped_lines` ends a line it cut.
+_STORE_CUT = re.compile(rb" \[podmortem: (\d+) more bytes\]")
+
+
+async def _take_large(
+    block: reading.LargeLinesBlock,
+    kill_ns: int | None,
+    lines: collections.deque[page.LogLine],
+    peaks: list[tuple[datetime, int, int]],
+) -> int:
+    """`_take` for a batch too big to read whole: the store's reader cuts each line at `LINE_BYTES`."""
+    taken = 0
+    for line in await block.clipped_lines(LINE_BYTES):
+        if kill_ns is not None and line.ts_ns > kill_ns:
+            continue
+        taken += 1
+        raw, more = line.text, 0
+        cut = _STORE_CUT.fullmatch(raw, LINE_BYTES) if len(raw) > LINE_BYTES else None
+        if cut is not None:
+            raw, more = raw[:LINE_BYTES], int(cut[1])
+        lines.append(page.LogLine(at=_utc(line.ts_ns), text=clip_line(raw, more=more)))
+        peak = memory_peak(raw)
+        if peak is not None:
+            peaks.append((_utc(line.ts_ns), *peak))
+    return taken
+
+
 async def log_context(
     log_store: store.LogStore, report: Mapping[str, Any]
 ) -> tuple[list[page.LogLine], list[tl_mod.EpochPeak], str]:
-    """The last lines up to the kill, the memory lines among the last ``SCANNED_LINES``, and a note."""
-    pod = report.get("pod") or {}
+    """The last lines up to the kill, the memory lines among the last ``SCANNED_LINES``, and a note.
+
+    Lines are clipped to `LINE_BYTES` block by block as they are read: no whole long line is
+    kept past the read of its block, and at most ``SHOWN_LINES`` clipped lines are held.
+    """
+    pod = report.get("pod")
+    pod = pod if isinstance(pod, Mapping) else {}
     ns, name, container = pod.get("namespace"), pod.get("name"), pod.get("container")
     if not (isinstance(ns, str) and isinstance(name, str)):
         return [], [], "the report names no pod, so no log is shown"
+    container = container if isinstance(container, str) and container else None
     try:
-        inst = await log_store.find_async(namespace=ns, pod=name, container=container or None)
+        inst = await log_store.find_async(namespace=ns, pod=name, container=container)
         if pod.get("containerID") and inst.container_id and inst.container_id != pod.get("containerID"):
-            inst = await log_store.find_async(
-                namespace=ns, pod=name, container=container or None, previous=True
-            )
+            inst = await log_store.find_async(namespace=ns, pod=name, container=container, previous=True)
     except (store.LogNotFound, store.ContainerRequired, ValueError) as exc:
-        return [], [], f"no stored log: {exc}"
+        return [], [], f"no stored log: {str(exc)[:300]}"
     kill = page.parse_time(pod.get("finishedAt"))
     kill_ns = int(kill.timestamp() * 1e9) + 999_999_999 if kill is not None else None
-    lines: list[page.LogLine] = []
+    lines: collections.deque[page.LogLine] = collections.deque(maxlen=SHOWN_LINES)
     peaks: list[tuple[datetime, int, int]] = []
     total = 0
     async for item in reading.read(inst, tail=SCANNED_LINES, follow=False):
         if isinstance(item, reading.LinesBlock):
-            for ts, raw in zip(item.stamps(), item.payload.texts(item.start), strict=True):
-                if kill_ns is not None and ts > kill_ns:
-                    continue
-                total += 1
-                text = raw.decode("utf-8", "replace")
-                lines.append(page.LogLine(at=_utc(ts), text=text))
-                if "epoch" in text:
-                    parsed = memory_line.parse(text)
-                    if parsed is not None and parsed.pod is not None:
-                        peak = parsed.pod.epoch_peak_bytes or parsed.pod.peak_bytes
-                        peaks.append((_utc(ts), parsed.epoch, peak))
+            total += _take(item, kill_ns, lines, peaks)
+            del item  # the block's bytes go now, not when the next block has been read
+        elif isinstance(item, reading.LargeLinesBlock):
+            total += await _take_large(item, kill_ns, lines, peaks)
         elif isinstance(item, GapMarker):
             when = _utc(item.after_ts_ns) if item.after_ts_ns is not None else None
             lines.append(page.LogLine(at=when, text=f"lines may be missing here ({item.reason})", kind="gap"))
@@ -154,8 +257,7 @@ async def log_context(
                 else f"{item.length} bytes unreadable ({item.why})"
             )
             lines.append(page.LogLine(text=what, kind="gap"))
-        lines = lines[-SHOWN_LINES * 2 :]
-    shown = lines[-SHOWN_LINES:]
+    shown = list(lines)
     note = (
         f"the last {sum(1 for x in shown if x.kind == 'line')} lines up to the kill, of {inst.container}'s "
         f"stored log; per-epoch peaks from memory lines among its last {SCANNED_LINES} lines ({total} read)"
@@ -168,12 +270,28 @@ async def get_report(request: web.Request) -> web.StreamResponse:
     fmt = request.query.get("format", "html")
     if fmt not in ("html", "json") or set(request.query) - {"format"}:
         return web.Response(status=400, text="the only parameter is format=html or format=json\n")
-    found = await _find(request, namespace, job)
-    if isinstance(found, web.Response):
-        return found
+    answer = await _find(request, namespace, job)
+    if isinstance(answer, web.Response):
+        return answer
+    found, caller = answer
     headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
     if fmt == "json":
         return web.Response(text=json.dumps(found.document), content_type="application/json", headers=headers)
+    try:
+        with request.app[log_http.SLOTS].hold(caller):
+            doc = await _page(request, namespace, job, found)
+    except log_http.TooManyReaders as exc:
+        return web.Response(status=429, text=f"{exc}\n", headers={"Retry-After": str(exc.retry_after_s)})
+    if isinstance(doc, web.Response):
+        return doc
+    headers["Content-Security-Policy"] = PAGE_CSP
+    # "replace": a lone surrogate (JSON allows "\ud800") must not fail the encoding of the page.
+    body = doc.encode("utf-8", "replace")
+    return web.Response(body=body, content_type="text/html", charset="utf-8", headers=headers)
+
+
+async def _page(request: web.Request, namespace: str, job: str, found: Found) -> str | web.Response:
+    """The page's HTML: the log read on the loop (a block at a time), the page made in a worker thread."""
     log_store = request.app[log_http.STORE]
     try:
         lines, epochs, note = await log_context(log_store, found.document)
@@ -185,22 +303,29 @@ async def get_report(request: web.Request) -> web.StreamResponse:
         if stored is not None and report_timeline.belongs_to(stored, found.document)
         else ([], [], None)
     )
-    doc = page.render(
-        page.PageInput(
-            title=f"{namespace}/{job}",
-            report=found.document,
-            log_lines=lines,
-            log_note=note,
-            epochs=epochs,
-            samples=samples,
-            restarts=restarts,
-            projection=projection,
-            generated_at=datetime.now(UTC),
-            json_url=report_url("", namespace=namespace, job=job) + "?format=json",
-        )
+    data = page.PageInput(
+        title=f"{namespace}/{job}",
+        report=found.document,
+        log_lines=lines,
+        log_note=note,
+        epochs=epochs,
+        samples=samples,
+        restarts=restarts,
+        projection=projection,
+        generated_at=datetime.now(UTC),
+        json_url=report_url("", namespace=namespace, job=job) + "?format=json",
     )
-    headers["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-    return web.Response(text=doc, content_type="text/html", headers=headers)
+    try:
+        # Off the event loop: a big page would otherwise hold up every other request of the server.
+        return await asyncio.to_thread(page.render, data)
+    except (ValueError, TypeError, ArithmeticError, LookupError, AttributeError, RecursionError) as exc:
+        # A report within the bounds that still cannot be drawn: a bug or an edit we did not foresee.
+        logger.exception("the report page of %s/%s could not be made", namespace, job)
+        return web.Response(
+            status=404,
+            text=f"the stored report of {namespace}/{job} could not be shown ({type(exc).__name__}); "
+            "?format=json serves it as stored\n",
+        )
 
 
 async def _stored_timeline(
@@ -218,9 +343,10 @@ async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
     namespace, job = request.match_info["namespace"], request.match_info["job"]
     if request.query:
         return web.Response(status=400, text="timeline.svg takes no parameters\n")
-    found = await _find(request, namespace, job)
-    if isinstance(found, web.Response):
-        return found
+    answer = await _find(request, namespace, job)
+    if isinstance(answer, web.Response):
+        return answer
+    found, _ = answer
     root = request.app[log_http.STORE].root
     stored = await _stored_timeline(root, namespace, job, found.document)
     svg = None
@@ -238,45 +364,50 @@ async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
     headers = {
         "Cache-Control": "no-store",
         "X-Content-Type-Options": "nosniff",
-        "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
+        "Content-Security-Policy": SVG_CSP,
     }
     return web.Response(text=svg, content_type="image/svg+xml", headers=headers)
 
 
-async def _find(request: web.Request, namespace: str, job: str) -> Found | web.Response:
-    """The job's report after the log server's access checks, or the response that refuses it."""
+async def _find(request: web.Request, namespace: str, job: str) -> tuple[Found, str] | web.Response:
+    """The job's report and the caller (as ``/logs`` counts readers) after the log server's access
+    checks, or the response that refuses it."""
     try:
         store.check_name("namespace", namespace)
         store.check_name("job", job)
     except ValueError as exc:
         return web.Response(status=400, text=f"{exc}\n")
     peer = request.remote or "unknown"
-    failures = request.app[log_http.FAILURES]
-    if failures.exhausted(peer):
-        return web.Response(
-            status=429,
-            text="too many failed authentications; retry in a minute\n",
-            headers={"Retry-After": "60"},
-        )
     try:
-        await request.app[log_http.REVIEWER].check(
-            authorization=request.headers.get("Authorization"), namespace=namespace
+        user = await login_limits.check(
+            request.app[log_http.FAILURES], request.app[log_http.REVIEWER], peer=peer,
+            authorization=request.headers.get("Authorization"), namespace=namespace,
         )
     except auth.AccessError as exc:
-        if isinstance(exc, auth.Unauthenticated):
-            failures.spend(peer)
         headers = {"WWW-Authenticate": 'Bearer realm="podmortem"'} if exc.status == 401 else {}
+        if isinstance(exc, login_limits.TooManyFailures):
+            headers = {"Retry-After": str(exc.retry_after_s)}
         return web.Response(status=exc.status, text=f"{exc}\n", headers=headers)
+    caller = peer if user is auth.ANONYMOUS else "user:" + hashlib.sha256(user.name.encode()).hexdigest()
+    unreadable = f"the stored report of {namespace}/{job} could not be read"
     try:
         found = await request.app[FINDER].find(namespace, job)
+        stored_report.checked(found.document)
     except Missing as exc:
         return web.Response(status=404, text=f"{exc}\n")
     except kube_mod.KubeError as exc:
         return web.Response(status=503, text=f"the Kubernetes API did not answer: {exc}\n")
-    pod_ns = (found.document.get("pod") or {}).get("namespace")
+    except stored_report.Unreadable as exc:
+        return web.Response(status=404, text=f"{unreadable}: {exc}\n")
+    except RecursionError:  # the API's answer, parsed by the client, nested past Python's limit
+        return web.Response(status=404, text=f"{unreadable}: nested deeper than Python parses\n")
+    except (ValueError, TypeError) as exc:  # an answer that is no JSON object
+        return web.Response(status=404, text=f"{unreadable}: {type(exc).__name__}: {str(exc)[:200]}\n")
+    pod = found.document.get("pod")
+    pod_ns = pod.get("namespace") if isinstance(pod, Mapping) else None
     if pod_ns not in (None, namespace):  # a report never shows another namespace's pod
         return web.Response(status=404, text=f"the report of {namespace}/{job} names another namespace\n")
-    return found
+    return found, caller
 
 
 def add_routes(app: web.Application, finder: ReportFinder) -> None:

@@ -5,12 +5,15 @@ Pure: a stored report (the JSON the operator writes into ``status.failureReport`
 the kill, per-epoch peaks, samples) in, one self-contained HTML document out. No JavaScript,
 no external fonts, styles or scripts: it opens from a ticket attachment, on a phone and on
 paper the same. Everything that came from a pod, a log or the kernel is escaped; what the
-stored report does not hold is said on the page, never drawn from guesses.
+stored report does not hold is said on the page, never drawn from guesses. A part of the
+report of the wrong type (an edited report) reads as absent, and the page stays under
+`PAGE_MAX_BYTES` whatever the report holds.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +26,18 @@ from podmortem.reports.units import human_bytes
 
 #: Seconds after which a page whose evidence is pending reloads itself.
 REFRESH_S = 10
+
+PAGE_MAX_BYTES = 1 << 20
+"""Bytes of one page at most (UTF-8). A page of a report the operator wrote is about 60 KiB; an
+edited report, or log lines full of characters that escape to six, could make one of any size,
+held in memory and sent whole. Over the cap, the biggest parts are left out (largest first,
+each replaced by a note saying so) until the page fits; the report's JSON still holds them."""
+
+#: Characters of the page's title shown (it is made of names, and ``podmortem report``'s file name).
+TITLE_MAX_CHARS = 300
+
+#: What a ``TZ`` can be to be looked up: an IANA name (``Europe/Berlin``, ``Etc/GMT+1``), no path.
+_ZONE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+-]{0,31}(?:/[A-Za-z0-9_+-]{1,32}){0,3}")
 
 _CSS = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:60rem;
@@ -121,15 +136,25 @@ def _utc(at: datetime | None, zone: ZoneInfo | None = None) -> str:
 
 
 def pod_zone(report: Mapping[str, Any]) -> ZoneInfo | None:
-    """The pod's time zone (``pod.timeZone``, from the container's ``TZ``), if known to this system."""
+    """The pod's time zone (``pod.timeZone``, from the container's ``TZ``), if known to this system.
+
+    The pod sets its ``TZ``: anything but a zone this system knows (a tzdata directory such as
+    ``Europe``, a path, a huge or binary string, a file that is no zone) is None, and the page
+    shows UTC only. ``ZoneInfo`` raises OSError for a directory or an overlong name.
+    """
     pod = report.get("pod")
     name = pod.get("timeZone") if isinstance(pod, Mapping) else None
-    if not isinstance(name, str) or not name or name == "UTC":
+    if not isinstance(name, str) or name == "UTC" or not _ZONE_NAME.fullmatch(name):
         return None
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         return None
+
+
+def _list(value: object) -> list[Any]:
+    """``value`` when it is a list, else empty: a stored report's lists may have been edited."""
+    return value if isinstance(value, list) else []
 
 
 def _evidence(report: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -163,7 +188,7 @@ def verdict_sentence(report: Mapping[str, Any]) -> str:
     assert isinstance(pod, Mapping)
     who = "/".join(str(p) for p in (pod.get("name"), pod.get("container")) if p) or "the pod"
     verdict = report.get("verdict")
-    findings = [f for f in report.get("findings") or [] if isinstance(f, Mapping)]
+    findings = [f for f in _list(report.get("findings")) if isinstance(f, Mapping)]
     cause = next((f for f in findings if f.get("code") == verdict), None)
     if cause is not None:
         return f"{who}: {verdict}. {cause.get('message', '')}"
@@ -207,7 +232,7 @@ def timeline_of(data: PageInput) -> tuple[tl_mod.Timeline, list[str]]:
     else:
         ws = ev.get("workingSet")
         if isinstance(ws, Mapping):
-            for point in ws.get("points") or []:
+            for point in _list(ws.get("points")):
                 at = parse_time(point[0]) if isinstance(point, list) and len(point) == 2 else None
                 if at is not None and isinstance(point[1], int):
                     tl.usage.append((at, point[1]))
@@ -248,7 +273,7 @@ def _legend(tl: tl_mod.Timeline) -> str:
 
 def _findings(report: Mapping[str, Any]) -> str:
     out = []
-    for f in report.get("findings") or []:
+    for f in _list(report.get("findings")):
         if not isinstance(f, Mapping):
             continue
         sev = str(f.get("severity") or "info")
@@ -272,6 +297,11 @@ def _findings(report: Mapping[str, Any]) -> str:
         parts.append("</div>")
         out.append("".join(parts))
     return "".join(out) or '<p class="note">no findings</p>'
+
+
+def _whole(value: object) -> int:
+    """An integer field as a number to sort by; 0 when it is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _value(key: str, value: object) -> str:
@@ -301,7 +331,7 @@ def _kernel(report: Mapping[str, Any], kernel_text: str | None) -> str:
         body = f'<p class="note">{esc(note)}</p>' + body
     if kernel_text:
         body += f"<h3>as pasted</h3><pre>{esc(kernel_text)}</pre>"
-    missing = report.get("missing") or []
+    missing = _list(report.get("missing"))
     if report.get("partial"):
         body += f'<p class="note">the record was cut short; missing: {esc(", ".join(map(str, missing)))}</p>'
     return (
@@ -340,7 +370,7 @@ def _cgroup_bar(report: Mapping[str, Any]) -> str:
 
 
 def _tasks(report: Mapping[str, Any]) -> str:
-    tasks = [t for t in report.get("tasks") or [] if isinstance(t, Mapping)]
+    tasks = [t for t in _list(report.get("tasks")) if isinstance(t, Mapping)]
     if not tasks:
         return '<p class="note">no process table in this report</p>'
     page = report.get("page_size_bytes") if isinstance(report.get("page_size_bytes"), int) else 4096
@@ -350,7 +380,7 @@ def _tasks(report: Mapping[str, Any]) -> str:
         return human_bytes(value * page) if isinstance(value, int) else "?"
 
     rows = []
-    for t in sorted(tasks, key=lambda t: -(t.get("rss_pages") or 0)):
+    for t in sorted(tasks, key=lambda t: -_whole(t.get("rss_pages"))):
         cls = ' class="killed"' if t.get("killed") else ""
         rows.append(
             f"<tr{cls}><td class=n>{esc(t.get('pid'))}</td><td>{esc(t.get('name'))}</td>"
@@ -392,7 +422,7 @@ def _log(data: PageInput, kill_at: datetime | None) -> str:
         parts.append(f'<div class="scroll"><table class="log">{"".join(rows)}</table></div>')
     else:
         parts.append('<p class="note">no log lines on this page</p>')
-    gaps = [g for g in log.get("gaps") or [] if isinstance(g, Mapping)]
+    gaps = [g for g in _list(log.get("gaps")) if isinstance(g, Mapping)]
     if gaps:
         parts.append(
             "<p>gaps in the stored log: "
@@ -417,7 +447,7 @@ def _job(report: Mapping[str, Any]) -> str:
     if not isinstance(job, Mapping):
         return ""
     rows = []
-    for r in job.get("rows") or []:
+    for r in _list(job.get("rows")):
         if not isinstance(r, Mapping):
             continue
         link = safe_url(r.get("logUrl"))
@@ -445,22 +475,24 @@ def _job(report: Mapping[str, Any]) -> str:
     return f'<h2 id="job">Pods of the job</h2>{head}{table}'
 
 
-def render(data: PageInput) -> str:
-    """The whole HTML document."""
+def render(data: PageInput, *, max_bytes: int = PAGE_MAX_BYTES) -> str:
+    """The whole HTML document, at most ``max_bytes`` of UTF-8 (see `PAGE_MAX_BYTES`)."""
     report = data.report
     pending = pending_parts(report)
     pod = report.get("pod") if isinstance(report.get("pod"), Mapping) else {}
     zone = pod_zone(report)
     assert isinstance(pod, Mapping)
+    title = esc(data.title if len(data.title) <= TITLE_MAX_CHARS else data.title[:TITLE_MAX_CHARS] + "…")
     head = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{esc(data.title)}: failure report</title>",
+        f"<title>{title}: failure report</title>",
     ]
     if pending:
         head.append(f'<meta http-equiv="refresh" content="{REFRESH_S}">')
     head.append(f"<style>{_CSS}</style></head><body>")
-    body = [f"<h1>{esc(data.title)}</h1>"]
+    # (what the part is, if it may be left out to keep the page under max_bytes; its HTML)
+    body: list[tuple[str | None, str]] = [(None, f"<h1>{title}</h1>")]
     meta = [
         f"pod {esc(pod.get('namespace'))}/{esc(pod.get('name'))}",
         f"container {esc(pod.get('container'))}",
@@ -471,49 +503,86 @@ def render(data: PageInput) -> str:
     ]
     if data.generated_at is not None:
         meta.append(f"page made {esc(_utc(data.generated_at))}")
-    body.append(f'<p class="meta">{" · ".join(meta)}</p>')
-    body.append(f'<p class="verdict" id="verdict">{esc(verdict_sentence(report))}</p>')
+    body.append(("the pod's details", f'<p class="meta">{" · ".join(meta)}</p>'))
+    body.append(("the verdict", f'<p class="verdict" id="verdict">{esc(verdict_sentence(report))}</p>'))
     if pending:
-        body.append(
+        body.append((None, (
             f'<p class="pending" id="pending">Evidence pending: {esc(", ".join(pending))}. '
             f"This page reloads every {REFRESH_S} s until it is in.</p>"
-        )
-    errors = [e for e in _evidence(report).get("errors") or report.get("errors") or [] if e]
+        )))
+    errors = [e for e in _list(_evidence(report).get("errors")) or _list(report.get("errors")) if e]
     if errors:
-        body.append('<p class="note">evidence that failed: ' + "; ".join(esc(e) for e in errors) + "</p>")
-    body.append(f'<h2 id="findings">Findings</h2>{_findings(report)}')
-    body.append(_job(report))
-    body.append('<h2 id="timeline">Memory timeline</h2>')
+        body.append(("the failed evidence", (
+            '<p class="note">evidence that failed: ' + "; ".join(esc(e) for e in errors) + "</p>"
+        )))
+    body.append((None, '<h2 id="findings">Findings</h2>'))
+    body.append(("the findings", _findings(report)))
+    body.append(("the pods of the job", _job(report)))
+    body.append((None, '<h2 id="timeline">Memory timeline</h2>'))
     if data.no_timeline_reason:
-        body.append(f'<p class="note" id="no-timeline">{esc(data.no_timeline_reason)}</p>')
+        body.append((None, f'<p class="note" id="no-timeline">{esc(data.no_timeline_reason)}</p>'))
         kill_at = parse_time(pod.get("finishedAt"))
     else:
         tl, notes = timeline_of(data)
         kill_at = tl.kill_at
+        drawn = []
         if tl.empty() and tl.kill_at is None:
-            body.append('<p class="note" id="no-timeline">nothing to draw: no series and no kill time</p>')
+            drawn.append('<p class="note" id="no-timeline">nothing to draw: no series and no kill time</p>')
         else:
-            body.append(tl_mod.svg(tl, title=f"memory of {pod.get('name') or data.title}"))
-            body.append(_legend(tl))
+            drawn.append(tl_mod.svg(tl, title=f"memory of {pod.get('name') or data.title}"))
+            drawn.append(_legend(tl))
         if tl.kill_at is not None and tl.last_line_at is not None:
             gap = (tl.kill_at - tl.last_line_at).total_seconds()
-            body.append(f'<p id="last-line-gap">the last log line came {gap:.0f} s before the kill</p>')
-        body.append('<ul class="meta">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
-    body.append(f'<h2 id="cgroup">Memory at the kill</h2>{_cgroup_bar(report)}')
-    body.append(f'<h2 id="processes">Processes at the kill</h2>{_tasks(report)}')
-    body.append(f'<h2 id="kernel">Kernel record</h2>{_kernel(report, data.kernel_text)}')
-    body.append(f'<h2 id="log">Log around the kill</h2>{_log(data, kill_at)}')
-    dropped = report.get("dropped") or []
+            drawn.append(f'<p id="last-line-gap">the last log line came {gap:.0f} s before the kill</p>')
+        drawn.append('<ul class="meta">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
+        body.append(("the memory timeline", "".join(drawn)))
+    body.append((None, '<h2 id="cgroup">Memory at the kill</h2>'))
+    body.append(("the memory at the kill", _cgroup_bar(report)))
+    body.append((None, '<h2 id="processes">Processes at the kill</h2>'))
+    body.append(("the process table", _tasks(report)))
+    body.append((None, '<h2 id="kernel">Kernel record</h2>'))
+    body.append(("the kernel record", _kernel(report, data.kernel_text)))
+    body.append((None, '<h2 id="log">Log around the kill</h2>'))
+    body.append(("the log", _log(data, kill_at)))
+    dropped = _list(report.get("dropped"))
     if dropped:
-        body.append('<p class="note">trimmed to fit: ' + "; ".join(esc(d) for d in dropped) + "</p>")
-    foot = ("times in UTC" + (f" and the pod's local time ({zone.key}, from its TZ)" if zone else "")
+        body.append(("what was trimmed", (
+            '<p class="note">trimmed to fit: ' + "; ".join(esc(d) for d in dropped) + "</p>"
+        )))
+    foot = ("times in UTC" + (f" and the pod's local time ({esc(zone.key)}, from its TZ)" if zone else "")
             + " · made by podmortem")
     if data.json_url:
         link = safe_url(data.json_url)
         if link:
             foot += f' · <a href="{link}">this report as JSON</a>'
-    body.append(f'<p class="meta">{foot}</p></body></html>')
-    return "".join(head + body)
+    body.append((None, f'<p class="meta">{foot}</p></body></html>'))
+    top = "".join(head)
+    return top + _fit(body, budget=max_bytes - _size(top), limit=max_bytes)
+
+
+def _size(text: str) -> int:
+    """Bytes of ``text`` in UTF-8 (a lone surrogate, possible in JSON read by Python, counted as 3)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _fit(parts: list[tuple[str | None, str]], *, budget: int, limit: int) -> str:
+    """The parts joined; while over ``budget``, the biggest part that may go is replaced by a note."""
+    sizes = [_size(text) for _, text in parts]
+    total = sum(sizes)
+    out = [text for _, text in parts]
+    for i in sorted(range(len(parts)), key=lambda i: -sizes[i]):
+        what = parts[i][0]
+        if total <= budget:
+            break
+        if what is None:
+            continue
+        note = (
+            f'<p class="note" data-left-out="{sizes[i]}">{what} left out: it takes {sizes[i]:,} bytes, and '
+            f"this page is kept under {limit:,} bytes; the report's JSON holds it whole</p>"
+        )
+        total += len(note) - sizes[i]
+        out[i] = note
+    return "".join(out)
 
 
 def epochs_from(lines: Iterable[tuple[datetime, int, int]]) -> list[tl_mod.EpochPeak]:
