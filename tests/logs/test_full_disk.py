@@ -200,3 +200,44 @@ async def test_a_store_budget_frees_finished_logs_before_the_emptydir_limit(tmp_
         assert peak <= budget
         assert len(await reading.read_lines(st.find(namespace="ml", pod="new-0"))) == 20
         assert len(list((root / "ml" / "old").rglob("*.seg"))) < 20
+
+
+async def test_a_new_pod_on_a_full_volume_pauses_and_resumes_like_a_running_one(
+    cluster: tuple[PodLogsApi, str], pod_api: PodLogApi, store: LogStore, volume: Path
+) -> None:
+    """Its first write creates the instance's directory and meta: ENOSPC there is a pause, not a stop."""
+    api, _ = cluster
+    filler = fill(volume)
+    main = api.add_pod("trainer-0", namespace="ml", text=plain_text).containers["main"]
+    main.write(300)
+    following, facts = follow(pod_api, store)
+    await until(lambda: "main" in facts.disk_full and store.full_since is not None)
+    assert following.is_following("uid-1") and facts.error is None
+    filler.unlink()
+    await until(lambda: store.lines_total >= 300, within_s=30)
+    items = await stored_items(store)
+    assert [i.text for i in items if isinstance(i, LogLine)] == [text for _, text in main.current.log.lines()]
+    await following.stop()
+
+
+async def test_a_restarted_container_on_a_full_volume_pauses_and_resumes(
+    cluster: tuple[PodLogsApi, str], pod_api: PodLogApi, store: LogStore, volume: Path
+) -> None:
+    """A container restart opens a new instance (directory, meta, segment): the same pause."""
+    api, _ = cluster
+    pod = api.add_pod("trainer-0", namespace="ml", text=plain_text)
+    main = pod.containers["main"]
+    main.write(100)
+    following, facts = follow(pod_api, store)
+    await until(lambda: store.lines_total >= 100)
+    filler = fill(volume)
+    main.restart()
+    main.write(200)
+    following.ensure(namespace="ml", pod="trainer-0", pod_uid="uid-1", containers=None)
+    await until(lambda: "main" in facts.disk_full)
+    assert following.is_following("uid-1") and facts.error is None
+    filler.unlink()
+    await until(lambda: store.lines_total >= 300, within_s=30)
+    insts = store.instances(namespace="ml", pod="trainer-0", container="main")
+    assert len(insts) == 2
+    await following.stop()

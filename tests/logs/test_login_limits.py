@@ -89,10 +89,10 @@ def test_the_minute_roll_forgets_every_failure() -> None:
 
 def test_failures_without_a_known_token_count_against_the_address_only() -> None:
     limits = LoginLimits(per_token=1, per_address=2, clock=Clock())
-    limits.spend("127.0.0.1")  # the former per-address interface, still used by the report page
-    assert not limits.exhausted("127.0.0.1")
     limits.failed("127.0.0.1", None)
-    assert limits.exhausted("127.0.0.1")
+    assert limits.refusal("127.0.0.1", None, known_good=False) is None
+    limits.failed("127.0.0.1", None)
+    assert limits.refusal("127.0.0.1", None, known_good=False) is not None
     assert limits.tokens == {}
 
 

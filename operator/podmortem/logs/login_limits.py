@@ -103,13 +103,6 @@ class LoginLimits:
             _count(self.tokens, token, self.max_entries)
         _count(self.addresses, peer, self.max_entries)
 
-    # The former per-address interface: kept for callers not yet moved to ``check``.
-    def exhausted(self, peer: str) -> bool:
-        return self.refusal(peer, None, known_good=False) is not None
-
-    def spend(self, peer: str) -> None:
-        self.failed(peer, None)
-
 
 def _count(counts: dict[str, int], key: str, max_entries: int) -> None:
     """One more failure for ``key``, moved to the newest end; the oldest key goes when full."""

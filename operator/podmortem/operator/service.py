@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -407,15 +406,17 @@ class Podmortem:
         try:
             obj = await self.kube.get(target.path())
             if target.role == "trainingjob":
-                report = ((obj or {}).get("status") or {}).get("failureReport") or {}
+                report = stored_report.checked(((obj or {}).get("status") or {}).get("failureReport") or {})
             else:
                 raw = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(opts.FAILURE_REPORT)
-                report = json.loads(raw) if raw else {}
-            pod = report.get("pod") or {}
-        except (kube_mod.KubeError, ValueError, AttributeError):
+                report = stored_report.parse_annotation(raw) if raw else {}
+        except (kube_mod.KubeError, ValueError, TypeError, AttributeError, RecursionError):
+            # An annotation anyone can write is data: unreadable means "no report yet", never a crash.
             return None
+        pod = report.get("pod")
         same = (
-            bool(pod)
+            isinstance(pod, Mapping)
+            and bool(pod)
             and pod.get("uid") == found.pod_uid
             and pod.get("containerID") == found.container_id
             and pod.get("container") == found.container
