@@ -40,8 +40,9 @@ def test_a_planted_report_annotation_is_replaced_by_the_real_report(cluster: Har
         {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {"name": name, "namespace": "default",
-                         "annotations": {"podmortem.io/watch": "true", "podmortem.io/failure-report": planted}},
+            "metadata": {"name": name, "namespace": "default", "annotations": {
+                "podmortem.io/watch": "true", "podmortem.io/failure-report": planted,
+            }},
             "spec": {"template": {"spec": {"containers": [{"name": "trainer", "image": "x"}]}}},
         },
     )

@@ -485,7 +485,7 @@ def _first_header(inst: Instance, seq: int) -> segments.BatchHeader | None:
         return None
     try:
         fd = open_nofollow(inst.segment_path(seq), os.O_RDONLY)
-    except FileNotFoundError:
+    except OSError:
         return None
     try:
         return framing.read_first_header(fd, os.fstat(fd).st_size)
@@ -506,7 +506,7 @@ def _tail_start(inst: Instance, seqs: list[int], tail: int) -> tuple[int, int]:
             continue
         try:
             fd = open_nofollow(inst.segment_path(seq), os.O_RDONLY)
-        except FileNotFoundError:
+        except OSError:
             continue
         try:
             if framing is None:
@@ -629,10 +629,16 @@ async def read(
                 if isinstance(batch, _DamageAt):
                     if batch.why == "corrupt":
                         inst.on_damage(path, batch.offset, batch.length)
-                    pending = Damaged(container, (pending.length if pending else 0) + batch.length,
-                                      pending.why if pending else batch.why)
+                    # One marker for adjacent pieces; a file that got shorter explains the whole of it.
+                    why = batch.why if pending is None or batch.why == "truncated" else pending.why
+                    pending = Damaged(container, (pending.length if pending else 0) + batch.length, why)
                     continue
                 head = batch[0] if isinstance(batch, tuple) else batch.head
+                if seen is not None and head.index_before < seen:
+                    # Lines this log already had (a segment copied over another): never served twice.
+                    pending = Damaged(container, (pending.length if pending else 0) + head.total_len,
+                                      pending.why if pending else "out-of-order")
+                    continue
                 if pending is not None:
                     behind = seen if seen is not None else start_index
                     yield Damaged(container, pending.length, pending.why, max(0, head.index_before - behind))

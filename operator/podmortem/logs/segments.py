@@ -315,7 +315,10 @@ class Framing:
         """Header and offset of the last batch of an intact file of ``size`` bytes, via its trailer."""
         if size < self.data_start + self.header_size + TRAILER_SIZE:
             return None
-        (total,) = _TRAILER.unpack(os.pread(fd, TRAILER_SIZE, size - TRAILER_SIZE))
+        trailer = os.pread(fd, TRAILER_SIZE, size - TRAILER_SIZE)
+        if len(trailer) < TRAILER_SIZE:
+            raise BadBatch("the file is shorter than its committed size")
+        (total,) = _TRAILER.unpack(trailer)
         start = size - total
         if start < self.data_start:
             raise BadBatch("trailer points before the file start")

@@ -230,7 +230,7 @@ class Instance:
             return self._framings[seq]
         try:
             fd = open_nofollow(self.segment_path(seq), os.O_RDONLY)
-        except FileNotFoundError:
+        except OSError:  # gone, or a link planted in the store: nothing to frame
             return None
         try:
             found = segments.read_framing(fd, self.sync)
@@ -325,9 +325,19 @@ def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
     removed_seq = 0
     cut: list[segments.Damage] = []
     quarantined: list[str] = []
+    linked = False  # a newer "segment" was a link: writes go after it, never before it
     while seqs:
         seg = inst.segment_path(seqs[-1])
-        data = read_nofollow(seg)
+        try:
+            data = read_nofollow(seg)
+        except FileNotFoundError:
+            seqs.pop()
+            continue
+        except OSError as exc:  # a link planted in the store (ELOOP): never read, never repaired
+            logger.warning("log store: %s is not a file of the store (%s); skipped", seg, exc)
+            seqs.pop()
+            linked = True
+            continue
         found = segments.scan(data, inst.sync)
         if found.framing is not None:
             inst.known_framing(seqs[-1], found.framing)
@@ -365,7 +375,7 @@ def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
                 _read_at(inst.segment_path(inst.active_seq or 0), result.last_content_at, content)
             ))
         if result.framing is not None and result.framing.version == 2 and result.framing.sync == inst.sync:
-            inst.writing = result.framing  # appends go on in this segment
+            inst.writing = None if linked else result.framing  # appends go on in this segment
     else:
         with contextlib.suppress(FileNotFoundError):
             tomb = json.loads((path / retention.TOMBSTONE).read_text())
