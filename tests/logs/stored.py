@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from podmortem.logs import reading
 from podmortem.logs.events import GapMarker, LogEnd, LogLine
 from podmortem.logs.store import LogStore
+
+T = TypeVar("T")
 
 
 async def stored_events(
@@ -27,3 +30,18 @@ async def until(condition: Callable[[], bool], *, within_s: float = 30.0, poll_s
             if condition():
                 return
             await asyncio.sleep(poll_s)
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a loop of its own, from a sync test (a hypothesis example).
+
+    Not ``asyncio.run``: that sets the thread's current loop to None when it ends, which
+    orphans the loop looptime opened around the test, and the orphan's ResourceWarning then
+    fails a later test.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()

@@ -10,7 +10,6 @@ from the store but its API.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import struct
@@ -27,6 +26,8 @@ from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogEnd, LogLine
 from podmortem.logs.lines import LineBatch
 from podmortem.logs.store import LogStore, StoreSettings
+
+from .stored import run_sync
 
 BASE = 1_700_000_000_000_000_000
 YEAR_2100 = 4_102_444_800_000_000_000
@@ -179,7 +180,7 @@ def test_hostile_output_with_crashes_and_corruption(
         first += len(batch)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        written = asyncio.run(write_all(root, batches, raw=raw))
+        written = run_sync(write_all(root, batches, raw=raw))
         data = bytearray(written.segment.read_bytes())
         # A crash anywhere, or (half the time) inside the last write, where a torn batch is.
         low = written.ends[-2] if in_last else 0
@@ -188,7 +189,7 @@ def test_hostile_output_with_crashes_and_corruption(
         for pos in positions:
             data[pos] ^= 0x5A
         written.segment.write_bytes(bytes(data[:cut]))
-        served, items, cursor, ended = asyncio.run(read_back(root))
+        served, items, cursor, ended = run_sync(read_back(root))
 
     printed = [(x.ts_ns, x.text) for b in batches for x in b]
     # Nothing served that the container did not print, in its order, no line twice.

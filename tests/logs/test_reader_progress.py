@@ -21,7 +21,7 @@ from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
 from podmortem.logs.store import LogStore, StoreSettings
 
-from .stored import until
+from .stored import run_sync, until
 
 BASE = 1_700_000_000_000_000_000
 SMALL = StoreSettings(fsync_interval_s=None, segment_bytes=4096)
@@ -184,7 +184,7 @@ def test_no_reader_loops_without_progress(
                         assert len(items) <= len(written) + 4 * len(ops) + 8, items[-5:]
                 return items
 
-    items = asyncio.run(run())
+    items = run_sync(run())
     printed = [x.text for b in written for x in b]
     served = texts(items)
     assert all(t in printed for t in served)
