@@ -7,7 +7,6 @@ quarantine file; the corrupt-bytes counter counts them.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +21,8 @@ from podmortem.logs import quarantine, reading, segments
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
 from podmortem.logs.store import LogStore, StoreSettings
+
+from .stored import run_sync
 
 BASE = 1_714_564_800 * 10**9
 SMALL = StoreSettings(fsync_interval_s=None, segment_bytes=4096)
@@ -74,7 +75,7 @@ def _layout(root: Path) -> list[Batch]:
 def original() -> Iterator[tuple[Path, list[Batch], list[int]]]:
     with tempfile.TemporaryDirectory() as d:
         root = Path(d) / "store"
-        asyncio.run(_write(root))
+        run_sync(_write(root))
         sizes = [seg.stat().st_size for seg in sorted(_instance_dir(root).glob("*.seg"))]
         layout = _layout(root)
         assert len(sizes) >= 5 and len(layout) == 90
@@ -128,7 +129,7 @@ def test_every_untouched_batch_is_served_in_order_and_every_touched_one_is_marke
                 expected.append("DAMAGED")
         else:
             expected.extend(b.texts)
-    got, counted = asyncio.run(_read_back(work / "store"))
+    got, counted = run_sync(_read_back(work / "store"))
     assert got == expected
     if touched:
         assert counted > 0
