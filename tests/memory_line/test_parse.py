@@ -95,6 +95,8 @@ def test_lines_without_the_marker_are_none(text: str) -> None:
         "-> memory epoch 30: rss 3.00GiB (peak 36.00GiB), pod 5.00GiB of 64.00GiB",
         EXAMPLE + " trailing words",
         EXAMPLE.replace("workers 2", "workers two"),
+        EXAMPLE.replace("epoch 30", "epoch ٣0"),  # an Arabic-Indic digit is no number of ours
+        EXAMPLE.replace("workers 2", "workers ２"),
     ],
 )
 def test_malformed_lines_raise(text: str) -> None:
@@ -120,6 +122,8 @@ def test_size_bytes_rounds_the_printed_value(text: str, expected: int) -> None:
 def test_size_bytes_rejects_other_units() -> None:
     with pytest.raises(memory_line.MemoryLineError):
         memory_line.size_bytes("1.00GB")
+    with pytest.raises(memory_line.MemoryLineError):
+        memory_line.size_bytes("١.00GiB")
 
 
 @pytest.mark.parametrize("field", ["epoch", "size", "workers"])

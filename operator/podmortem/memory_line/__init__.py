@@ -38,7 +38,8 @@ _LINE = re.compile(
     r"))?"
     rf"(?:, cuda reserved (?P<cuda_reserved>{_SIZE}) \(peak allocated (?P<cuda_peak>{_SIZE})\))?"
     rf"(?:, workers (?P<workers>\d{{1,6}}) pss (?P<workers_pss>{_SIZE}))?"
-    r"(?P<rest>.*)$"
+    r"(?P<rest>.*)$",
+    re.ASCII,  # ``\d`` is [0-9]: a line printing "epoch ٣" is no memory line of ours
 )
 # A known field left over in the tail means that field did not parse: an error, not a later addition.
 _KNOWN_FIELD = re.compile(r", (?:pod|cuda|workers)\b")
@@ -89,7 +90,7 @@ class MemoryLine(pydantic.BaseModel, frozen=True):
 
 def size_bytes(text: str) -> int:
     """``'1.20GiB'`` → 1288490189: the printed value in bytes, rounded half up to a whole byte."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)(B|KiB|MiB|GiB|TiB)", text)
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(B|KiB|MiB|GiB|TiB)", text)
     if match is None:
         raise MemoryLineError(f"not a memory size: {text!r}")
     exact = Decimal(match[1]) * _UNIT_BYTES[match[2]]
