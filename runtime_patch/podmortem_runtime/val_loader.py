@@ -28,6 +28,8 @@ a second copy of the heap, charged to the same pod cgroup. The policies:
     then. Forked from the trainer (and kept) only while the trainer is small;
     otherwise from a fork server, or no workers where the pod has no room for
     one. A loader built late, after the heap grew, thus never forks from it.
+    A fork server only where its workers can rebuild the loader in a fresh
+    process (`podmortem_runtime.fresh_process`): never a crash where fork works.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from podmortem_runtime import own_cgroup, procfs
+from podmortem_runtime import fresh_process, own_cgroup, procfs
 
 Policy = Literal["none", "persistent", "forkserver", "spawn", "auto"]
 ResolvedPolicy = Literal["none", "persistent", "forkserver", "spawn"]
@@ -104,6 +106,7 @@ def choose_policy(
     memory: ForkTimeMemory | None = None,
     fork_budget_bytes: int = AUTO_FORK_BUDGET_BYTES,
     forkserver_reserve_bytes: int = AUTO_FORKSERVER_RESERVE_BYTES,
+    fresh_process_problem: Callable[[], str | None] | None = None,
 ) -> PolicyChoice:
     """Resolve ``"auto"`` (and check the others) from the memory read now.
 
@@ -118,6 +121,12 @@ def choose_policy(
     3. no limit, or at least ``forkserver_reserve_bytes`` (512 MiB) left under it →
        ``"forkserver"``: workers forked from a small server, never from the trainer.
     4. otherwise → ``"none"``: loading in the trainer costs no memory at all.
+
+    A fork server (3) is chosen only where ``fresh_process_problem`` (asked then, once)
+    returns None: its workers must rebuild the dataset by pickle (see
+    `podmortem_runtime.fresh_process`). Where they could not, "auto" never turns a working
+    validation into a crash: ``"persistent"`` when a worst-case copy of the trainer fits
+    under the limit (or there is none), else ``"none"``, and the reason says why.
 
     Measured by ``bench/val_loader.py``: see docs/runtime.md for the figures.
     """
@@ -145,10 +154,23 @@ def choose_policy(
             f"{fork_budget_bytes / mib:.0f} MiB{where}; forking now and keeping the workers",
         )
     if room is None or room >= forkserver_reserve_bytes:
+        blocked = fresh_process_problem() if fresh_process_problem is not None else None
+        if blocked is None:
+            return PolicyChoice(
+                "forkserver",
+                f"auto: trainer private memory {private / mib:.0f} MiB exceeds the fork budget "
+                f"{fork_budget_bytes / mib:.0f} MiB{where}; forking from a fork server",
+            )
+        if room is None or private <= room:
+            return PolicyChoice(
+                "persistent",
+                f"auto: no fork server, because {blocked}; trainer private memory {private / mib:.0f} MiB"
+                f"{where or ' (no pod limit)'}, so a copy fits: forking now and keeping the workers",
+            )
         return PolicyChoice(
-            "forkserver",
-            f"auto: trainer private memory {private / mib:.0f} MiB exceeds the fork budget "
-            f"{fork_budget_bytes / mib:.0f} MiB{where}; forking from a fork server",
+            "none",
+            f"auto: no fork server, because {blocked}; a copy of the trainer's {private / mib:.0f} MiB "
+            f"would not fit{where}: loading in the trainer",
         )
     return PolicyChoice(
         "none",
@@ -225,12 +247,15 @@ def make_val_loader(
     if policy == "auto" and num_workers > 0:
         from podmortem_runtime import _auto_loader  # torch only from here on
 
+        init = WorkerInit(malloc_mmap_threshold, worker_init_fn)
+        shipped = (("dataset", dataset), ("collate function", collate_fn), ("worker init function", init))
         return _auto_loader.AutoPolicyLoader(
             dataset,
             num_workers=num_workers,
-            worker_init_fn=WorkerInit(malloc_mmap_threshold, worker_init_fn),
+            worker_init_fn=init,
             decide=lambda: choose_policy(
-                "auto", num_workers=num_workers, fork_budget_bytes=fork_budget_bytes
+                "auto", num_workers=num_workers, fork_budget_bytes=fork_budget_bytes,
+                fresh_process_problem=lambda: fresh_process.problem(shipped),
             ),
             context=_context,
             on_choice=on_choice,
