@@ -52,6 +52,10 @@ def check_story(data: dict[str, Any], *, mode: str) -> dict[str, Any]:
     assert report["verdict"] == "memcg-limit"
     codes = {f["code"] for f in report["findings"]}
     assert {"memcg-limit", "fork-copies"} <= codes
+    # The story is a pod hitting its own 256 MiB limit: the report says so, whatever the path looks like.
+    cause = report["findings"][0]
+    assert "the pod's memory cgroup reached the pod's limit" in cause["message"], cause["message"]
+    assert "not a pod's" not in cause["message"] and "MemoryMax" not in cause["action"]
     assert report["pod"]["reason"] == "OOMKilled" and report["evidence"]["kernelRecords"] == 1
     # The kubelet does not wait for the kernel log: the demo waits (bounded by its run timeout) until
     # the operator's follow-up attached the record the agent handed over after the kill.

@@ -62,6 +62,12 @@ def _whose(record: OomKillRecord, level: str | None, pod: PodRef | None, size: s
             "node's allocatable memory, so no pod hit a limit of its own",
             _SHARED_LIMIT_ACTION,
         )
+    if level == "shared":
+        return (
+            f"the cgroup {path}{shared_size}, above this pod's own cgroup, filled: a limit the pods under "
+            "it share, so this pod did not hit a limit of its own",
+            _SHARED_LIMIT_ACTION,
+        )
     if level == "system":
         return (
             f"the cgroup {path}, which is not a pod's, reached its own limit{size}, not because the node "
@@ -107,7 +113,11 @@ def memcg_limit(record: OomKillRecord, facts: RecordFacts, *, pod: PodRef | None
     """The kill was a memory cgroup's limit: the container's, the pod's, or a shared (QoS, node) one."""
     if record.constraint_effective != CONSTRAINT_MEMCG:
         return None
-    level = limits.level(record.oom_memcg) or (pod.limit_level if pod is not None else None)
+    shape = limits.level(record.oom_memcg)
+    known = pod.limit_level if pod is not None else None
+    # What the agent knows of the pod's cgroup wins over the path's shape; the shape only says
+    # more where the known limit is a shared one (a QoS class's or the node's).
+    level: str | None = shape if known is None or (known == "shared" and shape in ("qos", "node")) else known
     hit = limits.limit_hit(record)
     swap = hit.swap_bytes if hit is not None else None
     if swap is None:

@@ -24,6 +24,8 @@ UNLIMITED_KB = 2**50
 FULL_SLACK_KB = 256
 
 Level = Literal["container", "pod", "qos", "node", "system"]
+#: Where a limit sits relative to the pod's own cgroup, when the node agent knows that cgroup.
+KnownLevel = Literal["container", "pod", "shared"]
 
 _CONTAINER = re.compile(r"(?:(?:cri-containerd|crio|docker|containerd|libpod)-)?[0-9a-f]{64}(?:\.scope)?")
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
@@ -66,6 +68,37 @@ def level(path: str | None) -> Level | None:
     if last in _NODE:
         return "node"
     return "system"
+
+
+def _parts(path: str) -> list[str]:
+    return [p for p in path.split("/") if p]
+
+
+def level_from_pod(limit_path: str | None, pod_path: str | None) -> KnownLevel | None:
+    """Where the limit that filled sits, from the pod's own cgroup as the node agent found it.
+
+    Knowledge, not a guess from the path's shape: the agent knows which cgroup is the pod's,
+    whatever the layout (cgroupfs, systemd, a custom ``--cgroup-root``, a nested runtime). The
+    kernel may print a path with a prefix the agent's view lacks (a node in a container), so the
+    pod's path may sit anywhere inside the kernel's. "pod": the limit is the pod's cgroup;
+    "container": below it; "shared": above it (a QoS class's, the node's, a parent slice);
+    None: neither (a cgroup the pod is not in, or a path missing).
+    """
+    if not limit_path or not pod_path:
+        return None
+    limit, pod = _parts(limit_path), _parts(pod_path)
+    if not pod:
+        return None
+    for start in range(len(limit) - len(pod) + 1):
+        if limit[start:start + len(pod)] == pod:
+            return "pod" if start + len(pod) == len(limit) else "container"
+    for skip in range(len(limit)):
+        tail = limit[skip:]
+        if tail and len(tail) < len(pod) and pod[:len(tail)] == tail:
+            return "shared"
+    if not limit:  # the root: every pod is under it
+        return "shared"
+    return None
 
 
 def best_effort(path: str | None) -> bool:

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from podmortem import diagnosis
-from podmortem.diagnosis import cause, exit_causes, sibling_oom, training_log
+from podmortem.diagnosis import cause, exit_causes, limits, sibling_oom, training_log
 from podmortem.diagnosis import termination as termination_mod
 from podmortem.diagnosis.termination import Termination
 from podmortem.reports import codes as verdict_codes
 from podmortem.reports.evidence import PodEvidence
-from podmortem.reports.failure import FailureReport
+from podmortem.reports.failure import FailureReport, PodRef
 from podmortem.reports.findings import Finding, Severity
 from podmortem.reports.oom_record import OomKillRecord
 
@@ -62,6 +62,21 @@ def oomkilled_without_record(t: Termination, why_no_record: str, *, pending: boo
     )
 
 
+def known_pod(record: OomKillRecord, evidence: PodEvidence | None) -> PodRef | None:
+    """The pod as the node agent knows it: its UID, and where the limit that filled sits.
+
+    The agent matched the record to this pod by the pod's own cgroup, so the limit's level is
+    read against that cgroup, never guessed from the path's shape (a custom cgroup root, a
+    nested runtime or the demo's own layout would otherwise read as "not a pod's").
+    """
+    if evidence is None:
+        return None
+    level = limits.level_from_pod(record.oom_memcg, evidence.cgroup_path)
+    if level is None:
+        return None
+    return PodRef(pod_uid=evidence.pod_uid, limit_level=level)
+
+
 def diagnose_termination(
     *,
     termination: Termination,
@@ -79,7 +94,8 @@ def diagnose_termination(
     t = termination
     records = evidence.kernel_records if evidence is not None else []
     record = pick_record(records, t.container_id)
-    report = diagnosis.diagnose(record) if record is not None else FailureReport()
+    known = known_pod(record, evidence) if record is not None else None
+    report = diagnosis.diagnose(record, pod=known) if record is not None else FailureReport()
     findings = list(report.findings)
     codes = {f.code for f in findings}
 

@@ -29,8 +29,9 @@ class PodRef(BaseModel):
     qos: str | None = None
     #: Container runtime as the path names it: "containerd", "cri-o", "docker"; None when bare.
     runtime: str | None = None
-    #: Whether the limit that was hit is the "pod" cgroup or a "container" cgroup.
-    limit_level: Literal["pod", "container"] | None = None
+    #: Whether the limit that was hit is the "pod" cgroup, a "container" cgroup below it, or one
+    #: "shared" above it (known from the pod's own cgroup, or read off the path's shape offline).
+    limit_level: Literal["pod", "container", "shared"] | None = None
 
 
 class KillSummary(BaseModel):
