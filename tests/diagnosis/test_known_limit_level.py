@@ -61,7 +61,9 @@ CONTAINER_LIMIT = "the container's memory cgroup reached the container's own lim
     (f"/docker/{CID}/kubepods/burstable/pod{UID}", f"/docker/{CID}/kubepods/burstable/pod{UID}",
      f"/kubepods/burstable/pod{UID}", POD_LIMIT),
 ])
-def test_the_pods_own_limit_is_named_whatever_the_layout(limit: str, task: str, pod: str, expected: str) -> None:
+def test_the_pods_own_limit_is_named_whatever_the_layout(
+    limit: str, task: str, pod: str, expected: str
+) -> None:
     message, action = message_for(limit, task, pod)
     assert expected in message
     assert "not a pod's" not in message and "MemoryMax" not in action
@@ -70,7 +72,7 @@ def test_the_pods_own_limit_is_named_whatever_the_layout(limit: str, task: str, 
 @pytest.mark.parametrize(("limit", "pod", "expected"), [
     # above the pod: the QoS class's (the shape says which), or an unnamed parent
     ("/kubepods/burstable", f"/kubepods/burstable/pod{UID}", "the Burstable QoS cgroup /kubepods/burstable"),
-    ("/ml-nodes/runs", "/ml-nodes/runs/job-7", "above this pod's own cgroup, filled: a limit the pods under it"),
+    ("/ml-nodes/runs", "/ml-nodes/runs/job-7", "above this pod's own cgroup, filled: a limit the pods"),
 ])
 def test_a_limit_above_the_pod_is_a_shared_one(limit: str, pod: str, expected: str) -> None:
     message, action = message_for(limit, f"{pod}/trainer", pod)

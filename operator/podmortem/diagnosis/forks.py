@@ -109,23 +109,41 @@ def fork_view(record: OomKillRecord, facts: RecordFacts) -> ForkView | None:
     )
 
 
+def _shares_pages(view: ForkView) -> bool:
+    """The processes map pages more than once: the evidence that some were forked without exec."""
+    return (
+        view.double_counted_bytes >= DOUBLE_COUNT_MIN_BYTES
+        and view.per_process_sum_bytes >= DOUBLE_COUNT_MIN_RATIO * view.cgroup_bytes
+    )
+
+
 def fork_copies(view: ForkView | None) -> Finding | None:
-    """Processes forked from the largest one hold memory of their own (copy-on-write copies)."""
-    if view is None or not view.family:
+    """Processes forked from a grown parent, still sharing its pages, hold memory of their own.
+
+    Made only on the record's evidence: same-program processes that own memory (the cgroup holds
+    more than the largest one maps) *and* still share pages (the processes' sum exceeds the
+    cgroup). Without shared pages, workers that allocated their own memory (``stress --vm``) are
+    no fork copies. Even with them, what a fork owns may be copy-on-write copies or its own
+    allocations: the message says so rather than guess.
+    """
+    if view is None or not view.family or not _shares_pages(view):
         return None
     owned = min(view.others_only_bytes, view.family_bytes)
     if owned < FORK_COPIES_MIN_BYTES or owned < FORK_COPIES_MIN_SHARE * view.cgroup_bytes:
         return None
     parent = view.parent
     forks = [t for t in [view.largest, *view.family] if t.pid != parent.pid]
+    shared = view.double_counted_bytes
     return Finding(
         code="fork-copies",
         severity=Severity.WARNING,
         message=(
-            f"{len(forks)} process(es) forked from {parent.name} (pid {parent.pid}) hold "
-            f"{human_bytes(owned)} of {_WORDS[view.measure]} memory of their own: copy-on-write copies of "
-            f"pages that were rewritten after the fork, on top of the largest process's "
-            f"{human_bytes(view.largest_bytes)}."
+            f"{len(forks)} process(es) forked from {parent.name} (pid {parent.pid}) still share "
+            f"{human_bytes(shared)} of its pages (their {_WORDS[view.measure]} memory counts them again), "
+            f"so they were forked after it had grown, and hold {human_bytes(owned)} of memory of their own "
+            f"on top of the largest process's {human_bytes(view.largest_bytes)}: copy-on-write copies of "
+            "pages rewritten since the fork, or memory they allocated themselves (the record does not "
+            "tell which)."
         ),
         evidence={
             "cgroup_bytes": view.cgroup_bytes,
@@ -134,6 +152,8 @@ def fork_copies(view: ForkView | None) -> Finding | None:
             "largest_bytes": view.largest_bytes,
             "others_only_bytes": view.others_only_bytes,
             "fork_owned_bytes": owned,
+            "shared_bytes": shared,
+            "per_process_sum_bytes": view.per_process_sum_bytes,
             "parent_pid": parent.pid,
             "fork_pids": sorted(t.pid for t in forks),
         },
@@ -150,10 +170,7 @@ def shared_pages_double_counted(view: ForkView | None) -> Finding | None:
     if view is None:
         return None
     extra = view.double_counted_bytes
-    if (
-        extra < DOUBLE_COUNT_MIN_BYTES
-        or view.per_process_sum_bytes < DOUBLE_COUNT_MIN_RATIO * view.cgroup_bytes
-    ):
+    if not _shares_pages(view):
         return None
     return Finding(
         code="shared-pages-double-counted",
