@@ -188,3 +188,12 @@ def test_a_qos_class_limit_is_not_called_the_pods_own() -> None:
     assert "no pod hit a limit of its own" in text and "Raising this pod's limit does not help" in text
     assert "reached its own limit" not in text
     assert "a QoS class cgroup shared by many pods (not this pod's limit)" in cli.render([report])
+
+
+def test_every_finding_on_every_record_states_its_figures(fixtures_dir: Path) -> None:
+    """A finding is not made without the figures it rests on: its evidence names at least one."""
+    for path in sorted((fixtures_dir / "oom-records").glob("*.log")):
+        for record in oom_parser.parse_text(path.read_text(errors="replace")):
+            for finding in diagnose(record).findings:
+                figures = [v for v in finding.evidence.values() if v not in (None, "", [], {})]
+                assert figures, f"{path.name}: {finding.code} has no evidence"

@@ -173,6 +173,8 @@ def global_oom(record: OomKillRecord, facts: RecordFacts) -> Finding | None:
         message=f"The whole node ran out of memory and {what}{inferred}.",
         evidence={
             "constraint_printed": record.constraint_printed,
+            "constraint_effective": record.constraint_effective,
+            "constraint_inferred_from": record.constraint_note if record.constraint_inferred else None,
             "task_memcg": record.task_memcg,
             "victim_anon_rss_kb": record.victim.anon_rss_kb if record.victim else None,
         },
@@ -201,6 +203,8 @@ def no_killable(record: OomKillRecord) -> Finding | None:
             f"freed.{listed}"
         ),
         evidence={
+            # The finding rests on the kernel's own line, whatever else the record lacks.
+            "kernel_line": "Out of memory and no killable processes...",
             "protected_pids": [t.pid for t in protected],
             "listed_pids": [t.pid for t in record.tasks],
             "trigger_comm": record.trigger_comm,
