@@ -21,7 +21,10 @@ COPY --from=build /dist/*.whl /tmp/
 COPY constraints/image.txt /tmp/constraints.txt
 RUN pip install --no-cache-dir -c /tmp/constraints.txt "$(ls /tmp/podmortem-*.whl)[operator]" \
  && rm -f /tmp/*.whl /tmp/constraints.txt \
- && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin podmortem
-USER 10001:10001
+ && groupadd --gid 65532 podmortem \
+ && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin podmortem
+# 65532: distroless's "nonroot", and the chart's operator.podSecurityContext runAsUser/runAsGroup
+# (tests/image/test_dockerfile.py keeps the two the same).
+USER 65532:65532
 ENTRYPOINT ["podmortem"]
 CMD ["--help"]

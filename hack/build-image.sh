@@ -72,9 +72,9 @@ for tool in podman mmdebstrap; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
-    die "${missing[*]} not found; install with: sudo hack/ci-install.sh (Debian packages podman buildah mmdebstrap runc)"
+    die "${missing[*]} not found; install with (as root): hack/ci-install.sh (Debian packages podman buildah mmdebstrap runc)"
 fi
-command -v runc >/dev/null 2>&1 || [[ -x /usr/sbin/runc ]] || die "runc not found (hack/containers.conf selects it); install with: sudo hack/ci-install.sh"
+command -v runc >/dev/null 2>&1 || [[ -x /usr/sbin/runc ]] || die "runc not found (hack/containers.conf selects it); install with (as root): hack/ci-install.sh"
 [[ "$(id -u)" -eq 0 ]] || die "must run as root (mmdebstrap --mode=root, rootful podman)"
 
 export CONTAINERS_CONF="${PODMORTEM_CONTAINERS_CONF:-$HERE/containers.conf}"

@@ -2,7 +2,7 @@
 
 The image is built once per session (a minute or so the first time; podman's layer cache
 makes a rebuild of an unchanged tree take seconds) and run the way a cluster runs it:
-read-only root filesystem, uid 10001, host network. Skips where podman, mmdebstrap or runc
+read-only root filesystem, uid 65532, host network. Skips where podman, mmdebstrap or runc
 is missing (hack/ci-install.sh installs them) or where we are not root.
 
 `run_in_image` is meant for other tests too, e.g. running `podmortem operator` from the image
@@ -27,7 +27,7 @@ CONTAINERS_CONF = ROOT / "hack" / "containers.conf"
 LOCK = ROOT / "constraints" / "image.txt"
 RECORD = ROOT / "tests" / "fixtures" / "oom-records" / "08-kind-v2-dmesgT-uwsgi-partial"
 IMAGE = os.environ.get("PODMORTEM_TEST_IMAGE", "localhost/podmortem:test")
-IMAGE_USER = "10001:10001"
+IMAGE_USER = "65532:65532"
 
 
 def _missing_prerequisites() -> str | None:
@@ -68,7 +68,7 @@ def image_command(
     """The `podman run` command line `run_in_image` uses, for callers that need a Popen.
 
     Run it with `env=podman_env()`. Read-only root filesystem (podman still puts a tmpfs on
-    /tmp, /var/tmp and /run), uid/gid 10001, host network, removed on exit.
+    /tmp, /var/tmp and /run), uid/gid 65532, host network, removed on exit.
     """
     command = ["podman", "run", "--rm", "--read-only", "--user", IMAGE_USER, "--network", "host"]
     if name is not None:
@@ -99,7 +99,7 @@ def run_in_image(
 ) -> subprocess.CompletedProcess[str]:
     """Run `args` (after the image's `podmortem` entrypoint) in `image` and wait for it.
 
-    Read-only, uid 10001, host network, `--rm`. `env` becomes the container's --env;
+    Read-only, uid 65532, host network, `--rm`. `env` becomes the container's --env;
     `mounts` are "HOST:CONTAINER[:OPTIONS]" strings or (host, container) pairs mounted
     read-only. `input` is fed on stdin. Output is captured as text; the exit status is not
     checked. On timeout the container is removed and subprocess.TimeoutExpired raised.
@@ -179,7 +179,7 @@ def test_diagnose_without_a_kill_exits_3(image: str) -> None:
     assert result.returncode == 3, (result.stdout, result.stderr)
 
 
-def test_image_runs_as_uid_10001_by_default(image: str) -> None:
+def test_image_runs_as_uid_65532_by_default(image: str) -> None:
     inspect = _podman("image", "inspect", "--format", "{{.Config.User}}", image)
     assert inspect.returncode == 0, inspect.stderr
     assert inspect.stdout.strip() == IMAGE_USER
@@ -187,7 +187,7 @@ def test_image_runs_as_uid_10001_by_default(image: str) -> None:
     probe_uid = ["--entrypoint", "python3", image, "-c", "import os; print(os.getuid(), os.getgid())"]
     probe = _podman("run", "--rm", "--read-only", "--network", "host", *probe_uid)
     assert probe.returncode == 0, probe.stderr
-    assert probe.stdout.split() == ["10001", "10001"]
+    assert probe.stdout.split() == ["65532", "65532"]
 
 
 _LIST_DISTRIBUTIONS = """
@@ -227,7 +227,7 @@ def test_installed_versions_are_exactly_the_lock(image: str) -> None:
 
 
 def test_the_operator_from_the_image_logs_in_and_reports(image: str, tmp_path: Path) -> None:
-    """`podmortem operator` from the image, read-only as uid 10001 on the host network, logs in to the
+    """`podmortem operator` from the image, read-only as uid 65532 on the host network, logs in to the
     emulated API over TLS with a mounted kubeconfig and writes a TrainingJob's failure report."""
     pytest.importorskip("cryptography")
     from tests.cli import entrypoints as ep
@@ -244,7 +244,7 @@ def test_the_operator_from_the_image_logs_in_and_reports(image: str, tmp_path: P
         (config / "agent-token").write_text("s3cret-agent-token")
         store = tmp_path / "store"
         store.mkdir()
-        os.chown(store, 10001, 10001)
+        os.chown(store, 65532, 65532)
         env = {k: v for k, v in ep.operator_env(h, tmp_path).items() if k.startswith("PODMORTEM_")}
         env.update(PODMORTEM_LOG_STORE_DIR="/var/lib/podmortem/logs",
                    PODMORTEM_AGENT_TOKEN_FILE="/etc/podmortem/agent-token")
