@@ -137,7 +137,7 @@ async def test_a_record_there_at_once_is_attached_and_nothing_is_asked_again() -
     reporter, kube = await report(agent)
     assert len(agent.timeouts) == 1 and agent.timeouts == [None]  # the in-budget timeout
     assert [a["kernelRecord"] for a in kube.annotations] == ["attached"]
-    assert "fork-copies" in [f["code"] for f in kube.annotations[0]["findings"]]
+    assert "anon-dominant" in [f["code"] for f in kube.annotations[0]["findings"]]
     assert [r for r, _ in kube.events] == ["MemcgLimit"]
     assert reporter.outcomes[0].kernel_record_state == "attached"
 
@@ -149,7 +149,7 @@ async def test_a_late_record_is_asked_for_again_and_patched_in_with_new_findings
     first, last = kube.annotations[0], kube.annotations[-1]
     assert first["kernelRecord"] == "pending" and [f["code"] for f in first["findings"]] == ["memcg-limit"]
     assert "kill" not in first
-    assert last["kernelRecord"] == "attached" and "fork-copies" in [f["code"] for f in last["findings"]]
+    assert last["kernelRecord"] == "attached" and "anon-dominant" in [f["code"] for f in last["findings"]]
     assert last["kill"]["pid"] == RECORD.victim_pid
     assert [r for r, _ in kube.events] == ["MemcgLimit", "KernelRecordAttached"]
     outcome = reporter.outcomes[0]
@@ -233,7 +233,7 @@ async def test_a_resumed_follow_up_attaches_a_record_that_came_while_no_operator
     stored = await _pending_summary()
     reporter, kube = await resume(ScriptedAgent(evidence_for(UID, RECORD)), stored, wait_s=60.0)
     [last] = kube.annotations
-    assert last["kernelRecord"] == "attached" and "fork-copies" in [f["code"] for f in last["findings"]]
+    assert last["kernelRecord"] == "attached" and "anon-dominant" in [f["code"] for f in last["findings"]]
     assert last["reportedAt"] == stored["reportedAt"] and last["pod"] == stored["pod"]
     assert [r for r, _ in kube.events] == ["KernelRecordAttached"]  # the first report's Event is not repeated
     assert reporter.outcomes[0].document["evidence"]["kernelRecord"]["requests"] == 1

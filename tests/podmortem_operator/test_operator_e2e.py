@@ -191,7 +191,7 @@ def test_kernel_record_arriving_after_the_termination_is_patched_in(cluster: Har
     h.sync(lambda: h.agent.held.discard(uid))  # the kernel log went quiet: the agent hands it over
     report = h.wait(lambda: attached_report(h, "late-record"), what="the report with the kernel record")
     codes = [f["code"] for f in report["findings"]]
-    assert codes[0] == "memcg-limit" and "fork-copies" in codes  # only the record can tell
+    assert codes[0] == "memcg-limit" and "anon-dominant" in codes  # only the record can tell
     assert "kernel's own record is not in yet" not in report["findings"][0]["message"]
     assert report["kill"]["pid"] > 0 and report["evidence"]["kernelRecords"] == 1
     assert report["evidence"]["kernelRecord"]["requests"] >= 2 and report["updatedAt"]
@@ -200,7 +200,7 @@ def test_kernel_record_arriving_after_the_termination_is_patched_in(cluster: Har
         lambda: next((e for e in h.events_for("late-record") if e["reason"] == "KernelRecordAttached"), None),
         what="the KernelRecordAttached event",
     )
-    assert "fork-copies" in event["message"]
+    assert "anon-dominant" in event["message"]
     failed = next(
         c for c in (h.get(f"{TJ_PATH}/late-record") or {})["status"]["conditions"] if c["type"] == "Failed"
     )

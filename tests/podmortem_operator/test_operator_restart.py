@@ -41,7 +41,7 @@ def test_a_pending_kernel_record_is_attached_by_the_next_operator(cluster: Harne
     assert h.agent.requests.count(uid) > asked_before
     assert report["reportedAt"] == first["reportedAt"]  # patched, not written again
     codes = [f["code"] for f in report["findings"]]
-    assert codes[0] == "memcg-limit" and "fork-copies" in codes
+    assert codes[0] == "memcg-limit" and "anon-dominant" in codes
     assert report["kill"]["pid"] > 0 and report["evidence"]["kernelRecords"] == 1
     assert report["evidence"]["kernelRecord"]["arrivedAfterS"] >= 0
     h.wait(

@@ -214,10 +214,14 @@ def _html(reports: list[FailureReport], label: str) -> int:
     if len(reports) > 1:
         print(f"podmortem diagnose: {len(reports)} kills; the page shows the last (--json has all)",
               file=sys.stderr)
+    report = reports[-1].model_dump(mode="json")
+    # The record is the page's input: it is there, not "unknown" (the header's pod uid, container,
+    # host and time come from its kill line: `page.details`).
+    report["evidence"] = {"kernelRecord": {"state": "attached", "note": f"the record is the input: {label}"}}
     doc = page.render(
         page.PageInput(
             title=f"OOM kill in {label}",
-            report=reports[-1].model_dump(mode="json"),
+            report=report,
             no_timeline_reason=(
                 "no timeline: a kernel record holds one moment, the kill; the operator's page draws the "
                 "pod's memory over time from its samples"

@@ -19,9 +19,14 @@ from typing import Any
 from podmortem.diagnosis import job_root_cause as jrc
 from podmortem.diagnosis import termination as term_mod
 from podmortem.operator import log_links
+from podmortem.reports.text import shorten
 
-#: Characters of a row's line kept before any other trimming.
+#: Characters of a row's line kept before any other trimming (cut at a word: `reports.text.shorten`).
 LINE_CHARS = 240
+#: Characters of the root cause's line when even the root's row alone does not fit.
+ROOT_LINE_CHARS_TIGHT = 80
+#: Characters of the root cause's line quoted in the ``JobRootCause`` Event.
+EVENT_LINE_CHARS = 300
 #: Row order when trimming: the last kinds go first.
 _KEEP_ORDER = {"root-cause": 0, "unrelated": 1, "consequence": 2, "not-failed": 3}
 
@@ -87,7 +92,7 @@ def _row(r: jrc.PodRow) -> dict[str, Any]:
     if p.failed:
         row.update(exitCode=p.exit_code, reason=p.reason, finishedAt=_iso(p.finished_at))
     if r.line and r.role != "root-cause":  # the root's line is in ``rootCause``
-        row["line"] = r.line[:LINE_CHARS]
+        row["line"] = shorten(r.line, LINE_CHARS)
     row["logUrl"] = p.log_url
     if p.deleted:  # the pod is gone: the row is what was seen of it before; its log stays in the store
         row["deleted"] = True
@@ -111,7 +116,7 @@ def section(result: jrc.JobRootCause, *, max_bytes: int) -> dict[str, Any]:
     if root is not None:
         root_row = next(r for r in result.rows if r.facts is root)
         doc["rootCause"] = _row(root_row) | {
-            "container": root.container, "verdict": root.verdict, "line": root_row.line[:LINE_CHARS]
+            "container": root.container, "verdict": root.verdict, "line": shorten(root_row.line, LINE_CHARS)
         }
         doc["guessed"] = result.guessed
         if result.guessed:
@@ -144,7 +149,7 @@ def section(result: jrc.JobRootCause, *, max_bytes: int) -> dict[str, Any]:
         for row in trimmed["rows"]:
             row.pop("line", None)
         if "rootCause" in trimmed and "line" in trimmed["rootCause"]:
-            trimmed["rootCause"]["line"] = trimmed["rootCause"]["line"][:80]
+            trimmed["rootCause"]["line"] = shorten(trimmed["rootCause"]["line"], ROOT_LINE_CHARS_TIGHT)
         if _size(trimmed) > max_bytes:
             trimmed["rows"] = []
     return trimmed
@@ -174,7 +179,7 @@ def headline(result: jrc.JobRootCause) -> str | None:
     line = next((r.line for r in result.rows if r.facts is root), "")
     first = "failed first (a guess: every failed pod names a peer)" if result.guessed else "failed first"
     return (
-        f"{root.pod} ({rank}) {first}: {line[:300]}; "
+        f"{root.pod} ({rank}) {first}: {shorten(line, EVENT_LINE_CHARS)}; "
         f"{roles['consequence']} consequence(s), {roles['unrelated']} unrelated failure(s), "
         f"{roles['not-failed']} pod(s) not failed"
     )

@@ -28,7 +28,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,6 +44,7 @@ from podmortem.operator.log_links import report_url
 from podmortem.operator.reporting import Reporter
 from podmortem.reports import page, stored_timeline
 from podmortem.reports import timeline as tl_mod
+from podmortem.reports.text import shorten
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class ReportFinder:
         status = status if isinstance(status, dict) else {}
         report = status.get("failureReport")
         if not isinstance(report, dict) or not report:
-            phase = str(status.get("phase") or "no phase yet")[:100]
+            phase = shorten(str(status.get("phase") or "no phase yet"), 100)
             raise Missing(
                 f"TrainingJob {namespace}/{job} has no failure report (phase: {phase}); a report is "
                 "written when its pod's container exits non-zero"
@@ -132,6 +133,9 @@ class ReporterReports:
 
 
 FINDER = web.AppKey("podmortem_report_finder", ReportFinder)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _utc(ns: int) -> datetime:
@@ -235,9 +239,10 @@ async def log_context(
         if pod.get("containerID") and inst.container_id and inst.container_id != pod.get("containerID"):
             inst = await log_store.find_async(namespace=ns, pod=name, container=container, previous=True)
     except (store.LogNotFound, store.ContainerRequired, ValueError) as exc:
-        return [], [], f"no stored log: {str(exc)[:300]}"
-    kill = page.parse_time(pod.get("finishedAt"))
-    kill_ns = int(kill.timestamp() * 1e9) + 999_999_999 if kill is not None else None
+        return [], [], f"no stored log: {shorten(str(exc), 300)}"
+    # Lines up to the kill at its own resolution: all of a whole-second stamp's second, no more.
+    after = page.after_kill(pod.get("finishedAt"))
+    kill_ns = (after - _EPOCH) // timedelta(microseconds=1) * 1000 - 1 if after is not None else None
     lines: collections.deque[page.LogLine] = collections.deque(maxlen=SHOWN_LINES)
     peaks: list[tuple[datetime, int, int]] = []
     total = 0
@@ -402,7 +407,8 @@ async def _find(request: web.Request, namespace: str, job: str) -> tuple[Found, 
     except RecursionError:  # the API's answer, parsed by the client, nested past Python's limit
         return web.Response(status=404, text=f"{unreadable}: nested deeper than Python parses\n")
     except (ValueError, TypeError) as exc:  # an answer that is no JSON object
-        return web.Response(status=404, text=f"{unreadable}: {type(exc).__name__}: {str(exc)[:200]}\n")
+        why = shorten(str(exc), 200)
+        return web.Response(status=404, text=f"{unreadable}: {type(exc).__name__}: {why}\n")
     pod = found.document.get("pod")
     pod_ns = pod.get("namespace") if isinstance(pod, Mapping) else None
     if pod_ns not in (None, namespace):  # a report never shows another namespace's pod

@@ -48,6 +48,7 @@ from podmortem.operator.settings import OperatorSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.failure import FailureReport
+from podmortem.reports.text import shorten
 from podmortem.reports.timeline import Projection
 
 logger = logging.getLogger(__name__)
@@ -169,6 +170,10 @@ class Reporter:
         self._background: set[asyncio.Task[None]] = set()
         #: The early warning's projection line of a pod (set by the service), drawn on its timeline.
         self.projection_of: Callable[[str], tuple[int, int, int, int, str] | None] | None = None
+        #: Set by the service: recompute a multi-pod job's section (its rows quote each pod's report) from a
+        #: pod's report that changed after it was written; returns the new ``JobRootCause`` Event's message
+        #: when the root cause or its line changed. Called before the changed report is written again.
+        self.job_refresh: Callable[[Outcome], str | None] | None = None
         self.outcomes: list[Outcome] = []
         #: The latest outcome per pod uid (a job's report shows its root-cause pod's).
         self.by_pod: dict[str, Outcome] = {}
@@ -438,9 +443,15 @@ class Reporter:
         return doc
 
     async def write_job(
-        self, target: Target, view: JobView, *, event: str | None, outcome: Outcome | None
+        self, target: Target, view: JobView, *, event: str | None, outcome: Outcome | None,
+        current: Callable[[], bool] | None = None,
     ) -> bool:
-        """Record the job's root cause and write the annotation; post ``event`` (root changed) if given."""
+        """Record the job's root cause and write the annotation; post ``event`` (root changed) if given.
+
+        ``current``: whether ``event`` is still the job's latest once the annotation is written (a
+        pod's report that changed meanwhile made a newer one, posted by `_rewrite`; the older
+        text must not come after it).
+        """
         self.jobs[target.uid] = view
         ok = True
         try:
@@ -450,15 +461,19 @@ class Reporter:
             ok = False
             metrics.REPORTS.labels(target="annotation", outcome="error").inc()
             logger.warning("writing the job report of %s/%s failed: %s", target.namespace, target.name, exc)
-        if event is not None:
-            try:
-                await self.kube.post_event(
-                    involved=target.involved(), type_="Warning", reason="JobRootCause",
-                    message=f"{event} ({self._pointer(target)})",
-                )
-            except _WRITE_ERRORS as exc:
-                logger.warning("posting the JobRootCause event of %s failed: %s", target.name, exc)
+        if event is not None and (current is None or current()):
+            await self._post_job_event(target, event)
         return ok
+
+    async def _post_job_event(self, target: Target, event: str) -> None:
+        """The ``JobRootCause`` Event: which pod failed first, quoting its line (`job_report.headline`)."""
+        try:
+            await self.kube.post_event(
+                involved=target.involved(), type_="Warning", reason="JobRootCause",
+                message=f"{event} ({self._pointer(target)})",
+            )
+        except _WRITE_ERRORS as exc:
+            logger.warning("posting the JobRootCause event of %s failed: %s", target.name, exc)
 
     def headline_of(self, outcome: Outcome) -> tuple[str, str]:
         """The verdict and the one-line cause of a pod's report (the job section's line for it)."""
@@ -555,7 +570,14 @@ class Reporter:
                 "state": kernel_record.NOT_FOUND,
                 "note": "the operator that resumed this report after a restart has no node agent to ask",
             }
-            self._spawn(self._patch(outcome, what="the kernel record state"))
+            # The stored findings say the record is pending; they are written again saying it is not there.
+            outcome.report = verdicts.diagnose_termination(
+                termination=termination,
+                evidence=None,
+                last_line_ns=last_line_ns,
+                stale_after_s=self.settings.stale_log_threshold_s,
+            )
+            self._spawn(self._rewrite(outcome, what="the kernel record state", announce=False))
             return
         logger.info(
             "report of %s/%s (%s) still waits for its kernel record after an operator restart; asking "
@@ -604,19 +626,34 @@ class Reporter:
         )
         if evidence is not None:
             await self._file_timeline(outcome, evidence)
-        if not await self._patch(outcome, what="the kernel record", condition=found) or not found:
-            return
-        verdict, _ = self._headline(outcome)
-        codes = ", ".join(f.code for f in outcome.report.findings)
-        await self._post_event(
-            outcome,
-            reason="KernelRecordAttached",
-            message=(
-                f"{t.pod}/{t.container}: the kernel's OOM record reached the node agent {waited:.1f} s after "
-                f"the report; verdict {verdict}, findings {codes} "
-                f"({self._pointer(outcome.target)}; updated)"
-            ),
-        )
+        await self._rewrite(outcome, what="the kernel record", announce=found, waited_s=waited)
+
+    async def _rewrite(self, outcome: Outcome, *, what: str, announce: bool, waited_s: float = 0.0) -> None:
+        """Write a report whose findings changed after it was first written, and all that quoted it.
+
+        The report's pending text was quoted by its ``Failed`` condition (a TrainingJob), by a multi-pod
+        job's section (its root cause's line, its rows) and by the ``JobRootCause`` Event: the section
+        is recomputed before the write, so the annotation and the page never show the old text beside
+        the new; a new ``JobRootCause`` Event follows when its line changed. ``announce``: post
+        ``KernelRecordAttached`` (the record came).
+        """
+        t = outcome.termination
+        job_event = self.job_refresh(outcome) if self.job_refresh is not None else None
+        written = await self._patch(outcome, what=what, condition=True)
+        if written and announce:
+            verdict, _ = self._headline(outcome)
+            codes = ", ".join(f.code for f in outcome.report.findings)
+            await self._post_event(
+                outcome,
+                reason="KernelRecordAttached",
+                message=(
+                    f"{t.pod}/{t.container}: the kernel's OOM record reached the node agent {waited_s:.1f} s "
+                    f"after the report; verdict {verdict}, findings {codes} "
+                    f"({self._pointer(outcome.target)}; updated)"
+                ),
+            )
+        if job_event is not None:
+            await self._post_job_event(outcome.target, job_event)
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)
@@ -728,14 +765,15 @@ def summary(report: FailureReport, context: Mapping[str, Any], *, max_bytes: int
     def size() -> int:
         return len(json.dumps(doc, separators=(",", ":")).encode())
 
-    # Trim in order of least value until it fits: error detail, extra findings, long messages.
+    # Trim in order of least value until it fits: error detail, extra findings, long messages (each cut
+    # at a word, ending with an ellipsis: see `podmortem.reports.text`).
     steps = (
-        lambda: doc.update(errors=[e[:200] for e in doc["errors"][:2]]),
+        lambda: doc.update(errors=[shorten(str(e), 200) for e in doc["errors"][:2]]),
         lambda: doc.update(findings=doc["findings"][:3]),
-        lambda: [f.update(message=f["message"][:300]) for f in doc["findings"]],
+        lambda: [f.update(message=shorten(f["message"], 300)) for f in doc["findings"]],
         lambda: doc.update(errors=[]),
         lambda: doc.update(findings=doc["findings"][:1]),
-        lambda: [f.update(message=f["message"][:100]) for f in doc["findings"]],
+        lambda: [f.update(message=shorten(f["message"], 100)) for f in doc["findings"]],
     )
     for step in steps:
         if size() <= max_bytes:

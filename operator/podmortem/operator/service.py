@@ -33,7 +33,7 @@ from podmortem.operator import annotations as opts
 from podmortem.operator import job_pressure, job_report, jobs, log_links, metrics, stored_report
 from podmortem.operator.following import Following, PodLogFacts
 from podmortem.operator.jobs import Target
-from podmortem.operator.reporting import JobView, Reporter
+from podmortem.operator.reporting import JobView, Outcome, Reporter
 from podmortem.operator.settings import TRAININGJOB_PLURAL, OperatorSettings
 from podmortem.operator.status import StatusWriter
 
@@ -63,8 +63,8 @@ class _Known:
     written: dict[str, Any] = field(default_factory=dict)
     #: A foreign job's pods (uid -> facts), kept after a pod is deleted, for the job-level root cause.
     job_pods: dict[str, job_root_cause.PodFacts] = field(default_factory=dict)
-    #: The root-cause pod (and whether a guess) last announced by an Event.
-    job_root: tuple[str, bool] | None = None
+    #: The root-cause pod, whether a guess, and its line, as last announced by a ``JobRootCause`` Event.
+    job_root: tuple[str, bool, str] | None = None
     #: Pod facts changed since the job section was last computed; the task that will compute it.
     job_dirty: bool = False
     job_task: asyncio.Task[None] | None = None
@@ -90,6 +90,7 @@ class Podmortem:
         self.projections: dict[str, tuple[int, int, int, int, str]] = {}
         self._epoch_times: dict[tuple[str, str], list[tuple[int, int]]] = {}
         reporter.projection_of = self.projections.get
+        reporter.job_refresh = self._refresh_job
         #: Awaited at the end of :meth:`stop` (the operator stops its HTTP servers there).
         self.on_stopped: Callable[[], Awaitable[None]] | None = None
         self.reporter = reporter
@@ -365,19 +366,61 @@ class Podmortem:
         while known.job_dirty:
             known.job_dirty = False
             await asyncio.sleep(JOB_REPORT_COALESCE_S)
-            pods = list(known.job_pods.items())
-            if len(pods) < 2 or not any(p.failed for _, p in pods):
+            computed = self._compute_job(known)
+            if computed is None:
                 continue
-            result = job_root_cause.root_cause([p for _, p in pods])
-            root = result.root
-            root_uid = next((u for u, p in pods if p is root), None)
-            key = (root.pod, result.guessed) if root is not None else None
-            event = job_report.headline(result) if key != known.job_root else None
-            known.job_root = key
+            view, event = computed
+
+            def current(announced: tuple[str, bool, str] | None = known.job_root) -> bool:
+                return known.job_root == announced
+
             await self.reporter.write_job(
-                known.target, JobView(result=result, root_uid=root_uid), event=event,
-                outcome=self.reporter.by_pod.get(root_uid or ""),
+                known.target, view, event=event, outcome=self.reporter.by_pod.get(view.root_uid or ""),
+                current=current,
             )
+
+    def _compute_job(self, known: _Known) -> tuple[JobView, str | None] | None:
+        """The job's root cause from its pods' facts (None: under two pods, or none failed), and the
+        ``JobRootCause`` Event's message when the root, or the line the Event quotes, is not the one
+        announced last (a root cause's report that changed makes the earlier Event's text stale)."""
+        pods = list(known.job_pods.items())
+        if len(pods) < 2 or not any(p.failed for _, p in pods):
+            return None
+        result = job_root_cause.root_cause([p for _, p in pods])
+        root = result.root
+        root_uid = next((u for u, p in pods if p is root), None)
+        line = next((r.line for r in result.rows if r.facts is root), "")
+        key = (root.pod, result.guessed, line) if root is not None else None
+        event = job_report.headline(result) if key != known.job_root else None
+        known.job_root = key
+        return JobView(result=result, root_uid=root_uid), event
+
+    def _refresh_job(self, outcome: Outcome) -> str | None:
+        """A pod's report changed after it was written (its kernel record came, or never will): its row and
+        the job's root cause quote that report, so they are recomputed now, before it is written again.
+
+        The job's section is what the reporter composes the annotation (and the page) from; updated
+        here, the next write shows the new text everywhere. Returns the ``JobRootCause`` Event's
+        message when it changed (see `_compute_job`).
+        """
+        uid = outcome.termination.pod_uid
+        known = self._owners.get(outcome.target.uid)
+        if known is None or known.target.role != "foreign" or self.reporter.by_pod.get(uid) is not outcome:
+            return None
+        before = known.job_pods.get(uid)
+        if before is None or not before.failed:
+            return None
+        verdict, line = self.reporter.headline_of(outcome)
+        facts = dataclasses.replace(before, verdict=verdict if outcome.report.verdict else None, summary=line)
+        if facts == before:
+            return None
+        known.job_pods[uid] = facts
+        computed = self._compute_job(known)
+        if computed is None:
+            return None
+        view, event = computed
+        self.reporter.jobs[known.target.uid] = view
+        return event
 
     async def _report(self, found: termination.Termination, known: _Known, seen_at: float) -> None:
         try:

@@ -16,12 +16,13 @@ import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from podmortem.reports import timeline as tl_mod
 from podmortem.reports.memory import MemorySample, ProcessMemory
+from podmortem.reports.text import shorten
 from podmortem.reports.units import human_bytes
 
 #: Seconds after which a page whose evidence is pending reloads itself.
@@ -33,7 +34,8 @@ edited report, or log lines full of characters that escape to six, could make on
 held in memory and sent whole. Over the cap, the biggest parts are left out (largest first,
 each replaced by a note saying so) until the page fits; the report's JSON still holds them."""
 
-#: Characters of the page's title shown (it is made of names, and ``podmortem report``'s file name).
+#: Characters of the page's title shown, the ``…`` of a cut one included (it is made of names, and
+#: ``podmortem report``'s file name).
 TITLE_MAX_CHARS = 300
 
 #: What a ``TZ`` can be to be looked up: an IANA name (``Europe/Berlin``, ``Etc/GMT+1``), no path.
@@ -169,6 +171,82 @@ def kernel_state(report: Mapping[str, Any]) -> str | None:
     record = _evidence(report).get("kernelRecord")
     state = record.get("state") if isinstance(record, Mapping) else None
     return state if isinstance(state, str) else None
+
+
+def _word(value: object) -> str:
+    """A field shown as text: a string or a whole number; anything else (absent, edited) is empty."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return ""
+    return str(value).strip()
+
+
+def details(report: Mapping[str, Any], zone: ZoneInfo | None = None) -> list[str]:
+    """The header's facts about who died and when, each only when the report knows it.
+
+    A kernel record alone (``podmortem diagnose --html``) has no pod object, but its kill line
+    may name the pod's uid, the container's id, the host and the time as the kernel log printed
+    it: those stand in. Unknown fields are left out, not shown as empty or "unknown".
+    """
+    pod = report.get("pod") if isinstance(report.get("pod"), Mapping) else {}
+    kill = report.get("kill") if isinstance(report.get("kill"), Mapping) else {}
+    assert isinstance(pod, Mapping) and isinstance(kill, Mapping)
+    out: list[str] = []
+    namespace, name = _word(pod.get("namespace")), _word(pod.get("name"))
+    uid = _word(pod.get("uid")) or _word(kill.get("pod_uid"))
+    if name:
+        out.append(f"pod {namespace}/{name}" if namespace else f"pod {name}")
+    elif uid:
+        out.append(f"pod uid {uid}")
+    container = _word(pod.get("container"))
+    container_id = _word(pod.get("containerID")) or _word(kill.get("container_id"))
+    if container:
+        out.append(f"container {container}")
+    elif container_id:  # as docker and the text output show it: the id's first 12 characters
+        out.append(f"container {container_id.split('://', 1)[-1][:12]}")
+    if not name and _word(kill.get("qos")):
+        out.append(f"QoS {_word(kill.get('qos'))}")
+    if _word(pod.get("node")):
+        out.append(f"node {_word(pod.get('node'))}")
+    elif _word(kill.get("host")):
+        out.append(f"host {_word(kill.get('host'))}")
+    reason = pod.get("reason") or pod.get("podReason")
+    ended = " ".join(w for w in (_word(pod.get("exitCode")), _word(reason)) if w)
+    if ended:
+        out.append(f"exit {ended}")
+    finished = parse_time(pod.get("finishedAt"))
+    monotonic = kill.get("monotonic_s")
+    if finished is not None:
+        out.append(f"ended {_utc(finished, zone)}")
+    elif _word(kill.get("time_text")):
+        out.append(f"killed {_word(kill.get('time_text'))} (as the kernel log printed it)")
+    elif isinstance(monotonic, int | float) and not isinstance(monotonic, bool):
+        out.append(f"killed {monotonic:.3f} s after boot")
+    reported = parse_time(report.get("reportedAt"))
+    if reported is not None:
+        out.append(f"reported {_utc(reported, zone)}")
+    return out
+
+
+def after_kill(value: object) -> datetime | None:
+    """The first moment after a kill stamped ``value``, at the stamp's own resolution.
+
+    The kubelet's ``finishedAt`` has whole seconds, a log line nanoseconds: a kill stamped
+    ``12:00:03`` happened during that second, so a line at ``12:00:03.500`` is not after it, one
+    at ``12:00:04`` is. A stamp with a fraction resolves to its last digit (a microsecond at most).
+    """
+    at = parse_time(value)
+    if at is None:
+        return None
+    if isinstance(value, str):
+        fraction = _FRACTION.search(value)
+        digits = min(len(fraction.group(1)), 6) if fraction is not None else 0
+    else:  # a datetime: whole seconds unless it has a fraction
+        digits = 6 if at.microsecond else 0
+    return at + timedelta(microseconds=10 ** (6 - digits))
+
+
+#: The fraction of a second in an RFC 3339 time (``12:00:03.250Z``).
+_FRACTION = re.compile(r"T\d\d:\d\d:\d\d[.,](\d+)")
 
 
 def pending_parts(report: Mapping[str, Any]) -> list[str]:
@@ -397,7 +475,19 @@ def _tasks(report: Mapping[str, Any]) -> str:
     return f'<div class="scroll"><table class="tasks">{head}{"".join(rows)}</table></div>'
 
 
-def _log(data: PageInput, kill_at: datetime | None) -> str:
+def _last_line_words(last: datetime, kill_at: datetime, kill_end: datetime | None) -> str:
+    """How long before the kill the last log line came, at the kill time's resolution."""
+    if kill_end is not None and last >= kill_end:
+        return f"the last log line came {(last - kill_at).total_seconds():.0f} s after the kill's time"
+    if last >= kill_at:  # within the kill's stamp: a whole-second one says only "during that second"
+        whole = kill_end is not None and kill_end - kill_at >= timedelta(seconds=1)
+        return "the last log line came " + ("in the second of the kill" if whole else "at the kill")
+    return f"the last log line came {(kill_at - last).total_seconds():.0f} s before the kill"
+
+
+def _log(data: PageInput, kill_at: datetime | None, kill_end: datetime | None = None) -> str:
+    """The last lines, the kill's row after every line up to the kill (``kill_end``: `after_kill`)."""
+    kill_end = kill_end or kill_at
     ev = _evidence(data.report)
     log = ev.get("log") if isinstance(ev.get("log"), Mapping) else {}
     assert isinstance(log, Mapping)
@@ -411,7 +501,7 @@ def _log(data: PageInput, kill_at: datetime | None) -> str:
         kill_at_text = esc(_utc(kill_at, pod_zone(data.report)))
         kill_row = f'<tr class="kill"><td>{kill_at_text}</td><td>── kill ──</td></tr>'
         for line in data.log_lines:
-            if kill_at is not None and not kill_shown and line.at is not None and line.at > kill_at:
+            if kill_end is not None and not kill_shown and line.at is not None and line.at >= kill_end:
                 rows.append(kill_row)
                 kill_shown = True
             cls = ' class="gap"' if line.kind != "line" else ""
@@ -435,10 +525,9 @@ def _log(data: PageInput, kill_at: datetime | None) -> str:
     if log.get("note"):
         parts.append(f'<p class="note">{esc(log.get("note"))}</p>')
     if url:
-        parts.append(
-            f'<p><a class="full-log" href="{url}">the full log</a> '
-            f"({esc(log.get('lines', '?'))} lines stored)</p>"
-        )
+        lines = log.get("lines")
+        count = f" ({lines} lines stored)" if isinstance(lines, int) and not isinstance(lines, bool) else ""
+        parts.append(f'<p><a class="full-log" href="{url}">the full log</a>{count}</p>')
     return "".join(parts)
 
 
@@ -482,7 +571,7 @@ def render(data: PageInput, *, max_bytes: int = PAGE_MAX_BYTES) -> str:
     pod = report.get("pod") if isinstance(report.get("pod"), Mapping) else {}
     zone = pod_zone(report)
     assert isinstance(pod, Mapping)
-    title = esc(data.title if len(data.title) <= TITLE_MAX_CHARS else data.title[:TITLE_MAX_CHARS] + "…")
+    title = esc(shorten(data.title, TITLE_MAX_CHARS))
     head = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -493,14 +582,7 @@ def render(data: PageInput, *, max_bytes: int = PAGE_MAX_BYTES) -> str:
     head.append(f"<style>{_CSS}</style></head><body>")
     # (what the part is, if it may be left out to keep the page under max_bytes; its HTML)
     body: list[tuple[str | None, str]] = [(None, f"<h1>{title}</h1>")]
-    meta = [
-        f"pod {esc(pod.get('namespace'))}/{esc(pod.get('name'))}",
-        f"container {esc(pod.get('container'))}",
-        f"node {esc(pod.get('node'))}",
-        f"exit {esc(pod.get('exitCode'))} {esc(pod.get('reason') or pod.get('podReason'))}",
-        f"ended {esc(_utc(parse_time(pod.get('finishedAt')), zone))}",
-        f"reported {esc(_utc(parse_time(report.get('reportedAt')), zone))}",
-    ]
+    meta = [esc(part) for part in details(report, zone)]
     if data.generated_at is not None:
         meta.append(f"page made {esc(_utc(data.generated_at))}")
     body.append(("the pod's details", f'<p class="meta">{" · ".join(meta)}</p>'))
@@ -519,6 +601,7 @@ def render(data: PageInput, *, max_bytes: int = PAGE_MAX_BYTES) -> str:
     body.append(("the findings", _findings(report)))
     body.append(("the pods of the job", _job(report)))
     body.append((None, '<h2 id="timeline">Memory timeline</h2>'))
+    kill_end = after_kill(pod.get("finishedAt"))
     if data.no_timeline_reason:
         body.append((None, f'<p class="note" id="no-timeline">{esc(data.no_timeline_reason)}</p>'))
         kill_at = parse_time(pod.get("finishedAt"))
@@ -526,14 +609,17 @@ def render(data: PageInput, *, max_bytes: int = PAGE_MAX_BYTES) -> str:
         tl, notes = timeline_of(data)
         kill_at = tl.kill_at
         drawn = []
-        if tl.empty() and tl.kill_at is None:
-            drawn.append('<p class="note" id="no-timeline">nothing to draw: no series and no kill time</p>')
+        if not tl.has_bytes():  # an axis from 0 B to 1 B with a kill line on it says nothing
+            drawn.append(
+                '<p class="note" id="no-timeline">no memory samples exist for this report (no series, '
+                "no per-epoch peaks), so no timeline is drawn</p>"
+            )
         else:
             drawn.append(tl_mod.svg(tl, title=f"memory of {pod.get('name') or data.title}"))
             drawn.append(_legend(tl))
         if tl.kill_at is not None and tl.last_line_at is not None:
-            gap = (tl.kill_at - tl.last_line_at).total_seconds()
-            drawn.append(f'<p id="last-line-gap">the last log line came {gap:.0f} s before the kill</p>')
+            words = _last_line_words(tl.last_line_at, tl.kill_at, kill_end)
+            drawn.append(f'<p id="last-line-gap">{esc(words)}</p>')
         drawn.append('<ul class="meta">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
         body.append(("the memory timeline", "".join(drawn)))
     body.append((None, '<h2 id="cgroup">Memory at the kill</h2>'))
@@ -543,7 +629,7 @@ def render(data: PageInput, *, max_bytes: int = PAGE_MAX_BYTES) -> str:
     body.append((None, '<h2 id="kernel">Kernel record</h2>'))
     body.append(("the kernel record", _kernel(report, data.kernel_text)))
     body.append((None, '<h2 id="log">Log around the kill</h2>'))
-    body.append(("the log", _log(data, kill_at)))
+    body.append(("the log", _log(data, kill_at, kill_end)))
     dropped = _list(report.get("dropped"))
     if dropped:
         body.append(("what was trimmed", (

@@ -75,6 +75,10 @@ class Timeline:
     def empty(self) -> bool:
         return not (self.usage or self.epochs or self.processes)
 
+    def has_bytes(self) -> bool:
+        """Whether anything gives the y axis a scale (a series, a peak, a projection); else no picture."""
+        return not self.empty() or self.projection is not None
+
 
 def iso(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -122,8 +126,9 @@ class Scale:
 
 
 def scale_of(tl: Timeline) -> Scale | None:
+    """The mapping, or None when nothing has bytes (only markers: a kill time, a last line)."""
     times = tl.times()
-    if not times:
+    if not times or not tl.has_bytes():
         return None
     t0 = min(t.timestamp() for t in times)
     t1 = max(t.timestamp() for t in times)
@@ -214,7 +219,10 @@ def svg(tl: Timeline, *, title: str = "memory timeline") -> str:
         f'role="img" aria-label="{html.escape(title)}" preserveAspectRatio="xMidYMid meet"'
     )
     if sc is None:
-        return head + f'><text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle">no data</text></svg>'
+        return (
+            head + f'><text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle">no memory samples: '
+            "nothing to draw</text></svg>"
+        )
     parts = [
         head + f' data-t0="{sc.t0:.3f}" data-t1="{sc.t1:.3f}" data-x0="{LEFT}" data-x1="{WIDTH - RIGHT}">',
         f"<title>{html.escape(title)}</title>",
