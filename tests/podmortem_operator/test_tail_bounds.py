@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from podmortem.diagnosis import training_log
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
@@ -114,3 +117,12 @@ async def test_the_classifiers_read_clipped_tails() -> None:
                             b"ValueError: " + b"v" * HUGE])
     exc = training_log.python_exception(facts.last_lines("c"))
     assert exc is not None and exc.name == "ValueError"
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(st.binary(max_size=6000).map(lambda b: b.replace(b"\n", b"")), min_size=1, max_size=80),
+       n=st.integers(1, 60))
+def test_the_tail_read_back_from_a_raw_block_is_the_per_line_one(texts: list[bytes], n: int) -> None:
+    """Walking a block backwards gives exactly the clipped texts of its last lines."""
+    raw = b"".join(b"2024-05-01T12:00:%02d.000000000Z %s\n" % (i % 60, t) for i, t in enumerate(texts))
+    assert following.raw_tail_texts(raw, n) == [following.clip_line(t) for t in texts[-n:]]

@@ -25,6 +25,7 @@ import zlib
 from array import array
 from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from podmortem.files import open_nofollow
 from podmortem.logs import segments, store, timestamps
@@ -38,6 +39,9 @@ logger = logging.getLogger(__name__)
 #: hold 64 MiB. A batch bigger than this (a line of megabytes) is never read whole: it is
 #: checked and served in pieces (`LargeLinesBlock`).
 READ_CHUNK = 256 << 10
+#: A following reader waits this long after a wake-up before reading, to gather the batches that
+#: came meanwhile (followers see lines at most this much later).
+FOLLOW_COALESCE_S = 0.25
 #: Source bytes per rendered piece of a large batch: the rendering (timestamps, JSON escapes of
 #: up to 6 bytes per byte) of one piece stays under 400 KiB.
 PIECE = 64 << 10
@@ -618,8 +622,7 @@ async def read(
         if size is not None and offset < size:
             path = inst.segment_path(seq)
             try:
-                framing = await asyncio.to_thread(inst.framing, seq)
-                batches, offset = await asyncio.to_thread(_read_chunk, path, framing, offset, size)
+                batches, offset = await asyncio.to_thread(_framed_chunk, inst, seq, path, offset, size)
             except FileNotFoundError:
                 batches, offset = [], size  # deleted by retention under us: go on with the next
             except OSError as exc:  # a link planted in the store (ELOOP), a bad disk: not served
@@ -659,7 +662,9 @@ async def read(
                 if item is not None:
                     yield item
             continue
-        later = [s for s in inst.segment_seqs() if s > seq]
+        # The writer's own segment is the newest: no directory listing per wake-up while on it.
+        on_active = inst.active_seq == seq and not inst.finished
+        later = [] if on_active else [s for s in inst.segment_seqs() if s > seq]
         if later:
             seq = later[0]
             offset = await asyncio.to_thread(_data_start, inst, seq)
@@ -679,6 +684,15 @@ async def read(
             await changed.wait()
         else:
             await _either(changed, stop)
+        # A busy log wakes its followers at every batch: gather a few batches per read, so that a
+        # hundred followers cost the loop tens of wake-ups a second each, not thousands.
+        if stop is None or not stop.is_set():
+            await asyncio.sleep(FOLLOW_COALESCE_S)
+
+
+def _framed_chunk(inst: Instance, seq: int, path: Path, offset: int, limit: int) -> tuple[Batches, int]:
+    """`_read_chunk` with the segment's framing, in one worker-thread hop."""
+    return _read_chunk(path, inst.framing(seq), offset, limit)
 
 
 def _large_item(container: str, path: str, at: _LargeAt, *, start_index: int,

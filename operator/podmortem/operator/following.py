@@ -78,14 +78,36 @@ TAIL_BYTES = 64 * 1024
 
 def clip_line(text: builtins.bytes) -> builtins.bytes:
     """``text``, or its first ``TAIL_LINE_BYTES`` (never half a UTF-8 character) and a marker."""
-    if len(text) <= TAIL_LINE_BYTES:
-        return text
-    cut = TAIL_LINE_BYTES
+    return _clip_span(text, 0, len(text))
+
+
+def _clip_span(block: builtins.bytes, start: int, end: int) -> builtins.bytes:
+    """``block[start:end]`` clipped like `clip_line`, copying only what is kept."""
+    if end - start <= TAIL_LINE_BYTES:
+        return block[start:end]
+    cut = start + TAIL_LINE_BYTES
     for _ in range(3):  # back up over UTF-8 continuation bytes to a character's start
-        if text[cut] & 0xC0 != 0x80:
+        if block[cut] & 0xC0 != 0x80:
             break
         cut -= 1
-    return text[:cut] + b" [podmortem: %d more bytes]" % (len(text) - cut)
+    return block[start:cut] + b" [podmortem: %d more bytes]" % (end - cut)
+
+
+def raw_tail_texts(raw: builtins.bytes, n: int) -> list[builtins.bytes]:
+    """The texts of the last ``n`` lines of a ``<RFC3339> <text>\\n`` block, clipped.
+
+    Walks back from the end of the block: a 16 MiB line costs one backward scan, not the
+    three copies that building every line (and its timestamp) would.
+    """
+    out: list[builtins.bytes] = []
+    end = len(raw) - 1 if raw.endswith(b"\n") else len(raw)
+    while end >= 0 and len(out) < n:
+        start = raw.rfind(b"\n", 0, end) + 1
+        space = raw.find(b" ", start, min(end, start + 64))
+        out.append(_clip_span(raw, space + 1 if space >= 0 else end, end))
+        end = start - 1
+    out.reverse()
+    return out
 
 
 class LineTail:
@@ -147,7 +169,10 @@ class WatchingSink:
         tail = facts.tail.get(container)
         if tail is None:
             tail = facts.tail[container] = LineTail()
-        tail.extend(line.text for line in lines[-TAIL_LINES:])
+        if raw is not None:
+            tail.extend(raw_tail_texts(raw, TAIL_LINES))
+        else:
+            tail.extend(line.text for line in lines[-TAIL_LINES:])
         if self.on_memory_line is None:
             return
         # The cheap check first: one C-level scan of the block, per-line work only on a hit.
