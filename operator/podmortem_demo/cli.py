@@ -11,8 +11,12 @@ import json
 import math
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from podmortem_demo import runner
 
 #: Policies the second run may use (podmortem_runtime.val_loader's; "fresh-fork" is the baseline).
 PATCHED_POLICIES = ("none", "persistent", "forkserver", "spawn", "auto")
@@ -63,11 +67,20 @@ exit codes:
   1  something else happened (the summary says what)
   2  bad options (checked before anything starts), or the demo extra is not installed
   3  --kernel real, but this machine cannot create memory cgroups or read /dev/kmsg
+  with --serve, the same, once Ctrl-C or SIGTERM has stopped it (1 also if the cluster or the
+  operator stopped while serving)
+
+--serve:
+  after the summary (or the JSON), the emulated cluster, the operator and its log server keep
+  running; stderr then names a kubeconfig, the log server's URL (127.0.0.1 only, no auth) and
+  commands to try (kubectl get tj, kubectl describe tj NAME, podmortem logs POD, the report
+  page), and ends with a line "serving until Ctrl-C or SIGTERM (pid N)"
 
 examples:
   sudo podmortem demo
   podmortem demo --kernel recorded --json | jq '.runs[0].trainingJob.status.failureReport.verdict'
-  podmortem demo --limit 384Mi --epochs 6 --val-policy none --keep-dir /tmp/podmortem-demo"""
+  podmortem demo --limit 384Mi --epochs 6 --val-policy none --keep-dir /tmp/podmortem-demo
+  podmortem demo --serve    # then, in another shell, the commands it prints"""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -139,6 +152,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="give up on a run after this long; more than 0 (default: %(default)s)",
     )
     p.add_argument(
+        "--serve",
+        action="store_true",
+        help="after the story, keep the emulated cluster, the operator and its log server running and "
+        "print a kubeconfig and commands to try (kubectl get tj, kubectl describe tj, podmortem logs, the "
+        "report page), until Ctrl-C or SIGTERM; the kubeconfig is written to --keep-dir, else to the "
+        "temporary work directory and removed at exit. Not with --distributed",
+    )
+    p.add_argument(
         "-q",
         "--quiet",
         action="store_true",
@@ -169,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
         return _usage("--epochs must be at least 1")
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         return _usage(f"--timeout must be a number of seconds more than 0, not {args.timeout:g}")
+    if args.serve and args.distributed:
+        return _usage("--serve is for the single-job demo, not with --distributed")
     if args.kind != "pytorchjob" and not args.distributed:
         return _usage("--kind needs --distributed")
     if args.keep_dir is not None:
@@ -196,7 +219,14 @@ def run(args: argparse.Namespace) -> int:
         run_timeout_s=args.timeout,
     )
     progress = None if args.quiet else sys.stderr
+
+    def finish(results: list[runner.RunResult]) -> int:
+        return _finish(args, progress, table=summary.table(results, limit_bytes=limit),
+                       document={"runs": [r.to_json() for r in results]}, problems=summary.problems(results))
+
     try:
+        if args.serve:
+            return _serve(args, settings, progress, finish)
         _choice, results = runner.Demo(settings, progress=progress).run()
     except kernel.KernelUnavailable as exc:
         print(f"podmortem demo: --kernel real is not possible here: {exc}", file=sys.stderr)
@@ -204,8 +234,30 @@ def run(args: argparse.Namespace) -> int:
     except runner.DemoFailed as exc:
         print(f"podmortem demo: {exc}", file=sys.stderr)
         return EXIT_UNEXPECTED
-    return _finish(args, progress, table=summary.table(results, limit_bytes=limit),
-                   document={"runs": [r.to_json() for r in results]}, problems=summary.problems(results))
+    return finish(results)
+
+
+def _serve(args: argparse.Namespace, settings: runner.DemoSettings, progress: TextIO | None,
+           finish: Callable[[list[runner.RunResult]], int]) -> int:
+    """``--serve``: the story and its summary (or JSON), then everything kept running until a signal.
+
+    The exit status is the story's (0: it held), or 1 if the cluster or the operator stopped while
+    serving."""
+    from podmortem_demo import runner, serve
+
+    code: list[int] = []
+
+    def then(serving: runner.Serving) -> None:
+        code.append(finish(serving.results))
+        sys.stdout.flush()
+        if serve.serve(serving, stream=sys.stderr, keep=args.keep_dir is not None) is not None:
+            code.append(EXIT_UNEXPECTED)
+
+    runner.Demo(serve.settings(settings), progress=progress).run(then=then)
+    print("podmortem demo --serve: stopped"
+          + ("" if args.keep_dir is not None else "; the work directory and its kubeconfig are removed"),
+          file=sys.stderr, flush=True)
+    return max(code, default=EXIT_UNEXPECTED)
 
 
 def _run_distributed(args: argparse.Namespace, limit: int) -> int:

@@ -69,7 +69,6 @@ NODE = "demo-node"
 AGENT_NAMESPACE = "podmortem"
 AGENT_LABELS = {"app.kubernetes.io/name": "podmortem", "app.kubernetes.io/component": "agent"}
 TRAINER_CONTAINER = "trainer"
-MEMORY_MARKER = "-> memory epoch"
 #: Seconds after a recorded-mode kill at which the agent gets the recorded record: the real agent
 #: hands a record over after about a second of kernel-log quiet, so the report comes first here too.
 RECORDED_HANDOVER_S = 1.0
@@ -104,6 +103,11 @@ class DemoSettings:
     run_timeout_s: float = 60.0
     #: Lines after which the first log request is cut (see `KubeletSettings.cut_after_lines`).
     cut_after_lines: tuple[int, ...] = (300,)
+    #: Port of the operator's log server (0: a free one) and the base URL it writes in front of the
+    #: report links (``status.failureReport.reportUrl``; empty: the path alone). ``--serve`` sets both,
+    #: so that the link in the status opens in a browser.
+    log_http_port: int = 0
+    log_base_url: str = ""
 
 
 @dataclass
@@ -224,6 +228,25 @@ def training_job(name: str, *, namespace: str, policy: str, limit_bytes: int, ep
     }
 
 
+@dataclass
+class Serving:
+    """What `Demo.run` hands its ``then`` after the story: the cluster and the operator still run."""
+
+    choice: kernel.KernelChoice
+    results: list[RunResult]
+    #: The emulated API's base URL (plain HTTP; any token or none is accepted).
+    api_url: str
+    #: The operator's log server (``/logs/...``, ``/reports/...``), on 127.0.0.1, without auth.
+    log_url: str
+    workdir: Path
+    namespace: str
+    #: The cluster thread, to reach `api` on its loop (``cluster.sync``).
+    cluster: LoopThread
+    api: DemoApi
+    #: What stopped, if the cluster or the operator did (None: both run).
+    stopped: Callable[[], str | None]
+
+
 class Progress:
     """Progress lines on stderr, each with the seconds since the current run began."""
 
@@ -318,6 +341,9 @@ class _Cluster(LoopThread):
                 await self.stopped()
                 for task in self._handovers:
                     task.cancel()
+                # Watches a user left open (`kubectl get tj -w` on `--serve`'s kubeconfig) would hold
+                # the server's shutdown for a minute; the operator's are closed by now.
+                api.close_watches()
 
     def recorded_cgroup_for(self, run: PodRun) -> str | None:
         """Without cgroups: the cgroup the agent is told a pod has, so the recorded record matches it.
@@ -354,7 +380,7 @@ class _Cluster(LoopThread):
 
     def _line(self, run: PodRun, text: bytes) -> None:
         line = text.decode("utf-8", errors="replace")
-        if MEMORY_MARKER in line:
+        if memory_line.MARKER in line:
             self.memory_lines[run.uid].append(line)
             self.progress.say(f"  {line}")
         elif line.startswith(("validation loader:", "pod memory:", "RuntimeError", "training finished")):
@@ -443,7 +469,10 @@ class Demo:
         self.settings = settings or DemoSettings()
         self.progress = Progress(progress)
 
-    def run(self) -> tuple[kernel.KernelChoice, list[RunResult]]:
+    def run(
+        self, *, then: Callable[[Serving], None] | None = None
+    ) -> tuple[kernel.KernelChoice, list[RunResult]]:
+        """The story once per policy; then ``then``, if given, while everything still runs."""
         s = self.settings
         choice = kernel.choose(s.kernel)
         say = self.progress.say
@@ -475,6 +504,19 @@ class Demo:
                 )
                 for i, policy in enumerate(s.policies, 1):
                     results.append(self._one(cluster, operator, policy, i, choice))
+                if then is not None:
+                    running = operator
+
+                    def stopped() -> str | None:
+                        if cluster.error is not None:
+                            return f"the emulated cluster stopped: {cluster.error!r}"
+                        if running.error is not None:
+                            return f"the operator stopped: {running.error!r}"
+                        return None
+
+                    then(Serving(choice=choice, results=results, api_url=cluster.url,
+                                 log_url=operator.running[0].log_url, workdir=workdir, namespace=s.namespace,
+                                 cluster=cluster, api=cluster.api, stopped=stopped))
             finally:
                 if operator is not None:
                     operator.stop()
@@ -517,7 +559,8 @@ class Demo:
             listen_host="127.0.0.1",
             metrics_port=0,
             health_port=0,
-            log_http_port=0,
+            log_http_port=self.settings.log_http_port,
+            log_base_url=self.settings.log_base_url,
             log_http_auth=False,
             last_log_line_interval_s=1.0,
         )

@@ -8,6 +8,14 @@ here: list and watch (kopf opens them when it watches chosen namespaces), get,
 create and label (``kubectl create namespace``, ``kubectl label namespace``),
 from the namespaces the stored objects are in plus :attr:`KubernetesApi.namespaces`.
 TokenReviews and SubjectAccessReviews are answered from :attr:`KubernetesApi.reviews`.
+A client that asks for a ``meta.k8s.io/v1`` Table (``kubectl get``, also with ``-w``) gets
+one: with the printer columns of :attr:`KubernetesApi.printer_columns` (a CRD's
+``additionalPrinterColumns``) for a resource given some, else Name and Age, as the
+apiserver prints a custom resource without columns (built-in kinds' own columns,
+a pod's Ready or Status, are not emulated; kubectl showed only NAME and AGE for
+them before too). Event lists honour
+``fieldSelector`` (``involvedObject.name=...``: ``kubectl describe`` shows an object's own
+Events by it); kmock ignores it everywhere else.
 With :attr:`KubernetesApi.record_calls` on, every request's attributes (verb, group,
 resource, namespace...: :mod:`podmortem_demo.emulated.calls`) are kept in
 :attr:`KubernetesApi.calls`, for comparing what a client does with its RBAC rules.
@@ -34,6 +42,11 @@ import yaml
 
 from podmortem_demo.emulated import calls as calls_mod
 from podmortem_demo.emulated import reviews as reviews_mod
+
+#: The columns after Name of a custom resource without printer columns, as the apiserver prints it.
+DEFAULT_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
 
 #: Content types the apiserver accepts on PATCH.
 PATCH_CONTENT_TYPES = frozenset({
@@ -69,8 +82,36 @@ class KubernetesApi(kmock.KubernetesEmulator):
     #: Keep every request's attributes in :attr:`calls` (off: nothing is kept).
     record_calls: bool = attrs.field(default=False, kw_only=True)
     calls: list[calls_mod.ApiCall] = attrs.field(factory=list, init=False)
+    #: The tasks serving open watches (see `close_watches`).
+    _watches: set[asyncio.Task[Any]] = attrs.field(factory=set, init=False)
+    #: Printer columns per resource ("group/version/plural"), in a CRD's ``additionalPrinterColumns``
+    #: form (name, type, jsonPath, description, priority), for the Tables kubectl asks for; a
+    #: resource without an entry gets `DEFAULT_COLUMNS`.
+    printer_columns: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict, kw_only=True)
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if raw_request.query.get("watch") not in ("true", "1"):
+            return await self._serve(raw_request)
+        task = asyncio.current_task()
+        if task is None:
+            return await self._serve(raw_request)
+        self._watches.add(task)
+        try:
+            return await self._serve(raw_request)
+        finally:
+            self._watches.discard(task)
+
+    def close_watches(self) -> int:
+        """End the open watches, as an apiserver that stops does; call on the API's loop.
+
+        An open watch (``kubectl get -w``) otherwise holds the server's shutdown for a minute
+        (aiohttp waits for a request in progress). Returns how many were ended."""
+        watches = list(self._watches)
+        for task in watches:
+            task.cancel()
+        return len(watches)
+
+    async def _serve(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         path = raw_request.path.rstrip("/")
         if self.record_calls:
             self.calls.append(calls_mod.attributes(raw_request.method, raw_request.path, raw_request.query,
@@ -225,7 +266,33 @@ class KubernetesApi(kmock.KubernetesEmulator):
             kind = getattr(info, "kind", None) or str(r.plural or "").capitalize()
             payload.setdefault("apiVersion", f"{r.group}/{r.version}" if r.group else r.version)
             payload.setdefault("kind", f"{kind}List")
+            selector = request.params.get("fieldSelector")
+            if r.plural == "events" and selector:
+                payload["items"] = [o for o in payload.get("items") or [] if _fields_match(o, selector)]
+            table = self._table_wanted(request)
+            if table is not None:
+                return _table(table, self._columns(r), payload.get("items") or [],
+                              include=request.params.get("includeObject") or "Metadata")
         return payload
+
+    async def _serve_fetch(self, request: kmock.Request) -> Any:
+        payload = await super()._serve_fetch(request)
+        table = self._table_wanted(request)
+        if table is not None and isinstance(payload, dict) and request.resource is not None:
+            return _table(table, self._columns(request.resource), [payload],
+                          include=request.params.get("includeObject") or "Metadata")
+        return payload
+
+    def _table_wanted(self, request: kmock.Request) -> str | None:
+        """``meta.k8s.io/v1`` (or v1beta1) when the client accepts a Table and asks for no
+        subresource; None: answer the objects as they are."""
+        r = request.resource
+        if r is None or (request.name and not request.url.path.rstrip("/").endswith(f"/{request.name}")):
+            return None  # none asked for, or a subresource (status)
+        return _accepted_table(request.headers.get("Accept") or "")
+
+    def _columns(self, resource: Any) -> list[dict[str, Any]]:
+        return self.printer_columns.get(_key(resource), DEFAULT_COLUMNS)
 
     def next_resource_version(self) -> str:
         return str(next(self._versions))
@@ -259,7 +326,178 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 meta["resourceVersion"] = self.next_resource_version()
             elif request.action == kmock.action.UPDATE:
                 meta["resourceVersion"] = self.next_resource_version()
+        if request.action == kmock.action.WATCH:
+            table = self._table_wanted(request)
+            if table is not None:
+                return await self._serve_table_watch(request, table)
         return await super()._handle(request)
+
+    async def _serve_table_watch(self, request: kmock.Request, api_version: str
+                                 ) -> aiohttp.web.StreamResponse:
+        """``kubectl get -w``: each event's object as a one-row Table, as a JSON watch stream.
+
+        kubectl starts the watch at the resourceVersion of the Table it listed; kmock replays every
+        object first, so events of objects not changed since are left out, as the apiserver would."""
+        assert request.resource is not None and request._raw_request is not None
+        columns = self._columns(request.resource)
+        since = _version(request.params.get("resourceVersion"))
+        include = request.params.get("includeObject") or "Metadata"
+        response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json;stream=watch"})
+        await response.prepare(request._raw_request)
+        with contextlib.suppress(ConnectionError):
+            async for event in self._serve_watch(request):
+                if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+                    continue  # kmock's first, empty chunk
+                obj: dict[str, Any] = event["object"]
+                if _version((obj.get("metadata") or {}).get("resourceVersion")) <= since:
+                    continue  # not changed since the list
+                row = _table(api_version, columns, [obj], include=include)
+                change = {"type": event.get("type"), "object": row}
+                await response.write(json.dumps(change).encode() + b"\n")
+        return response
+
+
+def _key(r: Any) -> str:
+    """A kmock resource as ``group/version/plural`` (core: ``v1/pods``), as `resources` keys them."""
+    return f"{r.group}/{r.version}/{r.plural}" if r.group else f"{r.version}/{r.plural}"
+
+
+def _version(value: Any) -> int:
+    """A resourceVersion as a number (this API's are counters); 0 for none or another form."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _accepted_table(accept: str) -> str | None:
+    """The Table version an Accept header asks for first (``as=Table;v=v1;g=meta.k8s.io``), if any."""
+    for media in accept.split(","):
+        kind, *params = (part.strip() for part in media.split(";"))
+        if kind != "application/json":
+            continue
+        fields = dict(p.partition("=")[::2] for p in params)
+        if fields.get("as") == "Table" and fields.get("g") == "meta.k8s.io" \
+                and fields.get("v") in ("v1", "v1beta1"):
+            return f"meta.k8s.io/{fields['v']}"
+    return None
+
+
+def _table(api_version: str, columns: list[dict[str, Any]], objects: list[dict[str, Any]], *,
+           include: str) -> dict[str, Any]:
+    """The apiserver's Table of custom resources: a Name column, then the CRD's printer columns,
+    their cells converted as the apiextensions apiserver converts them (dates to ages, ``None`` for a
+    missing field), and each row's object as ``includeObject`` asks (metadata only by default)."""
+    definitions = [{"name": "Name", "type": "string", "format": "name", "priority": 0,
+                    "description": "Name must be unique within a namespace."}]
+    for column in columns:
+        definitions.append({
+            "name": column["name"], "type": column.get("type", "string"), "format": column.get("format", ""),
+            "priority": int(column.get("priority", 0)),
+            "description": column.get("description")
+            or f"Custom resource definition column (in JSONPath format): {column['jsonPath']}",
+        })
+    rows = []
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        cells: list[Any] = [meta.get("name")]
+        cells += [_cell(str(c.get("type", "string")), _json_path(obj, str(c["jsonPath"]))) for c in columns]
+        row: dict[str, Any] = {"cells": cells}
+        if include == "Object":
+            row["object"] = obj
+        elif include != "None":
+            row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                             "metadata": meta}
+        rows.append(row)
+    newest = max((_version((o.get("metadata") or {}).get("resourceVersion")) for o in objects), default=0)
+    return {"kind": "Table", "apiVersion": api_version, "metadata": {"resourceVersion": str(newest)},
+            "columnDefinitions": definitions, "rows": rows}
+
+
+_MISSING = object()
+
+
+def _fields_match(obj: dict[str, Any], selector: str) -> bool:
+    """Whether ``obj`` passes a field selector (``involvedObject.name=x,type!=Normal``), as the
+    apiserver compares: a field's string value, a missing field as the empty string."""
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        path, op, want = term.partition("!=")
+        if not op:
+            path, op, want = term.partition("==") if "==" in term else term.partition("=")
+        value = _json_path(obj, path)
+        have = "" if value is _MISSING or value is None else str(value)
+        if (have == want) != (op != "!="):
+            return False
+    return True
+
+
+def _json_path(obj: Any, path: str) -> Any:
+    """A printer column's simple JSONPath (``.status.failureReport.verdict``, ``.items[0]``)."""
+    value = obj
+    for part in path.strip().strip("{}").lstrip(".").split("."):
+        name, _, index = part.partition("[")
+        if name:
+            if not isinstance(value, dict) or name not in value:
+                return _MISSING
+            value = value[name]
+        if index:
+            try:
+                value = value[int(index.rstrip("]"))]
+            except (TypeError, ValueError, IndexError, KeyError):
+                return _MISSING
+    return value
+
+
+def _cell(kind: str, value: Any) -> Any:
+    """A cell as the apiextensions apiserver writes it (``tableconvertor.cellForJSONValue``)."""
+    if value is _MISSING or value is None:
+        return None
+    if kind == "string":
+        return value if isinstance(value, str) else json.dumps(value)
+    if kind == "integer":
+        return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if kind == "number":
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if kind == "boolean":
+        return value if isinstance(value, bool) else None
+    if kind == "date":
+        if not isinstance(value, str):
+            return None
+        try:
+            then = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return "<invalid>"
+        return human_duration((datetime.datetime.now(datetime.UTC) - then).total_seconds())
+    return value
+
+
+def human_duration(seconds: float) -> str:
+    """An age as kubectl prints one (``k8s.io/apimachinery/pkg/util/duration.HumanDuration``)."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m" if s % 60 == 0 else f"{minutes}m{s % 60}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        return f"{hours}h" if minutes % 60 == 0 else f"{hours}h{minutes % 60}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d" if hours % 24 == 0 else f"{hours // 24}d{hours % 24}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        return f"{hours // 24 // 365}y" if days == 0 else f"{hours // 24 // 365}y{days}d"
+    return f"{hours // 24 // 365}y"
 
 
 #: kubectl sends built-in kinds (a Namespace) as protobuf: "k8s\0", then a runtime.Unknown.
