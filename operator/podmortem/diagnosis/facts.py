@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from podmortem.reports.memory import CgroupMemoryStat, MemoryBreakdown
+from podmortem.reports.memory import CgroupMemoryStat, MemoryBreakdown, breakdown_v1
 from podmortem.reports.oom_record import OomKillRecord, OomTask
 from podmortem.reports.units import DEFAULT_PAGE_SIZE, KIB
 
@@ -89,17 +89,14 @@ def _sum_local_v1(record: OomKillRecord, top: CgroupMemoryStat, kmem: int | None
         for b in record.cgroup_stats
         if b.stat and b.path is not None and (b.path == root or b.path.startswith(root.rstrip("/") + "/"))
     ] or [top]
-    anon = sum(b.stat.get("rss", 0) for b in blocks)
-    cache = sum(b.stat.get("cache", 0) for b in blocks)
-    has_shmem = any("shmem" in b.stat for b in blocks)
-    shmem = sum(b.stat.get("shmem", 0) for b in blocks) if has_shmem else None
-    return MemoryBreakdown(
-        anon_bytes=anon,
-        file_bytes=max(0, cache - (shmem or 0)),
-        shmem_bytes=shmem,
-        kernel_bytes=kmem,
-        source=f"sum of {len(blocks)} v1 local stat block(s)",
-    )
+    summed: dict[str, int] = {}
+    for block in blocks:
+        for key, value in block.stat.items():
+            summed[key] = summed.get(key, 0) + value
+    # rss and cache are there (0) even when no block printed them: the limit's total is their sum
+    summed.setdefault("rss", 0)
+    summed.setdefault("cache", 0)
+    return breakdown_v1(summed, kmem_bytes=kmem, source=f"sum of {len(blocks)} v1 local stat block(s)")
 
 
 def _victim_stand_in(record: OomKillRecord, limit: int | None, kmem: int | None) -> MemoryBreakdown | None:

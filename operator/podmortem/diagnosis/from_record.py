@@ -65,6 +65,8 @@ def _kill(record: OomKillRecord, pod: PodRef | None) -> KillSummary:
         pod_uid=pod.pod_uid if pod else None,
         container_id=pod.container_id if pod else None,
         qos=pod.qos if pod else None,
+        runtime=pod.runtime if pod else None,
+        container_monitor=pod.monitor if pod else False,
         killed_pids=[k.pid for k in record.killed] or ([record.victim_pid] if record.victim_pid else []),
         oom_group=record.oom_group_memcg is not None,
         trigger_pid=record.trigger_pid,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from podmortem.reports.findings import Finding
 from podmortem.reports.memory import CgroupVersion, MemoryBreakdown
@@ -21,14 +21,21 @@ Sharing = Literal["owned", "shared", "unknown"]
 
 
 class PodRef(BaseModel):
-    """Who a cgroup path belongs to in Kubernetes terms (from ``podmortem.cgroups.paths``)."""
+    """Who a cgroup path belongs to in Kubernetes terms (from ``podmortem.cgroups.paths``).
+
+    A container outside pods (docker, nerdctl, podman, CRI-O without the kubelet) has a
+    ``container_id`` and ``runtime`` and no ``pod_uid``.
+    """
 
     pod_uid: str | None = None
     container_id: str | None = None
     #: "guaranteed", "burstable" or "besteffort"; Guaranteed pods have no QoS level in the path.
     qos: str | None = None
-    #: Container runtime as the path names it: "containerd", "cri-o", "docker"; None when bare.
+    #: Container runtime as the path names it: "containerd", "cri-o", "docker", "podman"; None when bare.
     runtime: str | None = None
+    #: The cgroup is the runtime's monitor of that container (``crio-conmon-``, ``libpod-conmon-``):
+    #: a process in it is conmon, not one of the container's.
+    monitor: bool = False
     #: Whether the limit that was hit is the "pod" cgroup, a "container" cgroup below it, or one
     #: "shared" above it (known from the pod's own cgroup, or read off the path's shape offline).
     limit_level: Literal["pod", "container", "shared"] | None = None
@@ -53,6 +60,10 @@ class KillSummary(BaseModel):
     pod_uid: str | None = None
     container_id: str | None = None
     qos: str | None = None
+    #: The container runtime a path names ("docker", "containerd", "cri-o", "podman"), pod or not.
+    runtime: str | None = None
+    #: The process was the runtime's monitor (conmon) of that container, not the container itself.
+    container_monitor: bool = False
     #: Every killed pid: one, or the whole group under memory.oom.group.
     killed_pids: list[int] = Field(default_factory=list)
     oom_group: bool = False
@@ -80,8 +91,16 @@ class CgroupSummary(BaseModel):
     #: Which printed block ``stat`` is (the limit's own cgroup when printed, else the first).
     stat_path: str | None = None
     breakdown: MemoryBreakdown | None = None
-    #: "anon", "shmem", "kernel" or "file" when one holds at least half; None when mixed or unknown.
+    #: The category that holds at least half: "anon", "shmem", "kernel", "file", "sock" (v2 socket
+    #: buffers) or "hugetlb"; None when mixed or unknown.
     dominant: str | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def dominant_class(self) -> str | None:
+        """The finest class that holds at least half: a part of the category ("slab", "pagetables",
+        "percpu", "kernel_stack", "zswap", "file_dirty") where one does, else the category itself."""
+        return self.breakdown.dominant_class() if self.breakdown is not None else None
 
 
 class TaskSummary(BaseModel):

@@ -2,24 +2,51 @@
 
 The kernel prints ``memory.stat`` inside OOM records, and the node agent reads the
 same file from live cgroups. Both end up here with the kernel's original keys, so
-nothing is lost in translation; the few derived numbers the diagnosis needs
-(anon, file, shmem, kernel) are computed from whichever keys the version has.
+nothing is lost in translation; the derived numbers the diagnosis needs (the categories
+anon, shmem, kernel, sock, file, hugetlb, and their parts such as slab or dirty page cache)
+are computed from whichever keys the version has, each charged byte counted once.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 CgroupVersion = Literal[1, 2]
 
 #: v2 keys that only v2 prints (v1 says rss/cache instead).
 _V2_MARKERS = ("anon", "file", "kernel", "kernel_stack", "sock", "file_mapped")
 _V1_MARKERS = ("rss", "cache", "mapped_file", "total_rss", "total_cache", "hierarchical_memory_limit")
-#: v2 parts of kernel memory, summed when an older v2 kernel has no ``kernel`` key.
-_V2_KERNEL_PARTS = ("kernel_stack", "pagetables", "sec_pagetables", "percpu", "sock", "vmalloc")
+#: v2 parts of ``kernel`` (MEMCG_KMEM: everything charged through obj_cgroup_charge_pages or
+#: __memcg_kmem_charge_page), summed when a kernel before 5.18 prints no ``kernel`` key. ``sock`` is
+#: not one: mem_cgroup_charge_skmem charges the memory counter and MEMCG_SOCK only.
+_V2_KERNEL_PARTS = ("kernel_stack", "pagetables", "sec_pagetables", "percpu", "vmalloc", "zswap")
+
+#: A category or class dominates when it holds at least this share of the cgroup's memory.
+DOMINANT_SHARE = 0.5
+
+#: The coarse categories, in the order they are listed. Together they are the memory charged to the
+#: cgroup, each byte once: v2 ``anon`` + ``file`` (which holds ``shmem``) + ``kernel`` + ``sock`` (+
+#: ``hugetlb`` where memory_hugetlb_accounting prints it); v1 ``rss`` + ``cache`` (holds ``shmem``) +
+#: the ``kmem:`` line (v1 charges socket buffers to a counter of their own, tcpmem, not to memory).
+CATEGORY_ORDER = ("anon", "shmem", "kernel", "sock", "file", "hugetlb")
+
+#: Finer classes with a cure of their own → the category each is part of. ``file_dirty`` is
+#: dirty page cache plus page cache under writeback (v1 ``dirty`` + ``writeback``).
+CLASS_PARENT: dict[str, str] = {
+    "slab": "kernel",
+    "pagetables": "kernel",
+    "percpu": "kernel",
+    "kernel_stack": "kernel",
+    "zswap": "kernel",
+    "file_dirty": "file",
+}
+
+
+#: Breakdown fields written to JSON even when None (the ones its first version had).
+_ALWAYS_DUMPED = frozenset({"anon_bytes", "file_bytes", "shmem_bytes", "kernel_bytes", "source"})
 
 
 def detect_version(keys: dict[str, int] | list[str]) -> CgroupVersion | None:
@@ -34,8 +61,12 @@ def detect_version(keys: dict[str, int] | list[str]) -> CgroupVersion | None:
 class MemoryBreakdown(BaseModel):
     """A cgroup's memory split into the categories the diagnosis reasons about, in bytes.
 
-    ``file_bytes`` excludes shmem (both v1 ``cache`` and v2 ``file`` include tmpfs and
-    /dev/shm); a category is None when the source does not say.
+    The categories (``anon``, ``shmem``, ``kernel``, ``sock``, ``file``, ``hugetlb``) count each
+    charged byte once. ``file_bytes`` excludes shmem (both v1 ``cache`` and v2 ``file`` include
+    tmpfs and /dev/shm). The other fields are parts of one category, as the kernel prints them
+    (``slab_bytes`` … ``zswap_bytes`` of kernel, ``file_*`` of file, ``anon_thp_bytes`` of anon), or
+    memory beside the usage (``swap_bytes``, ``zswapped_bytes``) or across it (``swapcached_bytes``:
+    swap cache pages, mapped ones also counted in anon). A field is None when the source does not say.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -44,21 +75,165 @@ class MemoryBreakdown(BaseModel):
     file_bytes: int | None = None
     shmem_bytes: int | None = None
     kernel_bytes: int | None = None
+    #: v2 socket buffers: charged to memory.current, not part of v2's ``kernel``.
+    sock_bytes: int | None = None
+    #: v2 hugetlb pages, printed (and charged) only with the memory_hugetlb_accounting mount option.
+    hugetlb_bytes: int | None = None
+    #: Parts of kernel memory (v2; v1's memory.stat has none of them).
+    slab_bytes: int | None = None
+    slab_reclaimable_bytes: int | None = None
+    slab_unreclaimable_bytes: int | None = None
+    kernel_stack_bytes: int | None = None
+    pagetables_bytes: int | None = None
+    sec_pagetables_bytes: int | None = None
+    percpu_bytes: int | None = None
+    vmalloc_bytes: int | None = None
+    #: The compressed swap pool (v2, 5.19+), charged as kernel memory.
+    zswap_bytes: int | None = None
+    #: Parts of file memory: dirty, under writeback (v1 ``dirty``/``writeback``), mapped.
+    file_dirty_bytes: int | None = None
+    file_writeback_bytes: int | None = None
+    file_mapped_bytes: int | None = None
+    #: Part of anon: transparent huge pages (v1 ``rss_huge``).
+    anon_thp_bytes: int | None = None
+    #: Not charged memory, or counted across categories: the swap cache, the original size of what
+    #: zswap holds, and v1's swap use (charged to memory+swap only).
+    swapcached_bytes: int | None = None
+    zswapped_bytes: int | None = None
+    swap_bytes: int | None = None
     #: Where the numbers come from, in words: e.g. "memory.stat v2", "sum of v1 blocks", "victim rss".
     source: str = ""
 
+    @model_serializer(mode="wrap")
+    def _without_unknown_parts(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """JSON keeps the first four categories always (the contract) and the other fields where known:
+        a report's size is budgeted in a TrainingJob's status."""
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k in _ALWAYS_DUMPED}
+
     def categories(self) -> dict[str, int]:
-        """The known categories, name → bytes, in a stable order."""
-        pairs = (
-            ("anon", self.anon_bytes),
-            ("shmem", self.shmem_bytes),
-            ("kernel", self.kernel_bytes),
-            ("file", self.file_bytes),
-        )
-        return {name: value for name, value in pairs if value is not None}
+        """The known categories, name → bytes, in a stable order; together each charged byte once."""
+        values = {
+            "anon": self.anon_bytes,
+            "shmem": self.shmem_bytes,
+            "kernel": self.kernel_bytes,
+            "sock": self.sock_bytes,
+            "file": self.file_bytes,
+            "hugetlb": self.hugetlb_bytes,
+        }
+        return {name: value for name in CATEGORY_ORDER if (value := values[name]) is not None}
 
     def total_bytes(self) -> int:
         return sum(self.categories().values())
+
+    def classes(self) -> dict[str, tuple[str, int]]:
+        """The known finer classes with a cure of their own: name → (its category, bytes)."""
+        found: dict[str, tuple[str, int]] = {}
+        for name, parent in CLASS_PARENT.items():
+            if name == "file_dirty":
+                if self.file_dirty_bytes is None and self.file_writeback_bytes is None:
+                    continue
+                value = (self.file_dirty_bytes or 0) + (self.file_writeback_bytes or 0)
+                # NR_WRITEBACK also counts anon pages being swapped out: never more than the file pages
+                if self.file_bytes is not None:
+                    value = min(value, self.file_bytes)
+            else:
+                part: int | None = getattr(self, f"{name}_bytes")
+                if part is None:
+                    continue
+                value = part
+            found[name] = (parent, value)
+        return found
+
+    def dominant(self) -> str | None:
+        """The category holding at least half of the cgroup's memory; None when mixed or unknown."""
+        total = self.total_bytes()
+        if total <= 0:
+            return None
+        name, value = max(self.categories().items(), key=lambda kv: kv[1])
+        return name if value >= DOMINANT_SHARE * total else None
+
+    def dominant_class(self) -> str | None:
+        """The finest class holding at least half of the memory (``slab``, ``sock``…), else the category."""
+        category = self.dominant()
+        if category is None:
+            return None
+        total = self.total_bytes()
+        held = [
+            (value, name)
+            for name, (parent, value) in self.classes().items()
+            if parent == category and value >= DOMINANT_SHARE * total
+        ]
+        return max(held)[1] if held else category
+
+
+def _slab(stat: dict[str, int], prefix: str = "") -> int | None:
+    slab = stat.get(prefix + "slab")
+    if slab is None and (prefix + "slab_reclaimable" in stat or prefix + "slab_unreclaimable" in stat):
+        slab = stat.get(prefix + "slab_reclaimable", 0) + stat.get(prefix + "slab_unreclaimable", 0)
+    return slab
+
+
+def breakdown_v2(stat: dict[str, int], *, source: str = "memory.stat v2") -> MemoryBreakdown:
+    """Classes of a v2 memory.stat (mm/memcontrol.c ``memory_stats[]``); see `MemoryBreakdown`."""
+    shmem = stat.get("shmem")
+    file_total = stat.get("file")
+    slab = _slab(stat)
+    kernel = stat.get("kernel")
+    if kernel is None:
+        parts = [stat[k] for k in _V2_KERNEL_PARTS if k in stat]
+        if slab is not None:
+            parts.append(slab)
+        kernel = sum(parts) if parts else None
+    return MemoryBreakdown(
+        anon_bytes=stat.get("anon"),
+        file_bytes=max(0, file_total - (shmem or 0)) if file_total is not None else None,
+        shmem_bytes=shmem,
+        kernel_bytes=kernel,
+        sock_bytes=stat.get("sock"),
+        hugetlb_bytes=stat.get("hugetlb"),
+        slab_bytes=slab,
+        slab_reclaimable_bytes=stat.get("slab_reclaimable"),
+        slab_unreclaimable_bytes=stat.get("slab_unreclaimable"),
+        kernel_stack_bytes=stat.get("kernel_stack"),
+        pagetables_bytes=stat.get("pagetables"),
+        sec_pagetables_bytes=stat.get("sec_pagetables"),
+        percpu_bytes=stat.get("percpu"),
+        vmalloc_bytes=stat.get("vmalloc"),
+        zswap_bytes=stat.get("zswap"),
+        file_dirty_bytes=stat.get("file_dirty"),
+        file_writeback_bytes=stat.get("file_writeback"),
+        file_mapped_bytes=stat.get("file_mapped"),
+        anon_thp_bytes=stat.get("anon_thp"),
+        swapcached_bytes=stat.get("swapcached"),
+        zswapped_bytes=stat.get("zswapped"),
+        source=source,
+    )
+
+
+def breakdown_v1(
+    stat: dict[str, int], *, prefix: str = "", kmem_bytes: int | None = None, source: str = "memory.stat v1"
+) -> MemoryBreakdown:
+    """Classes of a v1 memory.stat (``memcg1_stat_names[]``), with ``prefix`` "total_" for its totals.
+
+    ``cache`` holds shmem, mapped_file, dirty and writeback; ``rss`` holds rss_huge; ``swap`` is
+    charged to memory+swap only; kernel memory is the ``kmem:`` line, where printed.
+    """
+    shmem = stat.get(prefix + "shmem")
+    cache = stat.get(prefix + "cache")
+    return MemoryBreakdown(
+        anon_bytes=stat.get(prefix + "rss"),
+        file_bytes=max(0, cache - (shmem or 0)) if cache is not None else None,
+        shmem_bytes=shmem,
+        kernel_bytes=kmem_bytes,
+        file_dirty_bytes=stat.get(prefix + "dirty"),
+        file_writeback_bytes=stat.get(prefix + "writeback"),
+        file_mapped_bytes=stat.get(prefix + "mapped_file"),
+        anon_thp_bytes=stat.get(prefix + "rss_huge"),
+        swapcached_bytes=stat.get(prefix + "swapcached"),
+        swap_bytes=stat.get(prefix + "swap"),
+        source=source,
+    )
 
 
 class CgroupMemoryStat(BaseModel):
@@ -78,42 +253,21 @@ class CgroupMemoryStat(BaseModel):
     #: How sizes were printed: "bytes" (memory.stat, new kernels) or "KB" (old OOM records).
     printed_unit: Literal["bytes", "KB"] = "bytes"
 
-    def _get(self, key: str) -> int | None:
-        return self.stat.get(key)
-
     @property
     def hierarchical(self) -> bool:
         """True when these numbers include child cgroups (v2 always; v1 via ``total_*`` keys)."""
         return self.version == 2 or "total_rss" in self.stat or "total_cache" in self.stat
 
     def breakdown(self, *, kmem_bytes: int | None = None) -> MemoryBreakdown:
-        """anon/file/shmem/kernel of this cgroup; v1 kernel memory comes from the ``kmem:`` line if given."""
+        """The classes of this cgroup's memory; v1 kernel memory comes from the ``kmem:`` line if given."""
         if self.version == 2:
-            anon = self._get("anon")
-            shmem = self._get("shmem")
-            file_total = self._get("file")
-            kernel = self._get("kernel")
-            if kernel is None:
-                parts = [self.stat[k] for k in _V2_KERNEL_PARTS if k in self.stat]
-                slab = self._get("slab")
-                if slab is None and ("slab_reclaimable" in self.stat or "slab_unreclaimable" in self.stat):
-                    slab = self.stat.get("slab_reclaimable", 0) + self.stat.get("slab_unreclaimable", 0)
-                if slab is not None:
-                    parts.append(slab)
-                kernel = sum(parts) if parts else None
-            source = "memory.stat v2"
-        else:
-            prefix = "total_" if self.hierarchical else ""
-            anon = self._get(prefix + "rss")
-            shmem = self._get(prefix + "shmem")
-            file_total = self._get(prefix + "cache")
-            kernel = kmem_bytes
-            source = f"memory.stat v1 ({'hierarchical total_*' if prefix else 'local'} keys)"
-        file_only = None
-        if file_total is not None:
-            file_only = max(0, file_total - (shmem or 0))
-        return MemoryBreakdown(
-            anon_bytes=anon, file_bytes=file_only, shmem_bytes=shmem, kernel_bytes=kernel, source=source
+            return breakdown_v2(self.stat)
+        prefix = "total_" if self.hierarchical else ""
+        return breakdown_v1(
+            self.stat,
+            prefix=prefix,
+            kmem_bytes=kmem_bytes,
+            source=f"memory.stat v1 ({'hierarchical total_*' if prefix else 'local'} keys)",
         )
 
 
