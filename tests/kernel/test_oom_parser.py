@@ -100,9 +100,21 @@ def test_consecutive_records_with_unrelated_lines_between() -> None:
 def test_records_without_header_split_on_printing_order() -> None:
     """Two headless records back to back (grep -A output): a part out of order starts the next."""
     one = [m for m in synthetic.render(_kill(), "plain") if "invoked oom-killer" not in m]
-    records = oom_parser.parse_lines(one + one)
-    assert len(records) == 2
+    other = _kill(victim_pid=4010)
+    two = [m for m in synthetic.render(other, "plain") if "invoked oom-killer" not in m]
+    records = oom_parser.parse_lines(one + two)
+    assert [r.victim_pid for r in records] == [4000, 4010]
     assert all(r.missing == ["header"] for r in records)
+
+
+def test_a_block_pasted_twice_is_one_record() -> None:
+    """The same kill twice (a reply quoting the paste, a re-paste): a pid is killed once."""
+    one = synthetic.render(_kill(), "dmesg")
+    [record] = oom_parser.parse_lines(one + one)
+    assert record.victim_pid == 4000 and not record.partial
+    cut = [m for m in one if "invoked oom-killer" not in m]  # the second copy lacks its header
+    [record] = oom_parser.parse_lines(one + cut)
+    assert record.trigger_comm is not None and record.kernel_version is not None
 
 
 def test_truncated_record_is_partial_and_keeps_what_it_has() -> None:

@@ -5,10 +5,26 @@ raw ``/dev/kmsg``, ``journalctl -k`` and syslog in any locale, mail quotes, term
 wraps, pager cuts) are independent of what the OOM parser reads in the message, and each needs
 its own care to stay linear on hostile input: every regex here is anchored and bounded.
 
+Two layers of prefix are stripped, each a loop over the forms it knows, so that they compose
+in any order people's tools stack them:
+
+* the paste's own marks: CR, ANSI colours, Markdown indentation (spaces or tabs), mail quotes,
+  an editor's or ``grep -n``'s line numbers;
+* the log's: a raw ``<4>`` level, ``dmesg -x``'s facility and level (``kern  :warn  : ``), any
+  timestamp form (``dmesg``, ``dmesg`` with a printk caller id, ``dmesg -T`` in any locale with
+  one- or two-digit days, ISO, syslog and journalctl short with a host or without one), the
+  host and ``kernel:``.
+
 Only lines whose prefix says they came from the kernel (``kernel:`` in syslog, a dmesg or kmsg
 stamp), or bare lines with no prefix at all, are kernel messages. Lines of other programs
 (kubelet, containerd, node-problem-detector, systemd-oomd) keep their whole text as the message,
-so they never start with a kernel form and never become part of a record.
+so they never start with a kernel form and never become part of a record. A line whose start is
+no known prefix but which holds a kernel stamp (``[  123.456789] `` or ``<3>[``) further on, as
+another tool's log wraps the kernel's lines (a hypervisor's guest log), is read from that stamp.
+
+Indentation alone does not make a line a continuation: a line is the previous message's
+continuation (as ``dmesg`` and ``journalctl`` indent a multi-line message) only when it carries
+no prefix of its own and is indented deeper than the line before it.
 """
 
 from __future__ import annotations
@@ -19,15 +35,32 @@ from dataclasses import dataclass
 from podmortem.reports.oom_record import LineFormat
 
 _QUOTE = re.compile(r"(?:> ?)+")
+#: ANSI escape sequences (``dmesg --color``, ``less -R`` captures): removed wherever they are.
+_ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[ -/]{0,4}[@-~]")
+#: An editor's (``cat -n``: "  12\t"), ``grep -n``'s ("12:", context "12-") or a pasted list's ("12 | ")
+#: line number: digits then a tab, a colon or dash not followed by a digit, or a bar.
+_LINE_NO = re.compile(r"\d{1,7}(?:\t|:(?!\d{1,2}:\d\d)|-(?![\d:])| ?\| ?)")
+_LINE_NO_KMSG = re.compile(r"\d{1,7}[:-]")
+#: ``dmesg -r``'s raw level "<4>", and ``dmesg -x``'s "kern  :warn  : ".
+_LEVEL = re.compile(r"<\d{1,3}>")
+_FACILITY = re.compile(
+    r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7]) *:"
+    r"(?:emerg|alert|crit|err|warn|warning|notice|info|debug) *: ?"
+)
+#: A printk caller id after a dmesg stamp: "[ T1234]", "[C3]" (CONFIG_PRINTK_CALLER).
+_CALLER = re.compile(r"\[ *[TC]\d{1,7}\] ?")
+#: A kernel stamp inside a line whose start is another program's (a hypervisor's guest log):
+#: "<3>[  123.456789] " or "[  123.456789] " after a space or a colon.
+_EMBEDDED = re.compile(r"(?:<\d{1,3}>)?\[ {0,12}\d{1,10}\.\d{3,9}\] ")
 _KMSG = re.compile(r"(\d+),(\d+),(\d+),[^;]{0,64};")
 _DMESG_MONO = re.compile(r"\[\s*(\d+\.\d+)\] ?")
 #: dmesg -T in any locale: "[Thu May  9 14:52:38 2024]", "[四 3月 18 18:47:12 2021]", "[Tue Jun  9 11:02:17]".
 _DMESG_T = re.compile(
-    r"\[([^\[\]\d]{0,16}(?:\d{1,2}[^\[\]\d\s]{1,4} ?)?\d{1,2} \d\d:\d\d:\d\d(?: \d{4})?)\] ?"
+    r"\[([^\[\]\d]{0,16}(?:\d{1,2}[^\[\]\d\s]{1,4} {0,2})?\d{1,2} \d\d:\d\d:\d\d(?: \d{4})?)\] ?"
 )
 _ISO = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) ")
 #: syslog / journalctl short in any locale: "Jan  5 02:12:02 host kernel:", "апр 28 01:23:30 PC kernel:".
-_SYSLOG = re.compile(r"([^\W\d_]{2,9}\.? {1,2}\d{1,2},? \d\d:\d\d:\d\d(?:\.\d+)?) (\S{1,255}) kernel: ?")
+_SYSLOG = re.compile(r"([^\W\d_]{2,9}\.? {1,2}\d{1,2},? \d\d:\d\d:\d\d(?:\.\d+)?) (?:(\S{1,255}) )?kernel: ?")
 #: Any syslog-style stamp, whichever program wrote the line (its own line, never a wrapped part).
 _ANY_SYSLOG = re.compile(r"[^\W\d_]{2,9}\.? {1,2}\d{1,2},? \d\d:\d\d:\d\d")
 _HOST_KERNEL = re.compile(r"(\S{1,255}) kernel: ?")
@@ -58,6 +91,8 @@ class Line:
     cut: bool = False
     #: The raw text ended in whitespace (a mail client's soft wrap, format=flowed).
     soft_end: bool = False
+    #: Whitespace before the text once the paste's marks are off (continuations are deeper).
+    indent: int = 0
 
 
 def strip_quote(line: str) -> str:
@@ -99,25 +134,84 @@ def _keep_prefix(m: re.Match[str], fmt: LineFormat, host: str | None) -> None:
         _last_prefix = (text, fmt, m.group(1), host)
 
 
+def strip_paste(line: str) -> tuple[str, int]:
+    """The line without the paste's marks (CR, ANSI, indentation, quotes, line numbers), and its indent.
+
+    The indent is the width of the whitespace right before the text: what tells a multi-line
+    message's continuation (indented deeper than the line before) from a line of its own.
+    """
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    if line[-1:] == "\r":
+        line = line.rstrip("\r")
+    indent = 0
+    for _ in range(6):  # each form at most once or twice; bounded, whatever the input
+        first = line[:1]
+        if first == " " or first == "\t":
+            stripped = line.lstrip(" \t")
+            indent = len(line) - len(stripped)
+            line = stripped
+        elif first == ">":
+            line = strip_quote(line)
+            indent = 0
+        elif first.isdigit():
+            if _KMSG.match(line) is not None:
+                break
+            m = _LINE_NO.match(line)
+            if m is None:
+                m = _LINE_NO_KMSG.match(line)  # "12:6,1234,5678,-;…": grep -n over raw /dev/kmsg
+                if m is None or _KMSG.match(line, m.end()) is None:
+                    break
+            line = line[m.end():]
+            indent = 0
+        else:
+            break
+    return line, indent
+
+
 def split(raw: str, prev: Line | None) -> Line | None:
-    """Strip quoting and the prefix; None for lines that carry no message at all."""
+    """Strip the paste's marks and the log's prefix; None for lines that carry no message at all."""
     line = raw if len(raw) <= MAX_LINE else raw[:MAX_LINE]
-    if line[:1] == ">":
-        line = strip_quote(line)
+    line, indent = strip_paste(line)
     if not line or line.isspace():
         return None
-    soft_end = line[-1:] in (" ", "\t")
+    soft_end = raw[-1:] in (" ", "\t")
+    found = _split_prefixed(line, indent, soft_end)
+    if found is not None:
+        return found
+    if prev is not None and prev.fmt == "kmsg" and _KMSG_DICT.match(" " + line) and indent:
+        return None  # a /dev/kmsg dictionary line (SUBSYSTEM=…, DEVICE=…)
+    m = _EMBEDDED.search(line, 1, 512)
+    if m is not None and line[m.start() - 1] in " :\t":
+        # Another tool's line wrapping the kernel's (a hypervisor's guest log): read from the stamp.
+        inner = _split_prefixed(line[m.start():], indent, soft_end)
+        if inner is not None:
+            return inner
+    msg = line.strip()
+    if prev is not None and indent > prev.indent:
+        # dmesg and journalctl show a multi-line message with indented continuation lines.
+        return Line(msg, prev.fmt, prev.host, prev.mono, prev.time_text, None, prev.clock, soft_end=soft_end,
+                    indent=prev.indent)
+    return Line(msg, "plain", None, None, None, None, None, soft_end=soft_end, indent=indent)
+
+
+def _split_prefixed(line: str, indent: int, soft_end: bool) -> Line | None:
+    """The line read by its log prefix; None when it starts with no prefix this module knows."""
     first = line[0]
-    if first == " " or first == "\t":
-        if prev is not None and prev.fmt == "kmsg" and _KMSG_DICT.match(line):
-            return None  # a /dev/kmsg dictionary line (SUBSYSTEM=…, DEVICE=…)
-        msg = line.strip()
-        if prev is not None:
-            # dmesg and journalctl show a multi-line message with indented continuation lines.
-            return Line(
-                msg, prev.fmt, prev.host, prev.mono, prev.time_text, None, prev.clock, soft_end=soft_end
-            )
-        return Line(msg, "plain", None, None, None, None, None, soft_end=soft_end)
+    if first == "<":
+        m = _LEVEL.match(line)
+        if m is not None:
+            line = line[m.end():]
+            if not line:
+                return None
+            first = line[0]
+    if first.isalpha() and line.find(":", 2, 12) > 0:
+        m = _FACILITY.match(line)
+        if m is not None:
+            line = line[m.end():]
+            if not line:
+                return None
+            first = line[0]
     fmt: LineFormat = "plain"
     host = None
     mono = None
@@ -129,30 +223,34 @@ def split(raw: str, prev: Line | None) -> Line | None:
             mono = int(m.group(3)) / 1e6
             msg = line[m.end() :].strip()
             if msg[-1:] in _CUT_MARKS:
-                return _finish(msg, "kmsg", None, mono, None, int(m.group(2)), mono, soft_end)
-            return Line(msg, "kmsg", None, mono, None, int(m.group(2)), mono, False, soft_end)
+                return _finish(msg, "kmsg", None, mono, None, int(m.group(2)), mono, soft_end, indent)
+            return Line(msg, "kmsg", None, mono, None, int(m.group(2)), mono, False, soft_end, indent)
         m = _ISO.match(line)
-        if m is not None:
-            fmt, time_text, rest = "iso", m.group(1), line[m.end() :]
+        if m is None:
+            return None
+        fmt, time_text, rest = "iso", m.group(1), line[m.end() :]
     elif first == "[":
         m = _DMESG_MONO.match(line)
         if m is not None:
             fmt, mono, rest = "dmesg", float(m.group(1)), line[m.end() :]
+            if rest[:1] == "[" and (c := _CALLER.match(rest)) is not None:
+                rest = rest[c.end():]
             if rest.find(" kernel:", 0, 264) < 0:
                 # Plain dmesg, the commonest form: nothing more to strip.
                 msg = rest.strip()
                 if msg[-1:] in _CUT_MARKS:
-                    return _finish(msg, "dmesg", None, mono, None, None, mono, soft_end)
-                return Line(msg, "dmesg", None, mono, None, None, mono, False, soft_end)
+                    return _finish(msg, "dmesg", None, mono, None, None, mono, soft_end, indent)
+                return Line(msg, "dmesg", None, mono, None, None, mono, False, soft_end, indent)
         else:
             cached = _last_prefix
             if cached[1] == "dmesg-T" and line.startswith(cached[0]):
                 fmt, time_text, rest = "dmesg-T", cached[2], line[len(cached[0]) :]
             else:
                 m = _DMESG_T.match(line)
-                if m is not None:
-                    fmt, time_text, rest = "dmesg-T", m.group(1), line[m.end() :]
-                    _keep_prefix(m, "dmesg-T", None)
+                if m is None:
+                    return None
+                fmt, time_text, rest = "dmesg-T", m.group(1), line[m.end() :]
+                _keep_prefix(m, "dmesg-T", None)
     elif first.isalpha():
         cached = _last_prefix
         if cached[1] == "syslog" and line.startswith(cached[0]):
@@ -162,21 +260,27 @@ def split(raw: str, prev: Line | None) -> Line | None:
             _keep_prefix(m, "syslog", m.group(2))
         elif line.startswith("kernel: "):
             rest = line[8:]  # journalctl -o cat with the identifier kept, or a trimmed syslog line
+        else:
+            return None
+    else:
+        return None
     if (fmt == "dmesg" or fmt == "iso") and rest.find(" kernel:", 0, 264) > 0:
         # journalctl -o short-iso / short-monotonic: "<stamp> host kernel: msg"
         m = _HOST_KERNEL.match(rest)
         if m is not None:
             host, rest = m.group(1), rest[m.end() :]
             fmt = "syslog"
-    if fmt == "syslog" and rest.startswith("["):
+    if (fmt == "syslog" or fmt == "plain") and rest.startswith("["):
         m = _DMESG_MONO.match(rest)
         if m is not None:
             mono, rest = float(m.group(1)), rest[m.end() :]
+            if rest[:1] == "[" and (c := _CALLER.match(rest)) is not None:
+                rest = rest[c.end():]
     clock = mono if mono is not None else _clock(time_text) if time_text is not None else None
     msg = rest.strip()
     if msg[-1:] in _CUT_MARKS:
-        return _finish(msg, fmt, host, mono, time_text, None, clock, soft_end)
-    return Line(msg, fmt, host, mono, time_text, None, clock, False, soft_end)
+        return _finish(msg, fmt, host, mono, time_text, None, clock, soft_end, indent)
+    return Line(msg, fmt, host, mono, time_text, None, clock, False, soft_end, indent)
 
 
 def _finish(
@@ -188,6 +292,7 @@ def _finish(
     seq: int | None,
     clock: float | None,
     soft_end: bool,
+    indent: int = 0,
 ) -> Line:
     msg = rest.strip()
     cut = False
@@ -195,41 +300,66 @@ def _finish(
         msg, cut = msg[:-1].rstrip(), True
     elif msg.endswith(">") and "<" not in msg[-12:] and not msg.endswith(("->", "=>")):
         msg, cut = msg[:-1].rstrip(), True  # less -S / a terminal marks a line cut at the screen edge
-    return Line(msg, fmt, host, mono, time_text, seq, clock, cut=cut, soft_end=soft_end)
+    return Line(msg, fmt, host, mono, time_text, seq, clock, cut=cut, soft_end=soft_end, indent=indent)
 
 
 def continues(prev_raw: str, prev: Line, raw: str) -> bool:
     """Whether ``raw`` is the rest of ``prev`` after a terminal or mail wrap.
 
     A wrapped part has no prefix of its own and follows a prefixed kernel line that ended
-    softly (mail) or was long (a terminal's hard wrap). Indented lines, elision marks,
-    prompts and code fences are never wrapped parts.
+    softly (mail) or was long (a terminal's hard wrap). The paste's own marks (quotes, line
+    numbers, indentation) were added after the wrap, so they are compared, not read: a wrapped
+    part is never indented deeper than its line. Elision marks, prompts and code fences are
+    never wrapped parts.
     """
-    unquoted = strip_quote(raw)
-    if prev.fmt in ("plain", "kmsg") or not unquoted or unquoted[0] in " \t$#`[<>":
+    if prev.fmt == "plain":
         return False
-    text = unquoted.strip()
+    text, indent = strip_paste(raw)
+    long_prev = len(strip_paste(prev_raw)[0]) >= 60
+    # A hard wrap that fell on a space starts its part with that one space.
+    if not text or indent > prev.indent + (1 if long_prev else 0) or text[0] in "$#`[<>":
+        return False
+    text = text.strip()
     if not text or text in ELISIONS or text.startswith(("```", "...", "…")):
         return False
-    if _starts_prefixed(text):
+    if _split_prefixed(text, 0, False) is not None or _OTHER_LOG.match(text) is not None:
         return False
-    return prev.soft_end or len(strip_quote(prev_raw)) >= 60
+    if prev.fmt == "kmsg" and indent and _KMSG_DICT.match(" " + text):
+        return False  # a /dev/kmsg dictionary line (SUBSYSTEM=…), not the rest of the message
+    return prev.soft_end or long_prev
 
 
-def _starts_prefixed(text: str) -> bool:
-    first = text[0]
-    if first.isdigit():
-        return _KMSG.match(text) is not None or _ISO.match(text) is not None
-    if first.isalpha():
-        return _ANY_SYSLOG.match(text) is not None or text.startswith("kernel: ")
-    return False
+#: Another program's line or a shell prompt: "containerd[1021]: ...", "root@node-7:~# ...".
+_OTHER_LOG = re.compile(r"[\w.@/-]{1,64}\[\d{1,10}\]: |[\w.-]{1,32}@[\w.-]{1,64}:\S{0,256}[#$] ?")
+
+_JOINED = re.compile(r"(?<=\S) +(?=\[ {0,12}\d{1,10}\.\d{6}\] )")
+
+
+def unjoin(raw: str) -> list[str]:
+    """Lines a paste glued together ("[  1.000001] a [  1.000002] b"), apart again.
+
+    Only dmesg stamps with their six-digit fraction split a line, and only a line that starts
+    with one: a message that merely mentions a time in brackets stays whole.
+    """
+    if raw.count("] ") < 2:
+        return [raw]
+    text, _ = strip_paste(raw)
+    if not text.startswith("[") or _DMESG_MONO.match(text) is None:
+        return [raw]
+    head = raw[: len(raw) - len(text)]
+    parts = _JOINED.split(text)
+    if len(parts) == 1:
+        return [raw]
+    return [head + part for part in parts]
 
 
 def join(prev: Line, raw: str) -> Line:
     """``prev`` with its wrapped part appended: a soft (mail) wrap keeps a space, a hard wrap none."""
-    text = strip_quote(raw).strip()
-    glue = " " if prev.soft_end else ""
-    soft_end = raw[-1:] in (" ", "\t")
+    text, indent = strip_paste(raw)
+    text = text.strip()
+    glue = " " if prev.soft_end or indent > prev.indent else ""
+    soft_end = raw.rstrip("\r")[-1:] in (" ", "\t")
     return _finish(
-        prev.msg + glue + text, prev.fmt, prev.host, prev.mono, prev.time_text, prev.seq, prev.clock, soft_end
+        prev.msg + glue + text, prev.fmt, prev.host, prev.mono, prev.time_text, prev.seq, prev.clock,
+        soft_end, prev.indent,
     )

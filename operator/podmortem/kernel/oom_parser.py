@@ -220,11 +220,19 @@ class OomParser:
             for extra in more:
                 self.feed(" " + extra)
             return
+        if "] [" in raw:
+            parts = log_lines.unjoin(raw)
+            if len(parts) > 1:
+                for part in parts:
+                    self.feed(part)
+                return
         held = self._held
         if held is not None:
             held_raw, held_line = held
             # Fast path: a line opening like the held one (same stamp shape) is never its wrapped part.
-            wrapped = raw and raw[0] != "[" and raw[:3] != held_raw[:3]
+            wrapped = bool(raw) and (
+                (raw[0] != "[" and raw[:3] != held_raw[:3]) or raw[0] in " \t>0123456789"
+            )
             if wrapped and log_lines.continues(held_raw, held_line, raw):
                 self._held = (raw, log_lines.join(held_line, raw))
                 return
@@ -235,7 +243,7 @@ class OomParser:
             if not raw.strip():
                 self._prev = None if self._prev is None or self._prev.fmt == "plain" else self._prev
             return
-        if self._join_wraps and line.fmt not in ("kmsg", "plain"):
+        if self._join_wraps and line.fmt != "plain":
             self._held = (raw, line)
             return
         self._dispatch(line)
@@ -290,7 +298,11 @@ class OomParser:
                 self._end_stat(b)
             if (b.columns is not None or b.task_header_seen) and msg[:1] == "[" and msg[1:2] != "<":
                 m = _TASK_ROW.match(msg)
-                if m is not None:
+                if m is not None and b.stage > _TASKS:
+                    # A task row after this record's kill is the next record's (a re-pasted block).
+                    self._close(line.host)
+                    b = None
+                if m is not None and b is not None:
                     if b.cut:
                         b = self._bridge(b, line)
                     if b is not None:
@@ -385,7 +397,11 @@ class OomParser:
                 b.fields["cpuset"] = value
         else:
             b = self._open.get(line.host)
-            if b is not None and b.header and b.stage <= _CPU_LINE and not b.cut:
+            if b is not None and b.header and b.stage <= _CPU_LINE:
+                if b.cut:
+                    b = self._bridge(b, line)
+                if b is None:
+                    return
                 if msg == "Mem-Info:":
                     b.show_mem = True  # show_mem(): printed for OOMs outside a memory cgroup only
                 elif "mem_cgroup_o" in msg and any(f in msg for f in _MEMCG_FRAMES):
@@ -406,11 +422,29 @@ class OomParser:
             delta = min(delta, 86400 - delta)  # a time of day wraps at midnight
         return delta
 
+    @staticmethod
+    def _went_back(b: _Builder, line: Line) -> bool:
+        """Time ran backwards: a record's lines never do, so this is another block (a re-paste).
+
+        A time of day that runs back by half a day or more has passed midnight instead.
+        """
+        if line.clock is None or b.last_clock is None:
+            return False
+        back = b.last_clock - line.clock
+        if line.mono is not None:
+            return back > 0.5
+        return 0.5 < back < 43200
+
     def _bridge(self, b: _Builder, line: Line) -> _Builder | None:
         """``b`` if this line may continue it; after an elision only when the timestamps say so."""
         if not b.cut:
             return b
         delta = self._delta(b, line)
+        if delta is None and (line.clock is None or b.last_clock is None):
+            # No times to tell: "..." inside a record leaves it whole. A part out of printing
+            # order or a new header still starts the next record.
+            b.cut = False
+            return b
         if delta is not None and delta <= CUT_BRIDGE_S:
             b.cut = False
             return b
@@ -427,7 +461,7 @@ class OomParser:
                 b = None
             elif line.clock is not None and b.last_clock is not None:
                 delta = self._delta(b, line)
-                if delta is not None and delta > RECORD_GAP_S:
+                if (delta is not None and delta > RECORD_GAP_S) or self._went_back(b, line):
                     self._close(key)
                     b = None
             if b is not None and b.cut:
@@ -651,7 +685,9 @@ class OomParser:
             return
         pid = int(m.group(1))
         b = self._open.get(line.host)
-        if b is not None and b.killed and pid not in b.killed and b.group is None:
+        if b is not None and b.killed and b.group is None:
+            # Another victim is another kill; the same one again without memory.oom.group is a
+            # second copy of the line (a re-paste), which must not lengthen this record.
             self._close(line.host)
         b = self._part(line, _KILL)
         if b is None:
@@ -769,7 +805,7 @@ def parse_lines(lines: Iterable[str]) -> list[OomKillRecord]:
         for line in lines:
             parser.feed(line)
         records = parser.finish()
-    return drop_bare_quotes(records)
+    return merge_repeats(drop_bare_quotes(records))
 
 
 @contextmanager
@@ -801,6 +837,57 @@ def drop_bare_quotes(records: list[OomKillRecord]) -> list[OomKillRecord]:
     if all(r.line_format == "plain" for r in records):
         return records
     return [r for r in records if r.line_format != "plain" or r.lines > 1]
+
+
+def _kill_key(record: OomKillRecord) -> tuple[object, ...] | None:
+    """What makes two records one kill, the time aside: the victim (a pid dies once) and its cgroup."""
+    if record.victim_pid is not None:
+        return ("kill", record.victim_pid, record.victim_comm, record.oom_memcg or record.task_memcg)
+    if record.trigger_comm is not None and record.trigger_pid is not None:
+        return ("header", record.trigger_comm, record.trigger_pid, record.gfp_mask, record.order)
+    if record.lines > 1 and (record.counters or record.cgroup_stats or record.task_in_memcg):
+        # No victim, no trigger: only a copy prints the same counters, failcnt and paths again. A
+        # single line (grep's "Task in ..." of several kills in one second) could be either: kept.
+        return ("copy", record.model_dump_json(exclude={"lines", "missing", "monotonic_s", "time_text"}))
+    return None
+
+
+_HMS = re.compile(r"(\d\d):(\d\d):(\d\d)")
+
+
+def _same_time(a: OomKillRecord, b: OomKillRecord) -> bool:
+    """Printed within one record's span (its first lines may be cut from one copy), or no times to tell."""
+    if a.monotonic_s is not None and b.monotonic_s is not None:
+        return abs(a.monotonic_s - b.monotonic_s) <= RECORD_GAP_S
+    if a.time_text and b.time_text:
+        x, y = _HMS.search(a.time_text), _HMS.search(b.time_text)
+        if x is None or y is None:
+            return a.time_text == b.time_text
+        seconds = [int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3)) for m in (x, y)]
+        return abs(seconds[0] - seconds[1]) <= RECORD_GAP_S
+    return True
+
+
+def merge_repeats(records: list[OomKillRecord]) -> list[OomKillRecord]:
+    """One record per kill when a paste holds the same block twice (a reply quoting it, a re-paste).
+
+    The copy that lacks fewer parts stays, at the place of the first; without a victim, a
+    trigger or whole copied lines there is nothing to tell two kills from one, and both stay.
+    """
+    out: list[OomKillRecord] = []
+    seen: dict[tuple[object, ...], list[int]] = {}
+    for record in records:
+        key = _kill_key(record)
+        if key is None:
+            out.append(record)
+            continue
+        at = next((i for i in seen.get(key, ()) if _same_time(out[i], record)), None)
+        if at is None:
+            seen.setdefault(key, []).append(len(out))
+            out.append(record)
+        elif len(record.missing) < len(out[at].missing):
+            out[at] = record
+    return out
 
 
 def iter_records(lines: Iterable[str]) -> Iterator[OomKillRecord]:

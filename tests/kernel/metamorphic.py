@@ -1,0 +1,209 @@
+"""What pastes do to a kernel record, as functions of text, and the diagnosis that must survive them.
+
+Each transformation is one thing a person's tools do to a record on its way into a paste:
+an editor's line numbers, Markdown indentation with spaces or tabs, a mail quote, a terminal
+or mail wrap, ANSI colours, CRLF, ``dmesg -x`` facility and level, a raw ``<4>`` level, a
+journal line without a host, lines the diagnosis does not need left out at ``...``, the block
+pasted twice, a shell prompt and unrelated lines around it. `answer` is what the diagnosis
+says of each kill; a transformed record must give the same answer (tests/kernel/test_metamorphic.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from podmortem.cgroups import paths
+from podmortem.diagnosis import diagnose
+from podmortem.kernel import oom_parser
+
+Transform = Callable[[str], str]
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def _join(lines: list[str]) -> str:
+    return "\n".join(lines) + "\n"
+
+
+def line_numbers(text: str) -> str:
+    """An editor's or ``cat -n``'s numbers before every line."""
+    return _join([f"{i:6d}\t{line}" for i, line in enumerate(_lines(text), 1)])
+
+
+def line_numbers_colon(text: str) -> str:
+    """``grep -n``'s numbers: ``12:line``."""
+    return _join([f"{i}:{line}" for i, line in enumerate(_lines(text), 1)])
+
+
+def indent_spaces(text: str) -> str:
+    """A Markdown code block indented with four spaces."""
+    return _join(["    " + line if line else line for line in _lines(text)])
+
+
+def indent_tab(text: str) -> str:
+    """A Markdown code block indented with a tab."""
+    return _join(["\t" + line if line else line for line in _lines(text)])
+
+
+def mail_quote(text: str) -> str:
+    return _join(["> " + line for line in _lines(text)])
+
+
+def crlf(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\n", "\r\n")
+
+
+_STAMP = re.compile(r"^(\[[^\]]{1,40}\])")
+
+
+def ansi(text: str) -> str:
+    """``dmesg --color=always``: the stamp green, the rest bold, reset at the end."""
+    out = []
+    for line in _lines(text):
+        m = _STAMP.match(line)
+        if m is not None:
+            line = f"\x1b[32m{m.group(1)}\x1b[0m\x1b[1m{line[m.end():]}\x1b[0m"
+        elif line:
+            line = f"\x1b[1m{line}\x1b[0m"
+        out.append(line)
+    return _join(out)
+
+
+def dmesg_x(text: str) -> str:
+    """``dmesg -x``: facility and level before each line (only lines that look like dmesg's own)."""
+    return _join([f"kern  :warn  : {line}" if line[:1] == "[" else line for line in _lines(text)])
+
+
+def raw_level(text: str) -> str:
+    """``dmesg -r``: the raw ``<4>`` level before each dmesg line."""
+    return _join([f"<4>{line}" if line[:1] == "[" else line for line in _lines(text)])
+
+
+_SYSLOG_HOST = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (\S+) kernel: ")
+
+
+def journal_no_host(text: str) -> str:
+    """A journal line as ``journalctl -o short`` prints it on a host without a hostname: no host field."""
+    return _join([_SYSLOG_HOST.sub(r"\1 kernel: ", line) for line in _lines(text)])
+
+
+def _hard_wrap(width: int) -> Transform:
+    def wrap(text: str) -> str:
+        out: list[str] = []
+        for line in _lines(text):
+            while len(line) > width:
+                out.append(line[:width])
+                line = line[width:]
+            out.append(line)
+        return _join(out)
+
+    wrap.__name__ = f"terminal_wrap_{width}"
+    return wrap
+
+
+def _soft_wrap(width: int) -> Transform:
+    """A mail client's format=flowed wrap: lines break after a space, which stays at the end."""
+
+    def wrap(text: str) -> str:
+        out: list[str] = []
+        for line in _lines(text):
+            while len(line) > width:
+                cut = line.rfind(" ", 0, width)
+                if cut <= 0:
+                    break
+                out.append(line[:cut + 1])
+                line = line[cut + 1:]
+            out.append(line)
+        return _join(out)
+
+    wrap.__name__ = f"mail_wrap_{width}"
+    return wrap
+
+
+#: Lines no diagnosis rests on: call-trace frames (but the memory cgroup's, which tell a memcg OOM
+#: where the record's head is cut), per-zone dumps, registers, hardware names. "Mem-Info:" stays:
+#: the kernel prints it only for OOMs outside a memory cgroup.
+_UNNEEDED = re.compile(
+    r"(\+0x[0-9a-f]+/0x[0-9a-f]+|\bHardware name:|\bCall Trace:|\bNode \d+ |\bactive_anon:\d+ "
+    r"|\blowmem_reserve\[\]|\bfree_pcp:|\bpages RAM\b|\bpages reserved\b|\btotal pagecache pages\b"
+    r"|\bFree swap\b|\bTotal swap\b|\bSwap cache stats\b|\bRIP: |\bRSP: |\bRAX: |\bRDX: |\bRBP: |\bR1[0-5]: "
+    r"|\bR0?[89]: |<TASK>|</TASK>|\bCode: )"
+)
+
+
+def elide(text: str) -> str:
+    """Runs of lines the diagnosis does not need, left out and marked ``...``, as posters do."""
+    out: list[str] = []
+    for line in _lines(text):
+        if _UNNEEDED.search(line) and "invoked oom-killer" not in line and "mem_cgroup" not in line:
+            if not out or out[-1] != "...":
+                out.append("...")
+        else:
+            out.append(line)
+    return _join(out)
+
+
+def twice(text: str) -> str:
+    """The same block pasted twice."""
+    return text + text
+
+
+def prompt_and_noise(text: str) -> str:
+    """A shell prompt before, unrelated lines around, a prompt after."""
+    return (
+        "root@node-7:~# dmesg -T | grep -B5 -A60 oom\n"
+        "systemd[1]: Started Session 42 of user root.\n"
+        + text
+        + "containerd[1021]: time=\"2024-05-01T12:00:00Z\" level=info msg=\"shim disconnected\"\n"
+        "root@node-7:~# \n"
+    )
+
+
+PREFIXES: tuple[Transform, ...] = (
+    line_numbers, line_numbers_colon, indent_spaces, indent_tab, mail_quote, crlf, ansi, dmesg_x, raw_level,
+    journal_no_host,
+)
+WRAPS: tuple[Transform, ...] = (
+    _hard_wrap(72), _hard_wrap(80), _hard_wrap(100), _soft_wrap(72), _soft_wrap(80),
+)
+WHOLE: tuple[Transform, ...] = (elide, twice, prompt_and_noise)
+ALL: tuple[Transform, ...] = (*WHOLE, *WRAPS, *PREFIXES)
+
+
+@dataclass(frozen=True)
+class Kill:
+    """What the diagnosis says of one kill: the fields a user acts on."""
+
+    verdict: str | None
+    pid: int | None
+    comm: str | None
+    limit: str | None
+    pod_uid: str | None
+    container_id: str | None
+    dominant: str | None
+
+
+def answer(text: str) -> list[Kill]:
+    out = []
+    for record in oom_parser.parse_text(text):
+        cpuset = record.oom_kill.cpuset if record.oom_kill else record.cpuset
+        pod = paths.pod_ref(
+            task_memcg=record.task_memcg, oom_memcg=record.oom_memcg or record.oom_group_memcg, cpuset=cpuset
+        )
+        report = diagnose(record, pod=pod)
+        kill = report.kill
+        dominant = next((f.code for f in report.findings if f.code.endswith("-dominant")), None)
+        out.append(Kill(
+            verdict=report.verdict,
+            pid=kill.pid if kill else None,
+            comm=kill.comm if kill else None,
+            limit=record.oom_memcg,
+            pod_uid=kill.pod_uid if kill else None,
+            container_id=kill.container_id if kill else None,
+            dominant=dominant,
+        ))
+    return out
