@@ -53,9 +53,13 @@ FIELDS: dict[str, tuple[str, str]] = {
     "container_id": ("kill", "container_id"),
     "cgroup_version": ("cgroup", "version"),
     "dominant": ("cgroup", "dominant"),
+    "oom_memcg": ("kill", "oom_memcg"),
+    "runtime": ("kill", "runtime"),
 }
+#: ``expect`` keys read with a conversion: kB figures of the cgroup, the pod's exit code, a CUDA OOM's size.
+DERIVED = ("limit_kb", "usage_kb", "exit_code", "cuda_tried_bytes")
 #: The order in which mismatches are listed.
-ORDER = ("verdict", "kills", *FIELDS)
+ORDER = ("verdict", "kills", *FIELDS, *DERIVED)
 
 
 def cli_command() -> list[str]:
@@ -125,6 +129,18 @@ def got_value(key: str, reports: list[dict[str, Any]]) -> Any:
     first = reports[0]
     if key == "verdict":
         return first.get("verdict") or "none"
+    if key in ("limit_kb", "usage_kb"):
+        cgroup = first.get("cgroup")
+        value = cgroup.get(key.replace("_kb", "_bytes")) if isinstance(cgroup, dict) else None
+        return value // 1024 if isinstance(value, int) else None
+    if key == "exit_code":
+        pod = first.get("pod")
+        return pod.get("exitCode") if isinstance(pod, dict) else None
+    if key == "cuda_tried_bytes":
+        for finding in first.get("findings") or []:
+            if isinstance(finding, dict) and finding.get("code") == "cuda-oom":
+                return (finding.get("evidence") or {}).get("tried_bytes")
+        return None
     section, field = FIELDS[key]
     part = first.get(section)
     return part.get(field) if isinstance(part, dict) else None
