@@ -215,3 +215,18 @@ def test_peer_signals_and_child_failures_on_real_texts() -> None:
     )
     quoted = training_log.child_failure(lines("childfailed-sigkill-quoted.log"))
     assert quoted is not None and (quoted.exit_code, quoted.pid) == (-9, 6774)
+
+
+def test_the_agents_own_failed_line_names_the_first_failed_worker() -> None:
+    """Where torchrun's summary block is cut off, its agent's "failed (exitcode: -11)" line still tells."""
+    from pathlib import Path
+
+    from podmortem.diagnosis import exit_causes, training_log
+
+    corpus = Path(__file__).parents[1] / "fixtures" / "corpus-new"
+    for name in ("182-topologic-15-dist-train-sh-xtrace-omp-banner-failed-11.log",
+                 "184-anchor3dlane-8-mmseg-log-failed-11-launch-py37.log"):
+        facts = training_log.read((corpus / name).read_text().splitlines()[-50:])
+        assert facts.child is not None and facts.child.exit_code == -11 and facts.child.pid is not None
+        found = exit_causes.segfault(exit_code=1, facts=facts)
+        assert found is not None and found.code == "segfault"

@@ -36,11 +36,11 @@ _UNITS = {
 
 
 def size_bytes(text: str) -> int:
-    """``"30.29 GiB"`` -> bytes (torch prints binary units; ``0 bytes`` for nothing)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*", text)
+    """``"30.29 GiB"`` -> bytes, rounded half up (torch prints binary units; ``0 bytes`` for nothing)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*", text)
     if m is None:
         raise ValueError(f"not a size: {text!r}")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()] + 0.5)
 
 
 def strip_prefix(line: str) -> str:
@@ -254,7 +254,7 @@ def child_failure(lines: Sequence[str]) -> ChildFailure | None:
             text = " ".join(strip_prefix(x).strip() for x in lines[i : i + 10])
             text = text.split("Root Cause (first observed failure)", 1)[1].split("=====", 1)[0]
     if not text:
-        return None
+        return _agent_failure(lines)
     fields: dict[str, tuple[str, str | None]] = {}
     for m in _FIELD.finditer(text):
         fields.setdefault(m.group(1), (m.group(2), m.group(3)))
@@ -272,6 +272,22 @@ def child_failure(lines: Sequence[str]) -> ChildFailure | None:
         time=fields.get("time", (None, None))[0],
         host=fields.get("host", (None, None))[0],
     )
+
+
+#: torch.distributed.elastic's agent (multiprocessing/api.py), logged for the first worker that failed:
+#: ``"failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s"`` (glog or logging prefixes before it).
+_AGENT_FAILED = re.compile(r"failed \(exitcode: (-?[0-9]{1,4})\) local_rank: ([0-9]{1,6}) \(pid: ([0-9]{1,10})\)")
+
+
+def _agent_failure(lines: Sequence[str]) -> ChildFailure | None:
+    """The agent's own line for the first failed worker, where the summary block was cut off."""
+    for raw in lines:
+        if "failed (exitcode:" in raw:
+            m = _AGENT_FAILED.search(raw)
+            if m is not None:
+                return ChildFailure(rank=None, local_rank=int(m.group(2)), exit_code=int(m.group(1)),
+                                    pid=int(m.group(3)), time=None, host=None)
+    return None
 
 
 @dataclass(frozen=True)
