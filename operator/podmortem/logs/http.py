@@ -211,6 +211,9 @@ async def render(item: reading.LogItem, query: LogQuery) -> AsyncIterator[bytes]
         yield render_jsonl(item) if query.jsonl else render_text(item, with_timestamps=query.timestamps)
 
 
+#: Bytes gathered before one write to a reader's socket (with one rendered piece over it at most).
+FLUSH_BYTES = 64 << 10
+
 STOPPING = web.AppKey("podmortem_log_server_stopping", asyncio.Event)
 SETTINGS = web.AppKey("podmortem_log_server_settings", HttpSettings)
 
@@ -318,16 +321,36 @@ async def _serve_log(request: web.Request, namespace: str, pod: str, query: LogQ
     await response.prepare(request)
     stopping = request.app[STOPPING]
     deadline = request.app[SETTINGS].write_deadline_s
+    pending: list[bytes] = []
+    held = 0
+
+    async def flush() -> None:
+        nonlocal held
+        if pending:
+            data = b"".join(pending)
+            pending.clear()
+            held = 0
+            # A reader that leaves a full socket buffer unread this long is dropped: its
+            # slot and its chunk are freed for readers that read.
+            async with asyncio.timeout(deadline):
+                await response.write(data)
+
     try:
+        # Pieces are gathered into writes of about FLUSH_BYTES (one socket write and one chunk
+        # for many small batches), and sent whenever the log has nothing more for now.
         async for item in reading.read(inst, since_ns=query.since_ns, tail=query.tail, follow=query.follow,
-                                       stop=stopping):
+                                       stop=stopping, idle_marks=True):
+            if isinstance(item, reading.Idle):
+                await flush()
+                continue
             async for data in render(item, query):
                 if data:
-                    # A reader that leaves a full socket buffer unread this long is dropped: its
-                    # slot and its chunk are freed for readers that read.
-                    async with asyncio.timeout(deadline):
-                        await response.write(data)
+                    pending.append(data)
+                    held += len(data)
+                    if held >= FLUSH_BYTES:
+                        await flush()
                 del data
+        await flush()
         if stopping.is_set() and query.follow:
             async with asyncio.timeout(1.0):
                 await response.write(render_jsonl_stop() if query.jsonl else STOPPING_MARKER)

@@ -158,6 +158,15 @@ class Damaged:
 LogItem = LinesBlock | LargeLinesBlock | GapMarker | LogEnd | RetentionCut | Damaged
 
 
+class Idle:
+    """A following read is about to wait for new lines (with ``idle_marks``): time to flush."""
+
+    __slots__ = ()
+
+
+IDLE = Idle()
+
+
 @dataclass(frozen=True, slots=True)
 class _DamageAt:
     offset: int
@@ -586,12 +595,14 @@ async def read(
     tail: int | None = None,
     follow: bool = False,
     stop: asyncio.Event | None = None,
-) -> AsyncIterator[LogItem]:
+    idle_marks: bool = False,
+) -> AsyncIterator[LogItem | Idle]:
     """Yield a container instance's stored log in order, optionally waiting for more.
 
     ``tail``: only the last N lines (as of the call); ``since_ns``: only lines at or after
     this time. Gap markers within the range come in place; the end marker comes last.
     ``stop``: when set, a follow ends at the next wait (the server is shutting down).
+    ``idle_marks``: yield `IDLE` before each wait, so a server can send what it gathered.
     """
     if tail is not None and tail < 0:
         raise ValueError("tail must be >= 0")
@@ -680,6 +691,8 @@ async def read(
             return
         if not follow or inst.superseded or (stop is not None and stop.is_set()):
             return
+        if idle_marks:
+            yield IDLE
         if stop is None:
             await changed.wait()
         else:
@@ -762,7 +775,7 @@ async def read_lines(
             out.extend(item.lines())
         elif isinstance(item, LargeLinesBlock):
             out.extend(await item.lines())
-        elif isinstance(item, RetentionCut | Damaged):
+        elif isinstance(item, RetentionCut | Damaged | Idle):
             continue
         else:
             out.append(item)
