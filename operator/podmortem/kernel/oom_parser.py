@@ -230,9 +230,8 @@ class OomParser:
         if held is not None:
             held_raw, held_line = held
             # Fast path: a line opening like the held one (same stamp shape) is never its wrapped part.
-            wrapped = bool(raw) and (
-                (raw[0] != "[" and raw[:3] != held_raw[:3]) or raw[0] in " \t>0123456789"
-            )
+            # (Indented, quoted or numbered pastes differ only after their marks: those always ask.)
+            wrapped = bool(raw) and (raw[0] in " \t>" or (raw[0] != "[" and raw[:3] != held_raw[:3]))
             if wrapped and log_lines.continues(held_raw, held_line, raw):
                 self._held = (raw, log_lines.join(held_line, raw))
                 return
