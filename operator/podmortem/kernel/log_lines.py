@@ -49,7 +49,8 @@ _FACILITY = re.compile(
 )
 #: The first four characters a facility can start with: the regex runs only after this cheap look.
 _FACILITY_STARTS = frozenset({
-    "kern", "user", "mail", "daem", "auth", "sysl", "lpr ", "lpr:", "news", "uucp", "cron", "ftp ", "ftp:", "loca",
+    "kern", "user", "mail", "daem", "auth", "sysl", "lpr ", "lpr:", "news", "uucp", "cron", "ftp ", "ftp:",
+    "loca",
 })
 #: A printk caller id after a dmesg stamp: "[ T1234]", "[C3]" (CONFIG_PRINTK_CALLER).
 _CALLER = re.compile(r"\[ *[TC]\d{1,7}\] ?")
