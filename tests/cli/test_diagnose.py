@@ -43,7 +43,8 @@ def test_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, str(REAL), "--json")
     assert code == 0
     data = json.loads(out)
-    assert list(data) == ["reports"] and len(data["reports"]) == 1
+    assert list(data) == ["reports", "input"] and len(data["reports"]) == 1
+    assert data["input"] == {"kinds": ["kernel"], "files": [{"file": str(REAL), "kinds": ["kernel"]}]}
     report = data["reports"][0]
     kill = report["kill"]
     assert kill["pid"] == 6054 and kill["comm"] == "python3"
@@ -111,7 +112,9 @@ def test_no_record_exit_3(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     code, out, err = _run(capsys, str(log))
     assert code == 3 and "no kernel OOM-kill record found" in err and out == ""
     code, out, err = _run(capsys, str(log), "--json")
-    assert code == 3 and json.loads(out) == {"reports": []}
+    assert code == 3 and json.loads(out) == {
+        "reports": [], "input": {"kinds": ["kernel"], "files": [{"file": str(log), "kinds": ["kernel"]}]}
+    }
 
 
 def test_binary_input_says_so(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

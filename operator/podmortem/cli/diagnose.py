@@ -1,24 +1,28 @@
 """``podmortem diagnose``: explain the kernel OOM-kill records in a log, for people or (``--json``) tools.
 
+It also reads what ``kubectl`` gives about a failed training pod (a training log, the pod object,
+``kubectl describe pod``), alone or together with kernel text, and reports them as the operator
+does: that reading is `podmortem.cli.diagnose_inputs`; kernel text alone is reported here.
+
 Exit codes: 0 a report was printed; 2 the input could not be read (missing file,
-bad arguments); 3 the input holds no OOM-kill record. Odd input (binary, cut
-short, garbage) never ends in a traceback: it gives a partial report or exit 3.
+bad arguments); 3 the input holds no OOM-kill record (nor a failure of another kind). Odd input
+(binary, cut short, garbage) never ends in a traceback: it gives a partial report or exit 3.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import io
 import json
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from importlib import resources
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from podmortem.reports.failure import FailureReport
+    from podmortem.reports.oom_record import OomKillRecord
 
 #: Bytes looked at to tell a binary file from a log, for the error message.
 _SNIFF_BYTES = 8192
@@ -33,31 +37,51 @@ EXIT_NO_RECORD = 3
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "diagnose",
-        help="explain kernel OOM-kill records (dmesg, journalctl -k, /dev/kmsg, syslog)",
+        help="explain kernel OOM-kill records (dmesg, journalctl -k, syslog) and training-pod deaths",
         description=(
             "Read kernel log text and explain every OOM kill in it: which limit was hit, which kind "
             "of memory filled it, which processes held it, whether forked workers doubled it, and "
             "what to do. Accepts dmesg, dmesg -T, raw /dev/kmsg, journalctl -k, syslog files "
-            "(also .gz) and text quoted in mail."
+            "(also .gz) and text quoted in mail. It also reads a training log (kubectl logs "
+            "[--previous]), the pod (kubectl get pod -o yaml|json) and kubectl describe pod, and "
+            "names the failure as the operator does (cuda-oom, shm-full, python-exception, "
+            "eviction, preempted, an NCCL failure that followed a peer's, ...). The kind of each "
+            "file is told by its content (--kind forces one); several files are one report."
         ),
         epilog=(
             "examples:\n"
             "  sudo dmesg | podmortem diagnose\n"
             "  journalctl -k --since '1 hour ago' | podmortem diagnose --json\n"
             "  podmortem diagnose /var/log/messages\n"
-            "  podmortem diagnose --example k3s-stress\n\n"
-            "exit codes: 0 report printed, 2 input unreadable, 3 no OOM-kill record in the input"
+            "  podmortem diagnose --example k3s-stress\n"
+            "  kubectl logs --previous POD > train.log; podmortem diagnose train.log\n"
+            "  kubectl get pod POD -o yaml | podmortem diagnose\n"
+            "  kubectl describe pod POD > describe.txt; podmortem diagnose describe.txt train.log\n"
+            "  podmortem diagnose dmesg.txt pod.yaml train.log     # one report from all three\n\n"
+            "exit codes: 0 report printed, 2 input unreadable, 3 no OOM-kill record (nor any other\n"
+            "failure) in the input; the message says what was looked for in which file"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "file",
-        nargs="?",
+        "files",
+        nargs="*",
         metavar="FILE",
-        help="kernel log file, or '-' for standard input (the default when piped)",
+        help="kernel log, training log, pod YAML/JSON or kubectl describe pod output (also .gz), or '-' "
+        "for standard input (the default when piped); several are combined into one report",
     )
     parser.add_argument(
-        "--json", action="store_true", help='print {"reports": [...]}, one report per kill, instead of text'
+        "--kind", choices=("auto", "kernel", "pod", "describe", "log"), default="auto",
+        help="read every FILE as this kind instead of telling it by its content",
+    )
+    parser.add_argument(
+        "--exit-code", type=int, metavar="N",
+        help="the container's exit code, for a training log given without its pod status "
+        "(default: taken as 1, what Python exits with on an uncaught exception)",
+    )
+    parser.add_argument(
+        "--json", action="store_true",
+        help='print {"reports": [...], "input": {...}} (one report per kill or failed container)',
     )
     parser.add_argument(
         "--example", metavar="NAME", help="diagnose a bundled real record (see --list-examples)"
@@ -84,24 +108,6 @@ def _lines(stream: IO[bytes]) -> Iterator[str]:
         yield raw.decode("utf-8", errors="replace")
 
 
-class _Sniffer(io.RawIOBase):
-    """Remembers the first bytes read through it, to tell binary from text afterwards."""
-
-    def __init__(self, inner: IO[bytes]) -> None:
-        self.inner = inner
-        self.head = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.inner.read(len(buffer))
-        if len(self.head) < _SNIFF_BYTES:
-            self.head += data[: _SNIFF_BYTES - len(self.head)]
-        buffer[: len(data)] = data
-        return len(data)
-
-
 def _looks_binary(head: bytes) -> bool:
     if not head:
         return False
@@ -126,62 +132,10 @@ def _open(path: str | None) -> tuple[IO[bytes], list[IO[bytes]]]:
 # -- command ---------------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace) -> int:
+def kernel_reports(records: list[OomKillRecord]) -> list[FailureReport]:
+    """One report per kernel record, the pod read off its cgroup paths, kills close together related."""
     from podmortem.cgroups import paths
     from podmortem.diagnosis import diagnose, sequence
-    from podmortem.kernel import oom_parser
-
-    if args.list_examples:
-        for name, meta in _examples().items():
-            print(f"{name:24} {meta['title']}")
-        return EXIT_OK
-
-    path: str | None
-    if args.example is not None:
-        examples = _examples()
-        if args.example not in examples:
-            print(
-                f"podmortem diagnose: no example named {args.example!r}; "
-                f"choose one of: {', '.join(examples)}",
-                file=sys.stderr,
-            )
-            return EXIT_INPUT
-        label = f"example {args.example}"
-        path = str(resources.files("podmortem").joinpath("examples", examples[args.example]["file"]))
-    elif args.file in (None, "-"):
-        if args.file is None and sys.stdin.isatty():
-            print(
-                "podmortem diagnose: give a FILE, '-' for standard input, or --example NAME "
-                "(try: sudo dmesg | podmortem diagnose)",
-                file=sys.stderr,
-            )
-            return EXIT_INPUT
-        label, path = "standard input", None
-    else:
-        label, path = args.file, args.file
-
-    try:
-        stream, to_close = _open(path)
-    except FileNotFoundError:
-        print(f"podmortem diagnose: no such file: {path}", file=sys.stderr)
-        return EXIT_INPUT
-    except IsADirectoryError:
-        print(f"podmortem diagnose: {path} is a directory, not a log file", file=sys.stderr)
-        return EXIT_INPUT
-    except OSError as exc:
-        print(f"podmortem diagnose: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_INPUT
-
-    sniffer = _Sniffer(stream)
-    try:
-        with io.BufferedReader(sniffer) as buffered:
-            records = oom_parser.parse_lines(_lines(buffered))
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        print(f"podmortem diagnose: cannot read {label}: {exc}", file=sys.stderr)
-        return EXIT_INPUT
-    finally:
-        for opened in to_close:
-            opened.close()
 
     reports = []
     for record in records:
@@ -193,14 +147,64 @@ def run(args: argparse.Namespace) -> int:
             task_memcg=record.task_memcg or group, oom_memcg=record.oom_memcg or group, cpuset=cpuset
         )
         reports.append(diagnose(record, pod=pod))
-    reports = sequence.relate(records, reports)
+    return sequence.relate(records, reports)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list_examples:
+        for name, meta in _examples().items():
+            print(f"{name:24} {meta['title']}")
+        return EXIT_OK
+
+    from podmortem.cli import diagnose_inputs as inputs
+
+    kind = None if args.kind == "auto" else args.kind
+    if args.example is not None:
+        examples = _examples()
+        if args.example not in examples:
+            print(
+                f"podmortem diagnose: no example named {args.example!r}; "
+                f"choose one of: {', '.join(examples)}",
+                file=sys.stderr,
+            )
+            return EXIT_INPUT
+        path = str(resources.files("podmortem").joinpath("examples", examples[args.example]["file"]))
+        sources = [inputs.Source(f"example {args.example}", path, "kernel")]
+    elif not args.files or args.files == ["-"]:
+        if not args.files and sys.stdin.isatty():
+            print(
+                "podmortem diagnose: give a FILE, '-' for standard input, or --example NAME "
+                "(try: sudo dmesg | podmortem diagnose)",
+                file=sys.stderr,
+            )
+            return EXIT_INPUT
+        sources = [inputs.Source("standard input", None, kind)]
+    elif args.files.count("-") > 1:
+        print("podmortem diagnose: '-' (standard input) can be given once", file=sys.stderr)
+        return EXIT_INPUT
+    else:
+        sources = [
+            inputs.Source("standard input", None, kind) if f == "-" else inputs.Source(f, f, kind)
+            for f in args.files
+        ]
+
+    try:
+        read = inputs.read_all(sources)
+    except inputs.InputError as exc:
+        print(f"podmortem diagnose: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    if not read.kernel_only:
+        return inputs.run(read, args)
+    label = read.label
+    reports = kernel_reports(read.records)
 
     if args.json:
-        print(json.dumps({"reports": [r.model_dump(mode="json") for r in reports]}, indent=2))
+        doc = {"reports": [r.model_dump(mode="json") for r in reports], "input": read.document()}
+        print(json.dumps(doc, indent=2))
     elif args.html and reports:
         return _html(reports, label)
     if not reports:
-        why = " (it looks like binary data, not a kernel log)" if _looks_binary(sniffer.head) else ""
+        why = " (it looks like binary data, not a kernel log)" if _looks_binary(read.head) else ""
         print(f"podmortem diagnose: no kernel OOM-kill record found in {label}{why}", file=sys.stderr)
         return EXIT_NO_RECORD
     if not args.json:

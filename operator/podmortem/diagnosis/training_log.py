@@ -276,7 +276,9 @@ def child_failure(lines: Sequence[str]) -> ChildFailure | None:
 
 #: torch.distributed.elastic's agent (multiprocessing/api.py), logged for the first worker that failed:
 #: ``"failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s"`` (glog or logging prefixes before it).
-_AGENT_FAILED = re.compile(r"failed \(exitcode: (-?[0-9]{1,4})\) local_rank: ([0-9]{1,6}) \(pid: ([0-9]{1,10})\)")
+_AGENT_FAILED = re.compile(
+    r"failed \(exitcode: (-?[0-9]{1,4})\) local_rank: ([0-9]{1,6}) \(pid: ([0-9]{1,10})\)"
+)
 
 
 def _agent_failure(lines: Sequence[str]) -> ChildFailure | None:
