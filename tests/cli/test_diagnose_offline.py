@@ -479,7 +479,7 @@ def test_help_shows_training_log_and_pod_status_examples() -> None:
         "kubectl logs --previous POD > train.log; podmortem diagnose train.log",
         "kubectl get pod POD -o yaml | podmortem diagnose",
         "podmortem diagnose dmesg.txt pod.yaml train.log",
-        "sudo dmesg | podmortem diagnose",
+        "dmesg | podmortem diagnose",
     ):
         assert example in done.stdout
     assert "--kind {auto,kernel,pod,describe,log}" in done.stdout and "--exit-code N" in done.stdout

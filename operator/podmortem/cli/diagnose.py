@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
         epilog=(
             "examples:\n"
-            "  sudo dmesg | podmortem diagnose\n"
+            "  dmesg | podmortem diagnose                     # as root\n"
             "  journalctl -k --since '1 hour ago' | podmortem diagnose --json\n"
             "  podmortem diagnose /var/log/messages\n"
             "  podmortem diagnose --example k3s-stress\n"
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.files and sys.stdin.isatty():
             print(
                 "podmortem diagnose: give a FILE, '-' for standard input, or --example NAME "
-                "(try: sudo dmesg | podmortem diagnose)",
+                "(try, as root: dmesg | podmortem diagnose)",
                 file=sys.stderr,
             )
             return EXIT_INPUT
