@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from podmortem.logs import reading
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.store import Instance, LogStore, StoreSettings
 
 from .stored import run_sync, until
 
@@ -40,18 +40,23 @@ async def write(store: LogStore, batches: list[list[LogLine]]) -> None:
         await sink.write("main", batch, cursor)
 
 
+async def two_batches_the_second_cut(store: LogStore) -> Instance:
+    """Lines 0-49 and 50-99 in one active segment, then the file truncated inside the second batch."""
+    await write(store, [lines(0, 50)])
+    inst = store.find(namespace="ns", pod="p")
+    first_end = inst.active_size
+    await write(store, [lines(50, 50)])
+    os.truncate(inst.segment_path(inst.active_seq or 0), first_end + 100)
+    return inst
+
+
 def texts(items: list[reading.LogItem]) -> list[bytes]:
     return [x.text for i in items if isinstance(i, reading.LinesBlock) for x in i.lines()]
 
 
 async def test_truncated_active_segment_under_a_plain_reader_ends_with_a_marker(tmp_path: Path) -> None:
     async with LogStore(tmp_path, settings=StoreSettings(fsync_interval_s=None)) as store:
-        await write(store, [lines(0, 50)])
-        inst = store.find(namespace="ns", pod="p")
-        first_end = inst.active_size
-        await write(store, [lines(50, 50)])
-        seg = inst.segment_path(inst.active_seq or 0)
-        os.truncate(seg, first_end + 100)  # inside the second batch
+        inst = await two_batches_the_second_cut(store)
         items = [item async for item in reading.read(inst)]
     damage = [i for i in items if isinstance(i, reading.Damaged)]
     assert damage and all(d.length > 0 for d in damage)
@@ -63,12 +68,7 @@ async def test_truncated_active_segment_under_a_plain_reader_ends_with_a_marker(
 async def test_truncated_active_segment_under_a_following_reader_goes_on(tmp_path: Path) -> None:
     """The reader marks the loss once, waits, and serves what the writer writes next."""
     async with LogStore(tmp_path, settings=StoreSettings(fsync_interval_s=None)) as store:
-        await write(store, [lines(0, 50)])
-        inst = store.find(namespace="ns", pod="p")
-        first_end = inst.active_size
-        await write(store, [lines(50, 50)])
-        seg = inst.segment_path(inst.active_seq or 0)
-        os.truncate(seg, first_end + 100)  # inside the second batch
+        inst = await two_batches_the_second_cut(store)
         got: list[reading.LogItem] = []
 
         async def follow() -> None:
