@@ -46,6 +46,13 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[object]:
                 policy.set_event_loop(None)
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Say the pytest-randomly seed at the end too: ``-q`` hides the header that names it."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if seed is not None:
+        terminalreporter.write_line(f"random order: replay with -p randomly --randomly-seed={seed}")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if isinstance(item, pytest.Function) and _is_async_test(item):

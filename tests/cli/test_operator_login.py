@@ -10,6 +10,7 @@ while /readyz answered 200.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,6 +51,22 @@ def operator() -> Iterator[list[Process]]:
     yield started
     for p in started:
         p.stop()
+
+
+@contextlib.contextmanager
+def own_cluster(tmp: Path, pki: Pki, started: list[Process]) -> Iterator[Harness]:
+    """A cluster of the test's own, whose operators stop before it does.
+
+    An operator still running when its cluster stops keeps connecting to it; a TLS connection the
+    cluster accepted in its last moments is never closed, and its socket's ResourceWarning fails
+    whichever later test the garbage collector happens to run in.
+    """
+    with harness(tmp, pki=pki, tokens={ADMIN_TOKEN, OPERATOR_TOKEN}, admin_token=ADMIN_TOKEN) as h:
+        try:
+            yield h
+        finally:
+            for p in started:
+                p.stop()
 
 
 def start_operator(started: list[Process], env: dict[str, str], tmp: Path, *args: str) -> Process:
@@ -224,8 +241,7 @@ def test_kubeconfig_forms(tmp_path: Path, form: str, operator: list[Process]) ->
     """Each form logs in (kopf's watches and our own calls alike): the TrainingJob's pod is created."""
     names = ("kube.test",) if form == "tls-server-name" else ("kube.test", "127.0.0.1")
     pki = make_pki(server_names=names)
-    with harness(tmp_path / "cluster", pki=pki, tokens={ADMIN_TOKEN, OPERATOR_TOKEN},
-                 admin_token=ADMIN_TOKEN) as h:
+    with own_cluster(tmp_path / "cluster", pki, operator) as h:
         kubeconfig = kubeconfig_form(form, tmp_path, url=h.url, pki=pki)
         env = ep.operator_env(h, tmp_path)
         p = start_operator(operator, env, tmp_path, "--kubeconfig", str(kubeconfig))
@@ -243,8 +259,7 @@ def test_without_tls_server_name_the_address_does_not_match_the_certificate(
         tmp_path: Path, operator: list[Process]) -> None:
     """The counter-test of the tls-server-name form: the same certificate, no tls-server-name."""
     pki = make_pki(server_names=("kube.test",))
-    with harness(tmp_path / "cluster", pki=pki, tokens={ADMIN_TOKEN, OPERATOR_TOKEN},
-                 admin_token=ADMIN_TOKEN) as h:
+    with own_cluster(tmp_path / "cluster", pki, operator) as h:
         kubeconfig = ep.write_kubeconfig(tmp_path / "k", server=h.url, token=OPERATOR_TOKEN,
                                          ca_pem=pki.ca_pem)
         env = ep.operator_env(h, tmp_path)

@@ -348,18 +348,63 @@ def test_invalid_template_and_bad_options_give_conditions(cluster: Harness) -> N
     assert {"InvalidTemplate", "InvalidOption"} <= reasons
 
 
+def sample(metrics_text: str, series: str) -> float:
+    """The value of ``series`` (``name{labels}`` as exposed) on a /metrics page; 0 before its first sample."""
+    for line in metrics_text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def test_operator_healthy_and_metrics_after_bad_input(cluster: Harness) -> None:
-    running = cluster.running[0]
+    """Bad input and an OOM kill of this test's own: the operator stays healthy, /metrics counts the report.
+
+    Its own, not the other tests': they run in any order, and the counters live in the process's
+    default registry, so only what changed during this test says anything.
+    """
+    h = cluster
+    running = h.running[0]
+
+    def metrics() -> str:
+        with urllib.request.urlopen(running.metrics_url + "/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+    counted = (
+        'podmortem_oom_kills_total{namespace="default",verdict="memcg-limit"}',
+        "podmortem_report_latency_seconds_count",
+        'podmortem_reports_total{outcome="ok",target="status"}',
+        'podmortem_evidence_failures_total{source="prometheus"}',  # Prometheus is at a closed port
+    )
+    before = metrics()
+
+    h.create(TJ_PATH, trainingjob("bad-input", template={"spec": {"containers": [{"name": "trainer"}]}}))
+    h.wait(
+        lambda: next(
+            (
+                c
+                for c in (h.get(f"{TJ_PATH}/bad-input") or {}).get("status", {}).get("conditions", [])
+                if c["type"] == "TemplateValid" and c["status"] == "False"
+            ),
+            None,
+        ),
+        what="the TemplateValid=False condition",
+    )
+    h.create(TJ_PATH, trainingjob("counted"))
+    h.wait(lambda: h.get("/api/v1/namespaces/default/pods/counted-train"), what="the training pod")
+    uid = run_pod(h, name="counted-train")
+    h.sync(lambda: h.agent.evidence.__setitem__(uid, evidence_for(uid, "01-k3s-v1-dmesgT-stress-4.15.log")))
+    kill(h, name="counted-train")
+    assert h.wait(lambda: attached_report(h, "counted"), what="the report")["verdict"] == "memcg-limit"
+
+    def counted_up() -> str | None:
+        text = metrics()
+        return text if all(sample(text, s) > sample(before, s) for s in counted) else None
+
+    h.wait(counted_up, what=f"each of {counted} counted up on /metrics")
     with urllib.request.urlopen(running.health_url + "/healthz", timeout=5) as resp:
         assert resp.status == 200
     with urllib.request.urlopen(running.health_url + "/readyz", timeout=5) as resp:
         assert resp.status == 200
-    with urllib.request.urlopen(running.metrics_url + "/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    assert 'podmortem_oom_kills_total{namespace="default",verdict="memcg-limit"}' in text
-    assert "podmortem_report_latency_seconds_count" in text
-    assert 'podmortem_reports_total{outcome="ok",target="status"}' in text
-    assert 'podmortem_evidence_failures_total{source="prometheus"}' in text
 
 
 def bare_pod(h: Harness, name: str) -> None:

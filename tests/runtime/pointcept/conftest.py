@@ -9,6 +9,7 @@ other folders' Pointcept stand-ins never meet the real one.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import warnings
 from collections.abc import Iterator
@@ -71,7 +72,11 @@ def pointcept() -> Iterator[ModuleType]:
             import podmortem_runtime.pointcept.memory_hook
             import podmortem_runtime.pointcept.trainer
 
-            from . import tiny  # noqa: F401  (registers the tiny model and dataset)
+            # Registers the tiny model and dataset in this (fresh) Pointcept's registries. Not
+            # `from . import tiny`: after an earlier teardown of this fixture the package still holds
+            # the old module as its attribute, and `from .` would take that one, registered in the
+            # previous Pointcept (random test order runs this package's modules apart).
+            importlib.import_module(f"{__package__}.tiny")
 
         assert "shared" in str(real.__file__), real.__file__
         yield real
