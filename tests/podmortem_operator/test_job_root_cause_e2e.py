@@ -167,7 +167,7 @@ def write_last_words(h: Harness, job: str, uids: dict[str, str]) -> None:
             facts = service.following.facts(uid) if service.following is not None else None
             return True if facts is not None and facts.lines >= n else None
 
-        h.wait(read_all, what=f"{name}'s lines in the operator")
+        h.wait(read_all, what=f"{name}'s lines in the operator", timeout=60.0)
 
 
 def job_report(h: Harness, job: str) -> dict[str, Any] | None:

@@ -75,8 +75,9 @@ def test_a_late_kernel_record_refreshes_the_job_section_its_events_and_the_page(
     # what the follow-up must rebuild: the root cause's line and its Event quote the pending text
     assert before["job"]["rootCause"]["pod"] == oom_pod
     assert PENDING.search(before["job"]["rootCause"]["line"]), before["job"]["rootCause"]
-    root_events = _events(h, job, "JobRootCause")
-    assert root_events and PENDING.search(root_events[-1]), root_events
+    # The Event is posted after the annotation is written: wait for it, it is not there at once.
+    root_events = h.wait(lambda: _events(h, job, "JobRootCause") or None, what="the first JobRootCause Event")
+    assert PENDING.search(root_events[-1]), root_events
 
     h.sync(lambda: h.agent.held.discard(uids[oom_pod]))  # the record reaches the agent
     h.wait(lambda: _events(h, job, "KernelRecordAttached") or None, what="the KernelRecordAttached Event")
