@@ -9,6 +9,7 @@ bigger than its bound.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -115,14 +116,34 @@ async def test_tail_and_since_inside_a_large_batch(tmp_path: Path) -> None:
     assert got == expected(lines[3:], reading.Render.TIMESTAMPS)
 
 
-async def test_clipped_lines_of_a_large_batch_read_only_what_they_keep(tmp_path: Path) -> None:
+@pytest.mark.parametrize("raw", [True, False])
+async def test_clipped_lines_of_a_large_batch_keep_only_the_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: bool
+) -> None:
+    """The report page's read of a 3 MiB line: the same head and note either way; a columnar batch's
+    lengths let the rest go unread (a raw one must be scanned for its newline)."""
     text = b"z" * (3 << 20)
+    lines = [LogLine("main", BASE, text), LogLine("main", BASE + 1, b"after")]
     async with LogStore(tmp_path, settings=StoreSettings(fsync_interval_s=None)) as store:
         sink = store.sink(namespace="ns", pod="p", job="j")
         cursor = LogCursor(container_id="cid")
-        cursor.accept(BASE)
-        await sink.write("main", raw_batch("main", [LogLine("main", BASE, text)]), cursor)
+        for line in lines:
+            cursor.accept(line.ts_ns)
+        await sink.write("main", raw_batch("main", lines) if raw else lines, cursor)
         items = [i async for i in reading.read(store.find(namespace="ns", pod="p"))]
     (block,) = [i for i in items if isinstance(i, reading.LargeLinesBlock)]
-    (line,) = await block.clipped_lines(2048)
-    assert line.text == b"z" * 2048 + b" [podmortem: %d more bytes]" % (len(text) - 2048)
+    read = 0
+    pread = os.pread
+
+    def counting(fd: int, n: int, at: int) -> bytes:
+        nonlocal read
+        data = pread(fd, n, at)
+        read += len(data)
+        return data
+
+    monkeypatch.setattr(reading.os, "pread", counting)
+    first, second = await block.clipped_lines(2048)
+    assert first.text == b"z" * 2048 + b" [podmortem: %d more bytes]" % (len(text) - 2048)
+    assert second.text == b"after"
+    if not raw:
+        assert read < 256 << 10, read

@@ -73,17 +73,6 @@ class LinesBlock:
         texts = self.payload.texts(self.start)
         return [LogLine(c, ts, text) for ts, text in zip(self.stamps(), texts, strict=True)]
 
-    def clipped_lines(self, max_text_bytes: int) -> list[LogLine]:
-        """`lines`, each text cut to ``max_text_bytes`` with a note of what was cut."""
-        return [LogLine(line.container, line.ts_ns, clip(line.text, max_text_bytes)) for line in self.lines()]
-
-
-def clip(text: bytes, limit: int) -> bytes:
-    """``text``, or its first ``limit`` bytes and how many more there were."""
-    if len(text) <= limit:
-        return text
-    return text[:limit] + b" [podmortem: %d more bytes]" % (len(text) - limit)
-
 
 class Render(enum.Enum):
     """How a large batch is served: as `kubectl logs` prints it, with timestamps, or as jsonl."""
@@ -126,7 +115,11 @@ class LargeLinesBlock:
             await asyncio.to_thread(gen.close)
 
     async def clipped_lines(self, max_text_bytes: int) -> list[LogLine]:
-        """The lines with texts cut to ``max_text_bytes`` (reading only what is kept)."""
+        """The lines with texts cut to ``max_text_bytes``: only that much of each is held.
+
+        A columnar batch's lengths let the rest be skipped unread; a raw batch's line has no
+        length, so its rest is scanned for the newline in large reads and dropped as it goes.
+        """
         return await asyncio.to_thread(_large_lines, self, max_text_bytes)
 
     async def lines(self) -> list[LogLine]:
@@ -316,10 +309,13 @@ def _large_line_texts(block: LargeLinesBlock, clip_at: int | None) -> Iterator[t
     parts: list[bytes] = []
     kept = 0
     dropped = 0
-    for event, value in _large_events(block):
+    for event, value in _large_events(block, keep=clip_at):
         if event is _START:
             assert isinstance(value, int)
             ts, parts, kept, dropped = value, [], 0, 0
+        elif event is _DROP:
+            assert isinstance(value, int)
+            dropped += value
         elif event is _BODY:
             assert isinstance(value, bytes)
             if clip_at is None or kept + len(value) <= clip_at:
@@ -335,21 +331,25 @@ def _large_line_texts(block: LargeLinesBlock, clip_at: int | None) -> Iterator[t
             yield ts, (text + b" [podmortem: %d more bytes]" % dropped if dropped else text)
 
 
-_START, _BODY, _END = object(), object(), object()
-#: (_START, timestamp), (_BODY, bytes), (_END, None): one line, its text in pieces.
+_START, _BODY, _END, _DROP = object(), object(), object(), object()
+#: (_START, timestamp), (_BODY, bytes), (_END, None): one line, its text in pieces; with ``keep``,
+#: (_DROP, n) for the n bytes past it that were not kept.
 _Event = tuple[object, int | bytes | None]
 
 
-def _large_events(block: LargeLinesBlock) -> Iterator[_Event]:
-    """A large batch as (start, ts) (body, bytes)* (end, None) per served line, read in pieces."""
+def _large_events(block: LargeLinesBlock, keep: int | None = None) -> Iterator[_Event]:
+    """A large batch as (start, ts) (body, bytes)* (end, None) per served line, read in pieces.
+
+    ``keep``: bytes of each text to yield; the rest is told as one (drop, n).
+    """
     fd = open_nofollow(block.path, os.O_RDONLY)
     try:
         head = block.head
         at = block.offset + head.header_size
         if head.kind is segments.BatchKind.RAW_LINES:
-            yield from _raw_events(fd, at, head.payload_len, block)
+            yield from _raw_events(fd, at, head.payload_len, block, keep)
         else:
-            yield from _columnar_events(fd, at, head, block)
+            yield from _columnar_events(fd, at, head, block, keep)
     finally:
         os.close(fd)
 
@@ -358,7 +358,7 @@ def _wanted(block: LargeLinesBlock, line: int, ts: int) -> bool:
     return line >= block.start and (block.since_ns is None or ts >= block.since_ns)
 
 
-def _raw_events(fd: int, at: int, size: int, block: LargeLinesBlock) -> Iterator[_Event]:
+def _raw_events(fd: int, at: int, size: int, block: LargeLinesBlock, keep: int | None) -> Iterator[_Event]:
     """Events of ``<RFC3339> text\\n`` lines; a line's text never holds a newline here."""
     pos, end = at, at + size
     line = 0
@@ -378,23 +378,35 @@ def _raw_events(fd: int, at: int, size: int, block: LargeLinesBlock) -> Iterator
         wanted = _wanted(block, line, ts)
         if wanted:
             yield _START, ts
+        room = keep
+        dropped = 0
         while pos < end:
-            piece = os.pread(fd, min(PIECE, end - pos), pos)
+            scanning = room is not None and room <= 0
+            piece = os.pread(fd, min(READ_CHUNK if scanning else PIECE, end - pos), pos)
             nl = piece.find(b"\n")
             body = piece if nl < 0 else piece[:nl]
             if wanted and body:
-                yield _BODY, body
+                if room is None:
+                    yield _BODY, body
+                else:
+                    shown = min(len(body), max(room, 0))
+                    if shown:
+                        yield _BODY, body[:shown]
+                    dropped += len(body) - shown
+                    room -= shown
             pos += len(body)
             if nl >= 0:
                 pos += 1
                 break
         if wanted:
+            if dropped:
+                yield _DROP, dropped
             yield _END, None
         line += 1
 
 
 def _columnar_events(
-    fd: int, at: int, head: segments.BatchHeader, block: LargeLinesBlock
+    fd: int, at: int, head: segments.BatchHeader, block: LargeLinesBlock, keep: int | None
 ) -> Iterator[_Event]:
     """Events of a columnar batch: stamps and lengths read a few thousand lines at a time."""
     n = head.n_lines
@@ -414,13 +426,16 @@ def _columnar_events(
             ts, length = stamps[i], lengths[i]
             if _wanted(block, line, ts):
                 yield _START, ts
-                pos, stop = text_at, text_at + length
+                shown = length if keep is None else min(length, keep)
+                pos, stop = text_at, text_at + shown
                 while pos < stop:
                     piece = os.pread(fd, min(PIECE, stop - pos), pos)
                     if not piece:
                         break
                     yield _BODY, piece
                     pos += len(piece)
+                if shown < length:
+                    yield _DROP, length - shown  # never read: the lengths say how much
                 yield _END, None
             text_at += length + 1
 
