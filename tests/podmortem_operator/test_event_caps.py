@@ -21,12 +21,6 @@ INVOLVED = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namesp
 
 
 @pytest.fixture
-async def api() -> AsyncIterator[kmock.RawHandler]:
-    async with kmock.RawHandler() as handler, kmock.Server(handler):
-        yield handler
-
-
-@pytest.fixture
 async def posted(api: kmock.RawHandler) -> list[dict[str, Any]]:
     bodies: list[dict[str, Any]] = []
 

@@ -8,8 +8,6 @@ could not read (or shows UTC only), never a 500.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import kmock
@@ -20,19 +18,13 @@ from tests.logs.test_http import write
 from podmortem.kube import api as kube_mod
 from podmortem.logs import auth, http
 from podmortem.logs.cursor import LogCursor
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.store import LogStore
 from podmortem.operator import report_page, stored_report
 
 from .test_report_page_access import REPORT, Foreign, client_for
 
 OPEN = auth.Reviewer(api=None, settings=auth.AuthSettings(authenticate=False, authorize=False))
 TJ = "/apis/podmortem.io/v1alpha1/namespaces/ns/trainingjobs/job"
-
-
-@pytest.fixture
-async def log_store(tmp_path: Path) -> AsyncIterator[LogStore]:
-    async with LogStore(tmp_path, settings=StoreSettings(fsync_interval_s=None)) as st:
-        yield st
 
 
 def nested(depth: int, leaf: Any = 1) -> Any:
@@ -130,18 +122,6 @@ async def test_an_unreadable_stored_report_is_absent_with_a_reason(
     assert status == 404, body[:300]
     assert "the stored report of ns/job could not be read" in body and why in body
     assert len(body) < 1000
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[kmock.RawHandler]:
-    async with kmock.RawHandler() as handler, kmock.Server(handler):
-        yield handler
-
-
-@pytest.fixture
-async def api_client(api: kmock.RawHandler) -> AsyncIterator[k8s.ApiClient]:
-    async with k8s.ApiClient(k8s.Configuration(host=str(api.url).rstrip("/"))) as c:
-        yield c
 
 
 @pytest.mark.parametrize("depth", [100, 1000, 50000])

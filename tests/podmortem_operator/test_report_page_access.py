@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from kubernetes_asyncio import client as k8s
 from tests.logs.test_http import SARS, TOKENS, access_review, token_review
 
 from podmortem.logs import auth, http
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.store import LogStore
 from podmortem.operator import report_page, report_timeline
 from podmortem.reports import stored_timeline
 from podmortem.reports.memory import MemorySample, ProcessMemory
@@ -36,24 +35,6 @@ class Foreign:
     def foreign_report(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.asked.append((namespace, name))
         return self.reports.get((namespace, name))
-
-
-@pytest.fixture
-async def log_store(tmp_path: Path) -> AsyncIterator[LogStore]:
-    async with LogStore(tmp_path, settings=StoreSettings(fsync_interval_s=None)) as st:
-        yield st
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[kmock.RawHandler]:
-    async with kmock.RawHandler() as handler, kmock.Server(handler):
-        yield handler
-
-
-@pytest.fixture
-async def api_client(api: kmock.RawHandler) -> AsyncIterator[k8s.ApiClient]:
-    async with k8s.ApiClient(k8s.Configuration(host=str(api.url).rstrip("/"))) as c:
-        yield c
 
 
 async def client_for(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from tests.logs.test_http import write
 
 from podmortem.logs import auth, http
 from podmortem.logs.cursor import LogCursor
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.store import LogStore
 from podmortem.operator import report_page
 from podmortem.reports import page
 
@@ -27,12 +26,6 @@ from .test_report_page_access import REPORT, Foreign
 
 OPEN = auth.Reviewer(api=None, settings=auth.AuthSettings(authenticate=False, authorize=False))
 MIB = 1 << 20
-
-
-@pytest.fixture
-async def log_store(tmp_path: Path) -> AsyncIterator[LogStore]:
-    async with LogStore(tmp_path, settings=StoreSettings(fsync_interval_s=None)) as st:
-        yield st
 
 
 @pytest.fixture
