@@ -8,7 +8,7 @@ by their first and last timestamps. Following waits on the store's in-process
 notification (no polling) and stops when the instance's log ends, when a newer
 instance of the container replaces it, or when the store closes.
 
-File reads happen in a worker thread, in chunks of whole batches.
+File reads happen in the read pool's threads (`read_pool`), in chunks of whole batches.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podmortem.files import open_nofollow
-from podmortem.logs import segments, store, timestamps
+from podmortem.logs import read_pool, segments, store, timestamps
 from podmortem.logs.events import GapMarker, GapReason, LogEnd, LogLine
 from podmortem.logs.store import Instance
 
@@ -107,12 +107,12 @@ class LargeLinesBlock:
         gen = _render_large(self, render)
         try:
             while True:
-                piece = await asyncio.to_thread(next, gen, None)
+                piece = await read_pool.run(next, gen, None)
                 if piece is None:
                     return
                 yield piece
         finally:
-            await asyncio.to_thread(gen.close)
+            await read_pool.run(gen.close)
 
     async def clipped_lines(self, max_text_bytes: int) -> list[LogLine]:
         """The lines with texts cut to ``max_text_bytes``: only that much of each is held.
@@ -120,11 +120,11 @@ class LargeLinesBlock:
         A columnar batch's lengths let the rest be skipped unread; a raw batch's line has no
         length, so its rest is scanned for the newline in large reads and dropped as it goes.
         """
-        return await asyncio.to_thread(_large_lines, self, max_text_bytes)
+        return await read_pool.run(_large_lines, self, max_text_bytes)
 
     async def lines(self) -> list[LogLine]:
         """Every line whole: for tests and tools, never for a server (it holds the whole batch)."""
-        return await asyncio.to_thread(_large_lines, self, None)
+        return await read_pool.run(_large_lines, self, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -628,14 +628,14 @@ async def read(
     start_index = 0
     if tail is not None:
         start_index = max(0, inst.index - tail)
-        seq, offset = await asyncio.to_thread(_tail_start, inst, seqs, tail)
+        seq, offset = await read_pool.run(_tail_start, inst, seqs, tail)
     elif since_ns is not None and seqs:
-        chosen = await asyncio.to_thread(_since_segment, inst, seqs, since_ns)
+        chosen = await read_pool.run(_since_segment, inst, seqs, since_ns)
         seq = seqs[chosen]
-        offset = await asyncio.to_thread(_data_start, inst, seq)
+        offset = await read_pool.run(_data_start, inst, seq)
     else:
         seq = seqs[0] if seqs else 0
-        offset = await asyncio.to_thread(_data_start, inst, seq) if seqs else 0
+        offset = await read_pool.run(_data_start, inst, seq) if seqs else 0
     # Under ``since``, skipping earlier segments is intended, not a retention cut.
     first = since_ns is None
     # The running index after the last intact batch served (None before the first).
@@ -648,7 +648,7 @@ async def read(
         if size is not None and offset < size:
             path = inst.segment_path(seq)
             try:
-                batches, offset = await asyncio.to_thread(_framed_chunk, inst, seq, path, offset, size)
+                batches, offset = await read_pool.run(_framed_chunk, inst, seq, path, offset, size)
             except FileNotFoundError:
                 batches, offset = [], size  # deleted by retention under us: go on with the next
             except OSError as exc:  # a link planted in the store (ELOOP), a bad disk: not served
@@ -693,7 +693,7 @@ async def read(
         later = [] if on_active else [s for s in inst.segment_seqs() if s > seq]
         if later:
             seq = later[0]
-            offset = await asyncio.to_thread(_data_start, inst, seq)
+            offset = await read_pool.run(_data_start, inst, seq)
             continue
         if pending is not None:
             yield pending

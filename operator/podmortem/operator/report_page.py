@@ -36,7 +36,7 @@ from aiohttp import web
 
 from podmortem import memory_line
 from podmortem.kube import api as kube_mod
-from podmortem.logs import auth, login_limits, reading, store
+from podmortem.logs import auth, login_limits, read_pool, reading, store
 from podmortem.logs import http as log_http
 from podmortem.logs.events import GapMarker
 from podmortem.operator import jobs, report_timeline, stored_report
@@ -340,7 +340,7 @@ async def _stored_timeline(
     pod = report_timeline.pod_of(report)
     if pod is None:
         return None
-    return await asyncio.to_thread(report_timeline.load, root, namespace=namespace, job=job, pod=pod)
+    return await read_pool.run(report_timeline.load, root, namespace=namespace, job=job, pod=pod)
 
 
 async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
@@ -359,7 +359,7 @@ async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
     if stored is not None and pod is not None:
         directory = report_timeline.pod_dir(root, namespace=namespace, job=job, pod=pod)
         try:
-            svg = await asyncio.to_thread((directory / stored_timeline.SVG_NAME).read_text, encoding="utf-8")
+            svg = await read_pool.run((directory / stored_timeline.SVG_NAME).read_text, encoding="utf-8")
         except OSError:
             svg = None
     if svg is None or stored is None or not report_timeline.belongs_to(stored, found.document):
