@@ -7,7 +7,9 @@ sidecar's ``expect`` object:
 
 - ``verdict``: the first report's ``verdict``; exit code 3 (no OOM-kill record) or an
   empty ``reports`` list counts as ``"none"``;
-- ``kills``: the number of reports;
+- ``kills``: the number of reports that name a killed process (``kill.pid``,
+  ``kill.killed_pids``, or the ``kill.chosen_pid`` of an old kernel's ``Kill process``): what the sidecars count. A record cut before its kill line (an OOM
+  header at the end of a paste, a ``Task in`` line alone) is still reported, but is no kill;
 - ``killed_pid`` / ``killed_comm`` / ``pod_uid`` / ``container_id``: the first report's
   ``kill.pid`` / ``kill.comm`` / ``kill.pod_uid`` / ``kill.container_id``;
 - ``cgroup_version`` / ``dominant``: ``cgroup.version`` / ``cgroup.dominant``.
@@ -121,9 +123,15 @@ def run_cli(command: list[str], path: Path) -> tuple[list[dict[str, Any]] | None
     return [r if isinstance(r, dict) else {} for r in reports], ""
 
 
+def _names_a_victim(report: dict[str, Any]) -> bool:
+    kill = report.get("kill")
+    return isinstance(kill, dict) and (
+        kill.get("pid") is not None or bool(kill.get("killed_pids")) or kill.get("chosen_pid") is not None)
+
+
 def got_value(key: str, reports: list[dict[str, Any]]) -> Any:
     if key == "kills":
-        return len(reports)
+        return sum(1 for r in reports if _names_a_victim(r))
     if not reports:
         return "none" if key == "verdict" else None
     first = reports[0]

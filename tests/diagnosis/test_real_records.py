@@ -96,8 +96,13 @@ def test_sacrifice_child_victim_is_the_killed_child_not_the_choice() -> None:
     [record], _ = _reports("40-crio-1975-nr_pmds-runc-sacrifice-child")
     assert record.chosen is not None and record.chosen.pid == 387941
     assert (record.victim_pid, record.victim_comm) == (387951, "runc:[2:INIT]")
-    records, _ = _reports("26-ltp-1080-rhel7-uid-form-sacrifice")
+    records, reports = _reports("26-ltp-1080-rhel7-uid-form-sacrifice")
     assert records[-1].chosen is not None and records[-1].victim_pid is None  # its Killed line was cut
+    # The choice is still told: a kill happened, of it or of a child.
+    cut = reports[-1].kill
+    assert cut is not None and cut.pid is None
+    assert (cut.chosen_pid, cut.chosen_comm) == (records[-1].chosen.pid, records[-1].chosen.comm)
+    assert f"(pid {cut.chosen_pid}) or a child of it" in cli.render([reports[-1]])
 
 
 def test_task_in_lines_alone_are_one_oom_each() -> None:

@@ -295,6 +295,9 @@ def _render_one(report: FailureReport, index: int, count: int) -> list[str]:
     if kill is not None and kill.pid is None:
         if no_victim:
             lines.append("  killed    nothing: the kernel found no process it could kill")
+        elif kill.chosen_pid is not None:
+            lines.append(f"  killed    {kill.chosen_comm or '?'} (pid {kill.chosen_pid}) or a child of it: the kernel "
+                         "chose it, and the Killed line that names the victim is not in the text")
         else:
             lines.append("  killed    unknown: the record has no kill line (it is cut before it)")
     if kill is not None and kill.pid is not None:

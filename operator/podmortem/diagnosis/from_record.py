@@ -68,6 +68,8 @@ def _kill(record: OomKillRecord, pod: PodRef | None) -> KillSummary:
         runtime=pod.runtime if pod else None,
         container_monitor=pod.monitor if pod else False,
         killed_pids=[k.pid for k in record.killed] or ([record.victim_pid] if record.victim_pid else []),
+        chosen_pid=record.chosen.pid if record.chosen else None,
+        chosen_comm=record.chosen.comm if record.chosen else None,
         oom_group=record.oom_group_memcg is not None,
         trigger_pid=record.trigger_pid,
         trigger_comm=record.trigger_comm,

@@ -66,6 +66,10 @@ class KillSummary(BaseModel):
     container_monitor: bool = False
     #: Every killed pid: one, or the whole group under memory.oom.group.
     killed_pids: list[int] = Field(default_factory=list)
+    #: Old kernels' ``Kill process PID (comm) score N or sacrifice child``: the process the kernel
+    #: chose. A kill happened, but without the ``Killed process`` line it may have been a child.
+    chosen_pid: int | None = None
+    chosen_comm: str | None = None
     oom_group: bool = False
     trigger_pid: int | None = None
     trigger_comm: str | None = None
