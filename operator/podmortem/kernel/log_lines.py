@@ -358,11 +358,33 @@ def unjoin(raw: str) -> list[str]:
     return [head + part for part in parts]
 
 
+#: Whole words of the OOM messages (mm/oom_kill.c, mm/memcontrol.c): a wrap between two of them
+#: fell where the kernel printed a space, even when the mail client that broke the line there
+#: dropped it. A terminal's hard wrap cuts at a column, mid-word as likely as not, and a cut
+#: between two whole words leaves the space on one side of it.
+_KERNEL_WORDS = frozenset({
+    "Kill", "kill", "Killed", "killed", "process", "processes", "invoked", "oom-killer:", "Memory",
+    "memory", "memory:", "cgroup", "Out", "out", "of", "and", "no", "killable", "Task", "Tasks",
+    "in", "as", "a", "result", "limit", "score", "or", "sacrifice", "child", "are", "going", "to",
+    "be", "due", "set", "reaped", "now", "stats", "for", "state", "values", "usage", "failcnt",
+})
+
+
+def _between_words(left: str, right: str) -> bool:
+    """Whether a wrap between ``left`` and ``right`` fell between two of the kernel's words, or
+    between a pid and its ``(comm)`` ("process %d (%s)": the kernel always prints the space)."""
+    last, first = left.rpartition(" ")[2], right.partition(" ")[0]
+    if last.isdigit() and first.startswith("(") and left[-len(last) - 9:-len(last)].endswith("process "):
+        return True
+    return last in _KERNEL_WORDS and first in _KERNEL_WORDS
+
+
 def join(prev: Line, raw: str) -> Line:
     """``prev`` with its wrapped part appended: a soft (mail) wrap keeps a space, a hard wrap none."""
     text, indent = strip_paste(raw)
     text = text.strip()
-    glue = " " if prev.soft_end or indent > prev.indent else ""
+    soft = prev.soft_end or indent > prev.indent or _between_words(prev.msg, text)
+    glue = " " if soft else ""
     soft_end = raw.rstrip("\r")[-1:] in (" ", "\t")
     return _finish(
         prev.msg + glue + text, prev.fmt, prev.host, prev.mono, prev.time_text, prev.seq, prev.clock,

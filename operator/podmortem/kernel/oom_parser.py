@@ -71,7 +71,7 @@ _TASK_ROW = re.compile(r"\[\s*(\d+)\]\s+(.*)")
 #: 5.1, the Killed line.
 _KILL_PREFIX = re.compile(
     r"(?:(Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): )?"
-    r"(Kill(?:ed)?) process "
+    r"([Kk]ill(?:ed)?) process "
 )
 #: The Killed line: "Killed process %d (%s) total-vm:%lukB, anon-rss:%lukB, file-rss:%lukB" (3.x),
 #: ", shmem-rss:%lukB" (4.5+), ", UID:%u pgtables:%lukB oom_score_adj:%hd" (5.x+);
@@ -82,7 +82,8 @@ _KILLED = re.compile(
     r"(?: (?:total-vm|vsz):(\d+)kB)?(?:, anon-rss:(\d+)kB)?(?:, file-rss:(\d+)kB)?(?:, shmem-rss:(\d+)kB)?"
     r"(?:,? UID:(\d+))?(?: pgtables:(\d+)kB)?(?: oom_score_adj:(-?\d+))?"
 )
-#: "Kill process %d (%s) score %u or sacrifice child" (2.6.36-5.0).
+#: "Kill process %d (%s) score %u or sacrifice child" (2.6.36-5.0); "kill process %d (%s) score %li
+#: or a child" (2.6.32-2.6.35, lower case).
 _CHOSEN = re.compile(r"(\d+) \((.{0,32}?)\)(?= score| or|\s*$)(?: score (-?\d+))?")
 #: "oom_reaper: reaped process %d (%s), now anon-rss:%lukB, file-rss:%lukB, shmem-rss:%lukB" (4.6+).
 _REAPED = re.compile(
@@ -361,7 +362,7 @@ class OomParser:
             self._oom_kill_line(line)
         elif first == "o" and msg.startswith("oom_reaper: reaped process "):
             self._reaped(line)
-        elif first in "KMO" and (m := _KILL_PREFIX.match(msg)) is not None:
+        elif first in "KkMO" and (m := _KILL_PREFIX.match(msg)) is not None:
             if m.group(2) == "Killed":
                 self._killed(line, m)
             else:
