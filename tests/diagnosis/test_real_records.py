@@ -68,8 +68,18 @@ def test_memory_plus_swap_limit_is_named_with_the_swap_used() -> None:
     assert "The full counter was memory+swap (1.0 GiB of 1.0 GiB, failcnt 17), not memory alone" in text
     assert "512.2 MiB of its memory was in swap" in text
     assert "raising the memory limit alone changes nothing" in text
+    # The report's cgroup and the finding's evidence give the counter that was hit, not memory's.
+    [record], _ = _reports("22-k8s-56891-v1-dmesgT-memsw-full-3.10")
+    memsw = record.counters["memory+swap"]
+    assert report.cgroup is not None and report.cgroup.limit_counter == "memory+swap"
+    assert report.cgroup.limit_bytes == memsw.limit_kb * 1024
+    assert report.cgroup.usage_bytes == memsw.usage_kb * 1024
+    evidence = next(f.evidence for f in report.findings if f.code == "memcg-limit")
+    assert evidence["limit_hit"] == "memory+swap" and evidence["limit_bytes"] == memsw.limit_kb * 1024
+    assert "memory+swap limit" in cli.render([report])
     _, [report] = _reports("24-istio-42734-v1-syslog-taskin-docker-scope")  # memory failed, memsw never did
     assert "memory+swap" not in _finding(report, "memcg-limit")
+    assert report.cgroup is not None and report.cgroup.limit_counter == "memory"
 
 
 def test_no_killable_process_is_not_a_kill() -> None:

@@ -296,8 +296,9 @@ def _render_one(report: FailureReport, index: int, count: int) -> list[str]:
         if no_victim:
             lines.append("  killed    nothing: the kernel found no process it could kill")
         elif kill.chosen_pid is not None:
-            lines.append(f"  killed    {kill.chosen_comm or '?'} (pid {kill.chosen_pid}) or a child of it: the kernel "
-                         "chose it, and the Killed line that names the victim is not in the text")
+            who = f"{kill.chosen_comm or '?'} (pid {kill.chosen_pid})"
+            lines.append(f"  killed    {who} or a child of it: the kernel chose it, and the Killed line "
+                         "that names the victim is not in the text")
         else:
             lines.append("  killed    unknown: the record has no kill line (it is cut before it)")
     if kill is not None and kill.pid is not None:
@@ -344,7 +345,9 @@ def _render_one(report: FailureReport, index: int, count: int) -> list[str]:
         if cg.limit_bytes is not None or cg.usage_bytes is not None:
             extra = f", failcnt {cg.failcnt}" if cg.failcnt is not None else ""
             lines.append(
-                f"  usage     {hb(cg.usage_bytes)} of a {hb(cg.limit_bytes)} limit{extra}"
+                f"  usage     {hb(cg.usage_bytes)} of a {hb(cg.limit_bytes)} "
+                + (f"{cg.limit_counter} " if cg.limit_counter not in (None, "memory") else "")
+                + f"limit{extra}"
                 + (f" (cgroup v{cg.version})" if cg.version else "")
             )
         if cg.breakdown is not None and cg.breakdown.categories():

@@ -144,9 +144,10 @@ def memcg_limit(record: OomKillRecord, facts: RecordFacts, *, pod: PodRef | None
             "oom_memcg": record.oom_memcg,
             "limit_level": level,
             "limit_hit": hit.counter if hit is not None else None,
-            "limit_bytes": facts.limit_bytes,
-            "usage_bytes": facts.usage_bytes,
-            "failcnt": facts.failcnt,
+            # The counter that was hit: memory+swap's numbers when that is the one (v1).
+            "limit_bytes": hit.limit_kb * KIB if hit is not None else facts.limit_bytes,
+            "usage_bytes": hit.usage_kb * KIB if hit is not None else facts.usage_bytes,
+            "failcnt": hit.failcnt if hit is not None else facts.failcnt,
             "swap_bytes": swap,
             "constraint_printed": record.constraint_printed,
             "constraint_inferred": record.constraint_inferred,

@@ -7,12 +7,13 @@ forking double it?), then anything else the record shows.
 
 from __future__ import annotations
 
-from podmortem.diagnosis import categories, cause, forks, victim
+from podmortem.diagnosis import categories, cause, forks, limits, victim
 from podmortem.diagnosis.facts import RecordFacts, record_facts
 from podmortem.reports import codes
 from podmortem.reports.failure import CgroupSummary, FailureReport, KillSummary, PodRef, TaskSummary
 from podmortem.reports.findings import Finding
 from podmortem.reports.oom_record import OomKillRecord
+from podmortem.reports.units import KIB
 
 
 def diagnose(record: OomKillRecord, *, pod: PodRef | None = None) -> FailureReport:
@@ -83,12 +84,14 @@ def _kill(record: OomKillRecord, pod: PodRef | None) -> KillSummary:
 
 def _cgroup(record: OomKillRecord, facts: RecordFacts) -> CgroupSummary:
     block = facts.stat_block
+    hit = limits.limit_hit(record)
     return CgroupSummary(
         version=record.cgroup_version,
         path=record.oom_memcg,
-        limit_bytes=facts.limit_bytes,
-        usage_bytes=facts.usage_bytes,
-        failcnt=facts.failcnt,
+        limit_bytes=hit.limit_kb * KIB if hit is not None else facts.limit_bytes,
+        usage_bytes=hit.usage_kb * KIB if hit is not None else facts.usage_bytes,
+        failcnt=hit.failcnt if hit is not None else facts.failcnt,
+        limit_counter=hit.counter if hit is not None else None,
         kmem_bytes=facts.kmem_bytes,
         stat=dict(block.stat) if block is not None else {},
         stat_path=block.path if block is not None else None,

@@ -86,9 +86,13 @@ class CgroupSummary(BaseModel):
 
     version: CgroupVersion | None = None
     path: str | None = None
+    #: Usage, limit and failcnt of the counter that was hit (``limit_counter``).
     limit_bytes: int | None = None
     usage_bytes: int | None = None
     failcnt: int | None = None
+    #: "memory", "memory+swap" (v1: a full memsw limit fails the charge while memory is below its
+    #: own) or "kmem"; None when the record prints no counters.
+    limit_counter: str | None = None
     #: v1 kernel memory (``kmem:`` line), where printed.
     kmem_bytes: int | None = None
     stat: dict[str, int] = Field(default_factory=dict)
