@@ -32,6 +32,10 @@ class StartFailed(PodmortemError, RuntimeError):
     """The cluster or the operator did not come up; ``str(exc)`` says which and why."""
 
 
+class StopFailed(PodmortemError, TimeoutError):
+    """A loop thread was still running when its stop timed out: something in it did not end."""
+
+
 def wait_for(probe: Callable[[], T | None], *, what: str, timeout: float, poll_s: float = 0.02) -> T:
     """Poll ``probe`` from a plain thread until it returns something truthy; TimeoutError names ``what``."""
     deadline = time.monotonic() + timeout
@@ -80,7 +84,12 @@ class LoopThread:
             self.error = exc
             self._ready.set()
         finally:
-            self.loop.close()
+            # As asyncio.Runner closes its loop: generators finalised, executor threads joined.
+            try:
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+                self.loop.run_until_complete(self.loop.shutdown_default_executor())
+            finally:
+                self.loop.close()
 
     def start(self, *, timeout: float = 30.0) -> None:
         self._thread.start()
@@ -88,9 +97,13 @@ class LoopThread:
             raise StartFailed(f"the emulated cluster did not start: {self.error!r}")
 
     def stop(self, *, timeout: float = 60.0) -> None:
+        """Ask ``serve`` to end and wait for the thread; `StopFailed` if it outlives ``timeout``."""
         if self._stop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            name = self._thread.name
+            raise StopFailed(f"{name} was still running {timeout:g} s after it was asked to stop")
 
     def call(self, coro: Coroutine[Any, Any, T], *, timeout: float = 30.0) -> T:
         """Run a coroutine on this loop and wait for its result (cancelled if it takes too long)."""
