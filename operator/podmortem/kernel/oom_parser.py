@@ -876,7 +876,7 @@ def merge_repeats(records: list[OomKillRecord]) -> list[OomKillRecord]:
     """
     out: list[OomKillRecord] = []
     seen: dict[tuple[object, ...], list[int]] = {}
-    for record in records:
+    for record in _drop_repeated_runs(records):
         key = _kill_key(record)
         if key is None:
             out.append(record)
@@ -887,6 +887,55 @@ def merge_repeats(records: list[OomKillRecord]) -> list[OomKillRecord]:
             out.append(record)
         elif len(record.missing) < len(out[at].missing):
             out[at] = record
+    return out
+
+
+def _repeat_key(r: OomKillRecord) -> tuple[object, ...]:
+    return (r.monotonic_s, r.time_text, r.trigger_pid, r.trigger_comm, r.oom_memcg, r.task_memcg,
+            r.victim_pid, r.no_killable, len(r.tasks), len(r.cgroup_stats), tuple(r.counters))
+
+
+def _drop_repeated_runs(records: list[OomKillRecord]) -> list[OomKillRecord]:
+    """A run of records followed at once by the same run again: a block pasted twice, kept once.
+
+    Records the same in every printed field, time included, that make a whole run twice over
+    are one block pasted twice, whatever they lack (no victim, no trigger, no timestamps). A run
+    of one-line records only (grep's ``Task in`` lines of kills in one second) is left: several
+    kills print them alike.
+    """
+    if len(records) < 2:
+        return records
+    # A cheap key finds candidates; whole dumps (made only for those) decide.
+    keys = [_repeat_key(r) for r in records]
+    dumps: dict[int, str] = {}
+
+    def same(a: int, b: int) -> bool:
+        if keys[a] != keys[b]:
+            return False
+        for at in (a, b):
+            if at not in dumps:
+                dumps[at] = records[at].model_dump_json(exclude={"lines", "missing"})
+        return dumps[a] == dumps[b]
+
+    # next_same[i]: the next index with the same cheap key, or -1 (one pass from the end).
+    next_same = [-1] * len(keys)
+    last: dict[tuple[object, ...], int] = {}
+    for at in range(len(keys) - 1, -1, -1):
+        next_same[at] = last.get(keys[at], -1)
+        last[keys[at]] = at
+    out: list[OomKillRecord] = []
+    i = 0
+    while i < len(records):
+        j = next_same[i]
+        k = j - i
+        if j > 0 and j + k <= len(records) and any(r.lines > 1 for r in records[i:j]) \
+                and all(same(i + n, j + n) for n in range(k)):
+            for a, b in zip(records[i:j], records[j:j + k], strict=True):
+                out.append(b if len(b.missing) < len(a.missing) else a)
+            i = j + k
+            continue
+        out.append(records[i])
+        i += 1
     return out
 
 
