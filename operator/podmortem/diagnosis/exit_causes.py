@@ -138,16 +138,17 @@ def cuda_oom(facts: LogFacts) -> list[Finding]:
 def shm_full(*, exit_code: int | None, facts: LogFacts, shm: ShmSize | None) -> Finding | None:
     """/dev/shm filled: exit 135 (SIGBUS), a worker killed by SIGBUS, or torch's "No space left" on shm.
 
-    A bare "Bus error" printed by the program is not evidence: only the exit code, torchrun's
-    -7 (SIGBUS) for a worker, or torch's own DataLoader and shared-memory messages count.
+    A bare "Bus error" printed by the program is not evidence: only the exit code, a launcher's
+    child killed by SIGBUS (torchrun's -7 for a worker, ``training_log.child_signal``), or torch's
+    own DataLoader and shared-memory messages count.
     """
-    child_sigbus = facts.child is not None and facts.child.exit_code == -7
-    if exit_code != SIGBUS_EXIT and facts.shm is None and not child_sigbus:
+    child = facts.child_signal if facts.child_signal is not None and facts.child_signal.signal == 7 else None
+    if exit_code != SIGBUS_EXIT and facts.shm is None and child is None:
         return None
     if facts.shm is not None:
         shown = facts.shm.line
-    elif child_sigbus:
-        shown = "torchrun: a worker exited with -7 (SIGBUS)"
+    elif child is not None:
+        shown = f"{child.who} died of SIGBUS: {child.line.rstrip('.')}"
     else:
         shown = "exit code 135 (SIGBUS)"
     size = f" The pod's /dev/shm is {_size(shm.bytes)} ({shm.source})." if shm is not None else ""
@@ -171,12 +172,16 @@ def shm_full(*, exit_code: int | None, facts: LogFacts, shm: ShmSize | None) -> 
 
 
 def segfault(*, exit_code: int | None, facts: LogFacts) -> Finding | None:
-    """Exit 139 (SIGSEGV), or torchrun's -11 for the worker that failed first."""
-    child_segv = facts.child is not None and facts.child.exit_code == -11
-    if exit_code != SIGSEGV_EXIT and not child_segv:
+    """Exit 139 (SIGSEGV), or a launcher's child killed by SIGSEGV: torchrun's -11 for the worker
+    that failed first, ``torch.distributed.launch``'s ``CalledProcessError ... died with
+    <Signals.SIGSEGV: 11>``."""
+    child = facts.child_signal if facts.child_signal is not None and facts.child_signal.signal == 11 else None
+    if exit_code != SIGSEGV_EXIT and child is None:
         return None
     line = facts.segfault_line or (
-        "torchrun: a worker exited with -11 (SIGSEGV)" if child_segv else "exit code 139 (SIGSEGV)"
+        f"{child.who} died of SIGSEGV: {child.line.rstrip('.')}"
+        if child is not None
+        else "exit code 139 (SIGSEGV)"
     )
     return Finding(
         code="segfault",
@@ -186,6 +191,43 @@ def segfault(*, exit_code: int | None, facts: LogFacts) -> Finding | None:
         action=(
             "Run once with PYTHONFAULTHANDLER=1 (and CUDA_LAUNCH_BLOCKING=1 for GPU code) to get the "
             "Python stack; check native extensions built for another torch or CUDA version."
+        ),
+    )
+
+
+def child_sigkill(*, exit_code: int | None, facts: LogFacts) -> Finding | None:
+    """A launcher's child killed by SIGKILL: torchrun's -9 for the worker that failed first (the
+    summary's ``Signal 9 (SIGKILL) received by PID N``), ``CalledProcessError ... died with
+    <Signals.SIGKILL: 9>``, DeepSpeed's ``exits with return code = -9``.
+
+    The launcher's own ``ChildFailedError`` or ``CalledProcessError`` traceback after it only
+    reports the death: the worker did not end itself, something sent it SIGKILL.
+    """
+    child = facts.child_signal
+    if child is None or child.signal != 9:
+        return None
+    return Finding(
+        code="sigkill-not-oom",
+        severity=Severity.CRITICAL,
+        message=(
+            f"{child.who} was killed by SIGKILL: {child.line[:300].rstrip('.')}. The program did not "
+            "end itself; something outside it sent the signal. When one worker dies this way it is "
+            "most often the kernel's OOM killer (the node's memory, or the container's limit), but no "
+            "OOM-kill record was given, so the log alone cannot say."
+        ),
+        evidence={
+            "exit_code": exit_code,
+            "signal": child.signal,
+            "pid": child.pid,
+            "local_rank": child.local_rank,
+            "source": child.source,
+            "line": child.line[:300],
+        },
+        action=(
+            "Read the node's kernel log (dmesg or journalctl -k) around that time for an oom-kill and give "
+            "it to podmortem diagnose with this log (the kernel names the process by its node-wide pid, "
+            "not the container's pid the launcher prints). Compare the workers' host memory (a model "
+            "loaded once per rank multiplies it) with the container's memory limit and the node's memory."
         ),
     )
 
@@ -257,8 +299,21 @@ def preempted(*, disruption: tuple[str, str] | None, pod_reason: str | None) -> 
     )
 
 
-_EPHEMERAL = re.compile(r"ephemeral-storage|ephemeral local storage|EmptyDir volume", re.IGNORECASE)
-_RESOURCE = re.compile(r"low on resource: ([\w.-]+)")
+#: The kubelet's eviction messages for disk (``pkg/kubelet/eviction/helpers.go``): the node low on
+#: ``ephemeral-storage`` (``nodefs``/``imagefs`` and their inodes before 1.8, ``[DiskPressure]`` in
+#: 1.5-1.6 and in admission's "The node had condition"), a container over its own limit ("Container X
+#: exceeded its local ephemeral storage limit"), the pod over its containers' ("Pod ephemeral local
+#: storage usage exceeds the total limit of containers"), an emptyDir over its sizeLimit ("Usage of
+#: EmptyDir volume ... exceeds the limit").
+_EPHEMERAL = re.compile(
+    r"ephemeral[- ]storage|ephemeral local storage|local ephemeral storage|EmptyDir volume"
+    r"|\b(?:nodefs|imagefs|containerfs)(?:Inodes)?\b|DiskPressure",
+    re.IGNORECASE,
+)
+#: "The node was low on resource: pids." (``[MemoryPressure]`` in 1.5-1.6), admission's "The node had
+#: condition: [PIDPressure]".
+_RESOURCE = re.compile(r"(?:low on resource|had condition): \[?([\w.-]+)")
+_CONDITION_RESOURCES = {"MemoryPressure": "memory", "PIDPressure": "pids"}
 
 
 def eviction_by_resource(*, pod_reason: str | None, message: str | None) -> Finding | None:
@@ -285,6 +340,7 @@ def eviction_by_resource(*, pod_reason: str | None, message: str | None) -> Find
         )
     m = _RESOURCE.search(text)
     resource = m.group(1).rstrip(".") if m is not None else "memory"
+    resource = _CONDITION_RESOURCES.get(resource, resource)
     if resource != "memory":
         return Finding(
             code="node-pressure-eviction",

@@ -24,6 +24,10 @@ from podmortem.reports import codes
 #: may be a peer's doing (a plain SIGKILL, a Python exception such as a connection reset).
 OWN_CAUSES = frozenset(codes.VERDICTS) - {"sigkill-not-oom", "python-exception"}
 SIGTERM_EXIT = 143
+#: A local worker killed by one of these (SIGBUS, SIGKILL, SIGSEGV) died of something of this pod's:
+#: the agent's ``Sending process N closing signal SIGTERM`` lines are it stopping that worker's
+#: siblings, not a sign that a peer failed first.
+LOCAL_SIGNALS = frozenset({7, 9, 11})
 ROLES = ("root-cause", "consequence", "unrelated", "not-failed")
 
 
@@ -78,9 +82,9 @@ def peer_evidence(p: PodFacts) -> str | None:
     strong = [s for s in signals if s.kind != "agent-sigterm"]
     if strong:
         return strong[0].line
-    if signals:
-        return signals[0].line
     child = training_log.child_failure(p.last_lines)
+    if signals and not (child is not None and child.signal in LOCAL_SIGNALS):
+        return signals[0].line
     if child is not None and child.exit_code == -15:
         return f"torchrun: local rank {child.local_rank} exited with -15 (SIGTERM)"
     if p.exit_code == SIGTERM_EXIT:

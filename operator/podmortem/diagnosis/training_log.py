@@ -231,6 +231,31 @@ def shm_evidence(lines: Sequence[str]) -> ShmEvidence | None:
     return None
 
 
+#: Linux's signal numbers (x86 and arm alike), as torchrun's negative exit codes and Python's
+#: ``signal.Signals`` number them.
+SIGNAL_NAMES: dict[int, str] = {
+    1: "SIGHUP",
+    2: "SIGINT",
+    3: "SIGQUIT",
+    4: "SIGILL",
+    5: "SIGTRAP",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    8: "SIGFPE",
+    9: "SIGKILL",
+    10: "SIGUSR1",
+    11: "SIGSEGV",
+    12: "SIGUSR2",
+    13: "SIGPIPE",
+    14: "SIGALRM",
+    15: "SIGTERM",
+}
+
+
+def signal_name(signal: int) -> str:
+    return SIGNAL_NAMES.get(signal, f"signal {signal}")
+
+
 @dataclass(frozen=True)
 class ChildFailure:
     """torchrun's ``ChildFailedError`` root cause: the local worker that failed first in this pod."""
@@ -241,54 +266,182 @@ class ChildFailure:
     pid: int | None
     time: str | None
     host: str | None
+    #: The signal that killed the worker: torchrun's negative exit code, or the summary's
+    #: ``Signal N (SIGX) received by PID N``; None for a worker that exited of itself.
+    signal: int | None = None
+    #: "torchrun-summary" (the ``Root Cause`` block) or "torchrun-agent" (the agent's ``failed`` line).
+    source: str = "torchrun-summary"
+    #: The text it was read from (the block joined on one line, or the agent's line).
+    line: str = ""
 
 
-_FIELD = re.compile(r"\b(time|host|rank|exitcode)\s*:\s*(\S+)(?:\s*\((?:local_rank|pid):\s*(-?\d+)\))?")
+#: torch.distributed.elastic.multiprocessing.errors' summary (``ChildFailedError.format_msg``):
+#: torch >= 1.10 ``Root Cause (first observed failure):``, torch 1.9 ``Root Cause:`` then ``[0]:``.
+_ROOT_CAUSE = re.compile(r"Root Cause(?: \(first observed failure\)\s*:|:(?=\s*(?:\[\d+\]:|$)))")
+#: One field of the block: ``exitcode  : -9 (pid: 14750)`` (also ``exitcode: -9 (pid: N)`` run on
+#: into the next field, as flattened or transcribed copies have it).
+_EXITCODE = re.compile(r"\bexit ?code\s*:\s*(-?\d{1,4})\b(?:\s*\(pid:\s*(\d{1,10})\))?", re.IGNORECASE)
+_RANK = re.compile(r"\brank\s*:?\s*(\d{1,6})\s*\(local[_ ]rank:\s*(\d{1,6})\)", re.IGNORECASE)
+_RANK_ALONE = re.compile(r"(?<!local_)(?<!local )\brank\s*:\s*(\d{1,6})\b", re.IGNORECASE)
+_TIME_HOST = re.compile(r"\b(time|host)\s*:\s*(\S+)")
+#: ``ProcessFailure``'s message for a worker killed by a signal (it has no error file):
+#: ``Signal 9 (SIGKILL) received by PID 14750`` (``traceback :`` in torch >= 1.10, ``msg:`` in 1.9).
+_RECEIVED = re.compile(
+    r"\bsignal\s+(\d{1,3})\s*\((SIG[A-Z0-9]+)\)\s*received by PID\s*(\d{1,10})", re.IGNORECASE
+)
 
 
 def child_failure(lines: Sequence[str]) -> ChildFailure | None:
-    """The ``Root Cause (first observed failure)`` block of torchrun's summary, one line or many."""
+    """The ``Root Cause (first observed failure)`` block of torchrun's summary, one line or many.
+
+    Where the block is cut off, or says nothing of the worker's end, the agent's own ``failed
+    (exitcode: N)`` line tells instead (`_agent_failure`).
+    """
     text = ""
     for i, raw in enumerate(lines):
-        if "Root Cause (first observed failure)" in raw:
-            text = " ".join(strip_prefix(x).strip() for x in lines[i : i + 10])
-            text = text.split("Root Cause (first observed failure)", 1)[1].split("=====", 1)[0]
+        if "Root Cause" in raw:
+            joined = " ".join(strip_prefix(x).strip() for x in lines[i : i + 10])
+            m = _ROOT_CAUSE.search(joined)
+            if m is not None:
+                text = joined[m.end():].split("=====", 1)[0]
     if not text:
         return _agent_failure(lines)
-    fields: dict[str, tuple[str, str | None]] = {}
-    for m in _FIELD.finditer(text):
-        fields.setdefault(m.group(1), (m.group(2), m.group(3)))
-
-    def num(value: str | None) -> int | None:
-        return int(value) if value is not None and re.fullmatch(r"-?\d+", value) else None
-
-    rank = fields.get("rank", ("", None))
-    code = fields.get("exitcode", ("", None))
+    code = _EXITCODE.search(text)
+    received = _RECEIVED.search(text)
+    if code is None and received is None:
+        return _agent_failure(lines) or ChildFailure(None, None, None, None, None, None)
+    rank = _RANK.search(text)
+    rank_alone = _RANK_ALONE.search(text) if rank is None else None
+    fields: dict[str, str] = {}
+    for m in _TIME_HOST.finditer(text):
+        fields.setdefault(m.group(1), m.group(2))
+    exit_code = int(code.group(1)) if code is not None else None
+    signal = -exit_code if exit_code is not None and exit_code < 0 else None
+    if received is not None and (signal is None or exit_code is None):
+        signal = int(received.group(1))
+    if exit_code is None and signal is not None:
+        exit_code = -signal  # the agent's exit code for a worker killed by a signal
+    pid = code.group(2) if code is not None and code.group(2) else (received.group(3) if received else None)
     return ChildFailure(
-        rank=num(rank[0]),
-        local_rank=num(rank[1]),
-        exit_code=num(code[0]),
-        pid=num(code[1]),
-        time=fields.get("time", (None, None))[0],
-        host=fields.get("host", (None, None))[0],
+        rank=int(rank.group(1)) if rank else int(rank_alone.group(1)) if rank_alone else None,
+        local_rank=int(rank.group(2)) if rank else None,
+        exit_code=exit_code,
+        pid=int(pid) if pid is not None else None,
+        time=fields.get("time"),
+        host=fields.get("host"),
+        signal=signal,
+        source="torchrun-summary",
+        # From the exit code on: the time and host before it say nothing of the death.
+        line=" ".join(text[min(m.start() for m in (code, received) if m is not None):].split()),
     )
 
 
 #: torch.distributed.elastic's agent (multiprocessing/api.py), logged for the first worker that failed:
-#: ``"failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s"`` (glog or logging prefixes before it).
+#: ``"failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s"`` (glog or logging prefixes before it,
+#: or anything a progress bar redrawn with ``\r`` left on the line).
 _AGENT_FAILED = re.compile(
-    r"failed \(exitcode: (-?[0-9]{1,4})\) local_rank: ([0-9]{1,6}) \(pid: ([0-9]{1,10})\)"
+    r"failed \(exitcode: ?(-?[0-9]{1,4})\) local[_ ]rank: ?([0-9]{1,6}) \(pid: ?([0-9]{1,10})\)"
 )
 
 
 def _agent_failure(lines: Sequence[str]) -> ChildFailure | None:
-    """The agent's own line for the first failed worker, where the summary block was cut off."""
-    for raw in lines:
+    """The agent's own line for the first failed worker, where the summary block was cut off.
+
+    The last such line: a job restarted by ``--max-restarts`` logs one per attempt, and the last
+    attempt's is the one that ended it.
+    """
+    for raw in reversed(lines):
         if "failed (exitcode:" in raw:
-            m = _AGENT_FAILED.search(raw)
-            if m is not None:
-                return ChildFailure(rank=None, local_rank=int(m.group(2)), exit_code=int(m.group(1)),
-                                    pid=int(m.group(3)), time=None, host=None)
+            found = list(_AGENT_FAILED.finditer(raw))
+            if found:
+                m = found[-1]
+                code = int(m.group(1))
+                return ChildFailure(rank=None, local_rank=int(m.group(2)), exit_code=code,
+                                    pid=int(m.group(3)), time=None, host=None,
+                                    signal=-code if code < 0 else None, source="torchrun-agent",
+                                    line=_message_at(raw, m.start()))
+    return None
+
+
+def _excerpt(raw: str, start: int) -> str:
+    """A long line (a ``CalledProcessError``'s command): its start, ``...``, the message at ``start``."""
+    line = strip_prefix(raw).strip()
+    if len(line) <= 240:
+        return line
+    return f"{line[:100].rstrip()} ... {raw[start:].strip()}"
+
+
+def _message_at(raw: str, start: int) -> str:
+    """The line from where the message at ``start`` begins: after the last ``\\r`` of a progress bar
+    redrawn before it, and at most a logging prefix's length (160 characters) before it."""
+    cut = max(raw.rfind("\r", 0, start) + 1, start - 160, 0)
+    return strip_prefix(raw[cut:]).strip()
+
+
+@dataclass(frozen=True)
+class ChildSignal:
+    """A launcher's word that the process it started died of a signal (the launcher itself lived on)."""
+
+    signal: int
+    #: "torchrun-summary", "torchrun-agent", "subprocess" (Python's ``CalledProcessError``, raised by
+    #: ``torch.distributed.launch`` before torchrun), "deepspeed" (DeepSpeed's launcher).
+    source: str
+    line: str
+    pid: int | None = None
+    local_rank: int | None = None
+
+    @property
+    def name(self) -> str:
+        return signal_name(self.signal)
+
+    @property
+    def who(self) -> str:
+        """The process, in words: ``torchrun's local rank 0 (pid 14750)``."""
+        if self.source.startswith("torchrun"):
+            rank = f"local rank {self.local_rank}" if self.local_rank is not None else "a worker"
+            pid = f" (pid {self.pid})" if self.pid is not None else ""
+            return f"torchrun's {rank}{pid}"
+        if self.source == "deepspeed":
+            return "a worker started by DeepSpeed's launcher"
+        return "a child process (subprocess.CalledProcessError)"
+
+
+#: CPython's ``CalledProcessError.__str__``: ``Command '...' died with <Signals.SIGSEGV: 11>.`` (3.6+),
+#: ``died with unknown signal N.``, and before 3.6 ``returned non-zero exit status -11``.
+_SUBPROCESS_SIGNAL = re.compile(
+    r"died with <Signals\.SIG[A-Z0-9]+: (\d{1,3})>|died with unknown signal (\d{1,3})\b"
+    r"|returned non-zero exit status -(\d{1,3})\b"
+)
+#: DeepSpeed's launcher (``deepspeed/launcher/launch.py``, ``sigkill_handler``):
+#: ``[...] exits with return code = -9``.
+_DEEPSPEED_SIGNAL = re.compile(r"exits with return code = -(\d{1,3})\b")
+
+
+def child_signal(lines: Sequence[str]) -> ChildSignal | None:
+    """The signal a launcher says its child died of.
+
+    torchrun's word first (the summary's root cause, else the agent's line): when it names a
+    worker that exited of itself, no signal is read elsewhere. Without it, the last
+    ``CalledProcessError`` for a signal, or DeepSpeed's ``exits with return code = -N``.
+    """
+    return _child_signal(lines, child_failure(lines))
+
+
+def _child_signal(lines: Sequence[str], child: ChildFailure | None) -> ChildSignal | None:
+    if child is not None and (child.exit_code is not None or child.signal is not None):
+        if child.signal is None:
+            return None
+        return ChildSignal(signal=child.signal, source=child.source, line=child.line,
+                           pid=child.pid, local_rank=child.local_rank)
+    for raw in reversed(lines):
+        if "died with" not in raw and "exit status -" not in raw and "exits with return code = -" not in raw:
+            continue
+        found = [(m, "subprocess") for m in _SUBPROCESS_SIGNAL.finditer(raw)]
+        found += [(m, "deepspeed") for m in _DEEPSPEED_SIGNAL.finditer(raw)]
+        if found:
+            m, source = max(found, key=lambda f: f[0].start())
+            number = next(g for g in m.groups() if g is not None)
+            return ChildSignal(signal=int(number), source=source, line=_excerpt(raw, m.start()))
     return None
 
 
@@ -337,15 +490,19 @@ class LogFacts:
     child: ChildFailure | None = None
     peers: list[PeerSignal] = field(default_factory=list)
     segfault_line: str | None = None
+    #: The signal a launcher (torchrun, ``torch.distributed.launch``, DeepSpeed) says its child died of.
+    child_signal: ChildSignal | None = None
 
 
 def read(lines: Sequence[str]) -> LogFacts:
     segv = next((strip_prefix(x).strip() for x in reversed(lines) if "Segmentation fault" in x), None)
+    child = child_failure(lines)
     return LogFacts(
         cuda_oom=cuda_oom(lines),
         exception=python_exception(lines),
         shm=shm_evidence(lines),
-        child=child_failure(lines),
+        child=child,
         peers=peer_signals(lines),
         segfault_line=segv,
+        child_signal=_child_signal(lines, child),
     )

@@ -148,12 +148,17 @@ def diagnose_termination(
 
 
 def _log_causes(t: Termination, told: training_log.LogFacts) -> list[Finding]:
-    """The cause the log tail and exit code show, most specific first (a CUDA OOM before its traceback)."""
+    """The cause the log tail and exit code show, most specific first (a CUDA OOM before its traceback).
+
+    A launcher's child killed by a signal comes before the traceback: torchrun's ``ChildFailedError``
+    and ``torch.distributed.launch``'s ``CalledProcessError`` only report that death.
+    """
     oom = exit_causes.cuda_oom(told)
     if oom:
         return oom
     for rule in (exit_causes.shm_full(exit_code=t.exit_code, facts=told, shm=t.shm),
-                 exit_causes.segfault(exit_code=t.exit_code, facts=told)):
+                 exit_causes.segfault(exit_code=t.exit_code, facts=told),
+                 exit_causes.child_sigkill(exit_code=t.exit_code, facts=told)):
         if rule is not None:
             return [rule]
     return exit_causes.python_exception(exit_code=t.exit_code, facts=told)
