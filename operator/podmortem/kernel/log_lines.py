@@ -322,7 +322,10 @@ def continues(prev_raw: str, prev: Line, raw: str) -> bool:
     text, indent = strip_paste(raw)
     long_prev = len(strip_paste(prev_raw)[0]) >= 60
     # A hard wrap that fell on a space starts its part with that one space.
-    if not text or indent > prev.indent + (1 if long_prev else 0) or text[0] in "$#`[<>":
+    # A call-trace frame ("[<ffffffff8114e30a>] ? oom_kill_process+0x28a/0x3e0") wrapped off its
+    # stamp is the whole message of a line that is nothing but its prefix.
+    frame = text.startswith("[<") and not prev.msg.strip()
+    if not text or indent > prev.indent + (1 if long_prev else 0) or (text[0] in "$#`[<>" and not frame):
         return False
     text = text.strip()
     if not text or text in ELISIONS or text.startswith(("```", "...", "…")):
@@ -331,7 +334,16 @@ def continues(prev_raw: str, prev: Line, raw: str) -> bool:
         return False
     if prev.fmt == "kmsg" and indent and _KMSG_DICT.match(" " + text):
         return False  # a /dev/kmsg dictionary line (SUBSYSTEM=…), not the rest of the message
+    if prev.msg.startswith("Memory cgroup stats for ") and _V1_STATS_PART.match(text):
+        # The rest of a one-line v1 stats line ("cache:…KB rss:…KB …"), whatever its parts'
+        # lengths: wrapped twice (a terminal's wrap of a hard-wrapped paste), a part is short.
+        return True
     return prev.soft_end or long_prev
+
+
+#: What a wrap leaves of mem_cgroup_print_oom_info's one-line v1 stats ("%s:%luKB " per key, 3.x-5.x):
+#: a key's or number's rest, whole keys, and the start of the next one.
+_V1_STATS_PART = re.compile(r"(?:[a-z_]*:\d+KB|\d*K?B)(?: [a-z_]+:\d+KB)*(?: [a-z_]+(?::\d*K?)?)?$")
 
 
 #: Another program's line or a shell prompt: "containerd[1021]: ...", "root@node-7:~# ...".
@@ -386,7 +398,10 @@ def join(prev: Line, raw: str) -> Line:
     soft = prev.soft_end or indent > prev.indent or _between_words(prev.msg, text)
     glue = " " if soft else ""
     soft_end = raw.rstrip("\r")[-1:] in (" ", "\t")
-    return _finish(
-        prev.msg + glue + text, prev.fmt, prev.host, prev.mono, prev.time_text, prev.seq, prev.clock,
-        soft_end, prev.indent,
-    )
+    msg, mono, clock = prev.msg + glue + text, prev.mono, prev.clock
+    if mono is None and msg.startswith("[") and (m := _DMESG_MONO.match(msg)) is not None:
+        # A wrap inside the dmesg stamp after a syslog prefix ("kernel: [ " / "8341.856856] …"):
+        # the stamp is whole again only now.
+        msg, mono = msg[m.end():], float(m.group(1))
+        clock = mono  # as split() sets it for a whole line: the stamp orders lines, not the syslog time
+    return _finish(msg, prev.fmt, prev.host, mono, prev.time_text, prev.seq, clock, soft_end, prev.indent)

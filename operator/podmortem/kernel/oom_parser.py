@@ -232,7 +232,8 @@ class OomParser:
             held_raw, held_line = held
             # Fast path: a line opening like the held one (same stamp shape) is never its wrapped part.
             # (Indented, quoted or numbered pastes differ only after their marks: those always ask.)
-            wrapped = bool(raw) and (raw[0] in " \t>" or (raw[0] != "[" and raw[:3] != held_raw[:3]))
+            wrapped = bool(raw) and (
+                raw[0] in " \t>" or raw[:2] == "[<" or (raw[0] != "[" and raw[:3] != held_raw[:3]))
             if wrapped and log_lines.continues(held_raw, held_line, raw):
                 self._held = (raw, log_lines.join(held_line, raw))
                 return
