@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from podmortem.diagnosis import verdicts
 from podmortem.operator import stored_report
 from podmortem.operator.reporting import fit, summary
+from podmortem.reports import times
 from podmortem.reports.failure import FailureReport
 from podmortem_demo.harness import evidence_for
 
@@ -55,5 +56,5 @@ def test_reports_without_a_pending_record_or_readable_times() -> None:
     assert not stored_report.pending_record({"kernelRecord": "attached"})
     assert not stored_report.pending_record({"evidence": {"kernelRecord": {"state": "not-found"}}})
     assert not stored_report.pending_record({"evidence": "garbage"})
-    assert stored_report.parse_time("yesterday") is None and stored_report.parse_time(None) is None
+    assert times.parse_time("yesterday") is None and times.parse_time(None) is None
     assert stored_report.failure_report({"verdict": 5, "findings": "no"}) is None

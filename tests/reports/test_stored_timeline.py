@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from podmortem.reports import page, stored_timeline
+from podmortem.reports import page, stored_timeline, times
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.timeline import Projection
 
@@ -31,9 +31,9 @@ def test_a_long_series_is_bounded_keeping_the_first_and_last_sample() -> None:
     doc = stored_timeline.compact(samples(4000))
     assert doc["samples"] == 4000 and len(doc["points"]) == stored_timeline.MAX_POINTS
     assert doc["points"][0][0] == "2026-05-01T00:00:00Z"
-    assert doc["points"][-1][0] == stored_timeline.iso(T0 + timedelta(seconds=39_990))
-    times = [p[0] for p in doc["points"]]
-    assert times == sorted(times) and len(set(times)) == len(times)
+    assert doc["points"][-1][0] == times.rfc3339(T0 + timedelta(seconds=39_990))
+    stamps = [p[0] for p in doc["points"]]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
     # 360 points with two groups stay a small file (this is why it is not in the 16 KiB status).
     assert 16 * 1024 < len(json.dumps(doc)) < 40 * 1024
 

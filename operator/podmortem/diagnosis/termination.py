@@ -18,6 +18,7 @@ from typing import Any
 
 from podmortem.diagnosis import exit_causes
 from podmortem.diagnosis import sibling_oom as sibling_oom_mod
+from podmortem.reports.times import parse_time
 
 SIGKILL_EXIT = 137
 
@@ -56,17 +57,6 @@ class Termination:
     def key(self) -> str:
         """What makes a termination unique, for reporting once."""
         return f"{self.pod_uid}/{self.container}/{self.container_id or 'evicted'}"
-
-
-def parse_time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def time_zone(pod: Mapping[str, Any], container: str) -> str | None:

@@ -20,6 +20,7 @@ from podmortem.diagnosis import job_root_cause as jrc
 from podmortem.diagnosis import termination as term_mod
 from podmortem.operator import log_links
 from podmortem.reports.text import shorten
+from podmortem.reports.times import rfc3339_or_none
 
 #: Characters of a row's line kept before any other trimming (cut at a word: `reports.text.shorten`).
 LINE_CHARS = 240
@@ -29,10 +30,6 @@ ROOT_LINE_CHARS_TIGHT = 80
 EVENT_LINE_CHARS = 300
 #: Row order when trimming: the last kinds go first.
 _KEEP_ORDER = {"root-cause": 0, "unrelated": 1, "consequence": 2, "not-failed": 3}
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else None
 
 
 def pod_facts(
@@ -90,7 +87,7 @@ def _row(r: jrc.PodRow) -> dict[str, Any]:
     if p.several_containers:  # which of the pod's containers the row is about
         row["container"] = p.container
     if p.failed:
-        row.update(exitCode=p.exit_code, reason=p.reason, finishedAt=_iso(p.finished_at))
+        row.update(exitCode=p.exit_code, reason=p.reason, finishedAt=rfc3339_or_none(p.finished_at))
     if r.line and r.role != "root-cause":  # the root's line is in ``rootCause``
         row["line"] = shorten(r.line, LINE_CHARS)
     row["logUrl"] = p.log_url

@@ -50,6 +50,7 @@ from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.failure import FailureReport
 from podmortem.reports.text import shorten
 from podmortem.reports.timeline import Projection
+from podmortem.reports.times import parse_time, rfc3339_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -85,12 +86,8 @@ class Outcome:
         return str(self.document["evidence"]["kernelRecord"]["state"])
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else None
-
-
 def _ns_iso(ns: int | None) -> str | None:
-    return _iso(datetime.fromtimestamp(ns / 1e9, UTC)) if ns is not None else None
+    return rfc3339_or_none(datetime.fromtimestamp(ns / 1e9, UTC)) if ns is not None else None
 
 
 def thin(points: list[tuple[datetime, int]], *, keep: int = SERIES_POINTS) -> list[list[Any]]:
@@ -103,7 +100,7 @@ def thin(points: list[tuple[datetime, int]], *, keep: int = SERIES_POINTS) -> li
         picked.add(len(points) - 1)
         picked.add(max(range(len(points)), key=lambda i: points[i][1]))
         points = [points[i] for i in sorted(picked)]
-    return [[_iso(at), value] for at, value in points]
+    return [[rfc3339_or_none(at), value] for at, value in points]
 
 
 def working_set_document(ws: prometheus.WorkingSet) -> dict[str, Any]:
@@ -111,7 +108,7 @@ def working_set_document(ws: prometheus.WorkingSet) -> dict[str, Any]:
     peak = ws.peak
     if peak is not None:
         doc["peakBytes"] = peak[1]
-        doc["peakAt"] = _iso(peak[0])
+        doc["peakAt"] = rfc3339_or_none(peak[0])
     if ws.note:
         doc["note"] = ws.note
     doc["points"] = thin(ws.points)
@@ -347,8 +344,8 @@ class Reporter:
                 "reason": t.reason,
                 "podReason": t.pod_reason,
                 "podMessage": t.pod_message,
-                "startedAt": _iso(t.started_at),
-                "finishedAt": _iso(t.finished_at),
+                "startedAt": rfc3339_or_none(t.started_at),
+                "finishedAt": rfc3339_or_none(t.finished_at),
             }
             | ({"timeZone": t.time_zone} if t.time_zone else {}),
             "reportedAt": kube_mod.now_rfc3339(),
@@ -543,7 +540,7 @@ class Reporter:
         status = target.role == "trainingjob"
         document = stored_report.context(stored, status=status)
         document["reportUrl"] = self.page_url(target)
-        reported = stored_report.parse_time(document.get("reportedAt"))
+        reported = parse_time(document.get("reportedAt"))
         elapsed = max(0.0, (datetime.now(UTC) - reported).total_seconds()) if reported is not None else 0.0
         last_line_ns = stored_report.last_line_ns(document)
         report = stored_report.failure_report(stored) if status else None

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -26,6 +25,7 @@ from pydantic import ValidationError
 from podmortem.errors import PodmortemError
 from podmortem.operator import kernel_record
 from podmortem.reports.failure import FailureReport
+from podmortem.reports.times import parse_time
 
 #: Keys of a status report that are its context, not the `FailureReport` (see ``reports.fit``).
 CONTEXT_KEYS = ("pod", "reportedAt", "updatedAt", "evidence", "reportUrl")
@@ -165,16 +165,6 @@ def failure_report(stored: Mapping[str, Any]) -> FailureReport | None:
     try:
         return FailureReport.model_validate({k: v for k, v in stored.items() if k not in CONTEXT_KEYS})
     except ValidationError:
-        return None
-
-
-def parse_time(value: object) -> datetime | None:
-    """An RFC 3339 time as written in reports (``...Z``); None when absent or malformed."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
         return None
 
 

@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from podmortem.reports import timeline as tl_mod
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.text import shorten
+from podmortem.reports.times import parse_time
 from podmortem.reports.units import human_bytes
 
 #: Seconds after which a page whose evidence is pending reloads itself.
@@ -113,18 +114,6 @@ def safe_url(url: object) -> str | None:
     if (url.startswith("/") and not url.startswith("//")) or url.startswith(("http://", "https://")):
         return esc(url)
     return None
-
-
-def parse_time(value: object) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if not isinstance(value, str):
-        return None
-    try:
-        at = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def _utc(at: datetime | None, zone: ZoneInfo | None = None) -> str:

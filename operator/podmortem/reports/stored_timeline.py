@@ -20,7 +20,8 @@ from typing import Any
 
 from podmortem.files import write_json_atomic
 from podmortem.reports.memory import MemorySample, ProcessMemory
-from podmortem.reports.timeline import Projection, iso
+from podmortem.reports.timeline import Projection
+from podmortem.reports.times import rfc3339
 
 MAX_POINTS = 360
 VERSION = 1
@@ -60,20 +61,20 @@ def compact(
 ) -> dict[str, Any]:
     """The JSON document: ``points`` as ``[time, usage, limit, {group: pss}]``, restarts, projection."""
     points = [
-        [iso(s.at), s.usage_bytes, s.limit_bytes, _groups(s.processes)]
+        [rfc3339(s.at), s.usage_bytes, s.limit_bytes, _groups(s.processes)]
         for s in downsample(samples, max_points)
     ]
     doc: dict[str, Any] = {
         "version": VERSION,
         "samples": len(samples),
         "points": points,
-        "restarts": [iso(t) for t in restarts],
+        "restarts": [rfc3339(t) for t in restarts],
     }
     if projection is not None:
         doc["projection"] = {
-            "start": iso(projection.start),
+            "start": rfc3339(projection.start),
             "startBytes": projection.start_bytes,
-            "end": iso(projection.end),
+            "end": rfc3339(projection.end),
             "endBytes": projection.end_bytes,
             "text": projection.text,
         }

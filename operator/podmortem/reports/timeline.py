@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from podmortem.reports.times import rfc3339
 from podmortem.reports.units import human_bytes
 
 WIDTH = 760
@@ -78,10 +79,6 @@ class Timeline:
     def has_bytes(self) -> bool:
         """Whether anything gives the y axis a scale (a series, a peak, a projection); else no picture."""
         return not self.empty() or self.projection is not None
-
-
-def iso(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def axis_label(value: int) -> str:
@@ -153,10 +150,10 @@ def _marker(sc: Scale, at: datetime, cls: str, label: str, colour: str, dash: st
     x = _f(sc.x(at))
     d = f' stroke-dasharray="{dash}"' if dash else ""
     return (
-        f'<g class="{cls}" data-t="{iso(at)}"><line x1="{x}" x2="{x}" y1="{TOP}" y2="{HEIGHT - BOTTOM}" '
+        f'<g class="{cls}" data-t="{rfc3339(at)}"><line x1="{x}" x2="{x}" y1="{TOP}" y2="{HEIGHT - BOTTOM}" '
         f'stroke="{colour}" stroke-width="2"{d}/><text x="{x}" y="{TOP + 10 + 12 * row}" font-size="10" '
         f'fill="{colour}" text-anchor="end" dx="-3">{html.escape(label)}</text>'
-        f"<title>{html.escape(label)} at {iso(at)} UTC</title></g>"
+        f"<title>{html.escape(label)} at {rfc3339(at)} UTC</title></g>"
     )
 
 
@@ -199,9 +196,9 @@ def legend_of(tl: Timeline) -> list[tuple[str, str]]:
     for i, label in enumerate(labels):
         out.append((BAND_COLOURS[i % len(BAND_COLOURS)], f"PSS of {label}"))
     if tl.kill_at is not None:
-        out.append(("#c00", f"kill at {iso(tl.kill_at)} UTC"))
+        out.append(("#c00", f"kill at {rfc3339(tl.kill_at)} UTC"))
     if tl.last_line_at is not None:
-        out.append(("#2a7", f"last log line at {iso(tl.last_line_at)} UTC"))
+        out.append(("#2a7", f"last log line at {rfc3339(tl.last_line_at)} UTC"))
     if tl.restarts:
         out.append(("#888", f"{len(tl.restarts)} restart(s)"))
     if tl.projection is not None:
@@ -267,7 +264,8 @@ def svg(tl: Timeline, *, title: str = "memory timeline") -> str:
         parts.append(f'<polyline class="usage" points="{pts}" fill="none" stroke="#222" stroke-width="1.5"/>')
     for e in tl.epochs:
         parts.append(
-            f'<circle class="epoch" data-t="{iso(e.at)}" cx="{_f(sc.x(e.at))}" cy="{_f(sc.y(e.peak_bytes))}" '
+            f'<circle class="epoch" data-t="{rfc3339(e.at)}" cx="{_f(sc.x(e.at))}" '
+            f'cy="{_f(sc.y(e.peak_bytes))}" '
             f'r="3.5" fill="#6a3d9a"><title>epoch {e.epoch}: peak {human_bytes(e.peak_bytes)}</title>'
             "</circle>"
         )
