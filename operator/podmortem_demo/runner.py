@@ -57,6 +57,7 @@ from podmortem.operator.settings import (
     PrometheusSettings,
 )
 from podmortem.reports.oom_record import OomKillRecord
+from podmortem.reports.stored_fields import kernel_record_state
 from podmortem_demo import describe, kernel, trainer
 from podmortem_demo.agent import KubeletPods, RunningAgent, running_agent
 from podmortem_demo.cluster import DemoApi
@@ -638,18 +639,18 @@ class Demo:
             """The job once its report no longer waits for the kernel record (attached or given up)."""
             obj = ended()
             report = ((obj or {}).get("status") or {}).get("failureReport")
-            return obj if obj is not None and _record_state(report) != kernel_record.PENDING else None
+            return obj if obj is not None and kernel_record_state(report) != kernel_record.PENDING else None
 
         seen = time.monotonic()
         tj = _wait(ended, until=deadline, what=f"TrainingJob {name} to end (Succeeded, or Failed, reported)")
         report = (tj.get("status") or {}).get("failureReport")
         recorded = f" [{RECORDED_LABEL}]" if choice.mode == "recorded" else ""
         if report:
-            pending = _record_state(report) == kernel_record.PENDING
+            pending = kernel_record_state(report) == kernel_record.PENDING
             say(
                 f"failure report in TrainingJob status {time.monotonic() - seen:.1f} s after the kubelet "
                 f"wrote the termination: verdict {report.get('verdict')} ({_findings(report)}); "
-                f"kernel record {_record_state(report)}"
+                f"kernel record {kernel_record_state(report)}"
                 + (
                     " (not at the node agent yet: the report and its Event say so; the operator asks "
                     "again and patches the record in)"
@@ -660,7 +661,7 @@ class Demo:
             if pending:
                 tj = _wait(settled, until=deadline, what=f"the kernel record in TrainingJob {name}'s report")
                 report = (tj.get("status") or {}).get("failureReport") or {}
-                state = _record_state(report)
+                state = kernel_record_state(report)
                 say(
                     f"the operator asked the agent again: kernel record {state}"
                     + (recorded if state == kernel_record.ATTACHED else "")
@@ -729,7 +730,7 @@ def recorded_labels(tj: dict[str, Any]) -> describe.Labels:
     """What `describe` marks in recorded mode: each part of the report taken from the recorded kernel
     record, the condition and Event that quote it, and the pod memory figures (no cgroup: PSS sums)."""
     report = (tj.get("status") or {}).get("failureReport") or {}
-    attached = _record_state(report) == kernel_record.ATTACHED
+    attached = kernel_record_state(report) == kernel_record.ATTACHED
     mark = f"[{RECORDED_LABEL}]"
     fields: dict[tuple[str, ...], str] = {("status", "memory"): f"[{PSS_MEASURE}]"}
     conditions: dict[str, str] = {}
@@ -777,10 +778,6 @@ def _memory_evidence_line(report: dict[str, Any]) -> str | None:
         f"{ws.get('source', '?')} (usage less inactive file, sampled: it misses a rise between two "
         "samples, so it can read below the pod peak)"
     )
-
-
-def _record_state(report: dict[str, Any] | None) -> str | None:
-    return (((report or {}).get("evidence") or {}).get("kernelRecord") or {}).get("state")
 
 
 def _findings(report: dict[str, Any]) -> str:

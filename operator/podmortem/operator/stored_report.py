@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from podmortem.errors import PodmortemError
 from podmortem.operator import kernel_record
 from podmortem.reports.failure import FailureReport
+from podmortem.reports.stored_fields import kernel_record_state
 from podmortem.reports.times import parse_time
 
 #: Keys of a status report that are its context, not the `FailureReport` (see ``reports.fit``).
@@ -120,18 +121,8 @@ def _errors(value: object) -> list[str]:
     return [e for e in value if isinstance(e, str)] if isinstance(value, list) else []
 
 
-def record_state(stored: Mapping[str, Any]) -> str | None:
-    """The kernel record's state in a stored report, in either form."""
-    summary_state = stored.get("kernelRecord")  # the annotation's summary keeps the state alone
-    if isinstance(summary_state, str):
-        return summary_state
-    record = _mapping(stored.get("evidence")).get("kernelRecord")
-    state = record.get("state") if isinstance(record, Mapping) else None
-    return state if isinstance(state, str) else None
-
-
 def pending_record(stored: Mapping[str, Any]) -> bool:
-    return record_state(stored) == kernel_record.PENDING
+    return kernel_record_state(stored) == kernel_record.PENDING
 
 
 def context(stored: Mapping[str, Any], *, status: bool) -> dict[str, Any]:
@@ -152,7 +143,7 @@ def context(stored: Mapping[str, Any], *, status: bool) -> dict[str, Any]:
         "pod": dict(_mapping(stored.get("pod"))),
         "reportedAt": stored.get("reportedAt"),
         "evidence": {
-            "kernelRecord": {"state": record_state(stored)},
+            "kernelRecord": {"state": kernel_record_state(stored)},
             "workingSet": {"peakBytes": stored.get("workingSetPeakBytes")},
             "log": {"lastLineAt": stored.get("lastLogLineAt"), "url": stored.get("logUrl")},
             "errors": _errors(stored.get("errors")),

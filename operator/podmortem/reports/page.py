@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from podmortem.reports import timeline as tl_mod
 from podmortem.reports.memory import MemorySample, ProcessMemory
+from podmortem.reports.stored_fields import kernel_record_state
 from podmortem.reports.text import shorten
 from podmortem.reports.times import parse_time
 from podmortem.reports.units import human_bytes
@@ -153,15 +154,6 @@ def _evidence(report: Mapping[str, Any]) -> Mapping[str, Any]:
     return ev if isinstance(ev, Mapping) else {}
 
 
-def kernel_state(report: Mapping[str, Any]) -> str | None:
-    """``attached``, ``pending``, ``not-found``, ``not-sought``, from a status report or a summary."""
-    if isinstance(report.get("kernelRecord"), str):
-        return str(report["kernelRecord"])
-    record = _evidence(report).get("kernelRecord")
-    state = record.get("state") if isinstance(record, Mapping) else None
-    return state if isinstance(state, str) else None
-
-
 def _word(value: object) -> str:
     """A field shown as text: a string or a whole number; anything else (absent, edited) is empty."""
     if isinstance(value, bool) or not isinstance(value, str | int):
@@ -241,7 +233,7 @@ _FRACTION = re.compile(r"T\d\d:\d\d:\d\d[.,](\d+)")
 def pending_parts(report: Mapping[str, Any]) -> list[str]:
     """The evidence still coming: the kernel record, the Prometheus series."""
     out = []
-    if kernel_state(report) == "pending":
+    if kernel_record_state(report) == "pending":
         out.append("the kernel's OOM record")
     ws = _evidence(report).get("workingSet")
     if isinstance(ws, Mapping) and ws.get("pending"):
@@ -380,7 +372,7 @@ def _value(key: str, value: object) -> str:
 
 
 def _kernel(report: Mapping[str, Any], kernel_text: str | None) -> str:
-    state = kernel_state(report) or "unknown"
+    state = kernel_record_state(report) or "unknown"
     kernel = _evidence(report).get("kernelRecord")
     note = kernel.get("note") if isinstance(kernel, Mapping) else None
     kill = report.get("kill") if isinstance(report.get("kill"), Mapping) else None
