@@ -1,4 +1,4 @@
-"""The kopf handlers: each one hands its event to :class:`podmortem.operator.service.Podmortem`.
+"""The kopf handlers: each one hands its event to :class:`podmortem.operator.service.OperatorService`.
 
 kopf logs in through :func:`build`'s login handler, which takes its credentials
 from :class:`podmortem.kube.connection.Connection` (the one kubeconfig and
@@ -23,7 +23,7 @@ import kopf
 from podmortem.kube import clients, owners
 from podmortem.kube.connection import Connection
 from podmortem.operator import jobs
-from podmortem.operator.service import Podmortem
+from podmortem.operator.service import OperatorService
 from podmortem.operator.settings import (
     TRAININGJOB_GROUP,
     TRAININGJOB_PLURAL,
@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 def build(
     *,
-    service: Podmortem,
+    service: OperatorService,
     settings: OperatorSettings,
     connection: Connection,
 ) -> kopf.OperatorRegistry:

@@ -42,7 +42,7 @@ from podmortem.operator.annotations import Retention
 from podmortem.operator.following import Following
 from podmortem.operator.leadership import Elector
 from podmortem.operator.reporting import Reporter
-from podmortem.operator.service import Podmortem
+from podmortem.operator.service import OperatorService
 from podmortem.operator.settings import (
     TRAININGJOB_GROUP,
     TRAININGJOB_PLURAL,
@@ -58,7 +58,7 @@ logger = logging.getLogger(__name__)
 class Running:
     """Handles of a running operator, for tests and the benchmark."""
 
-    service: Podmortem
+    service: OperatorService
     store: LogStore
     metrics_url: str = ""
     health_url: str = ""
@@ -240,7 +240,7 @@ async def run_operator(
         following = Following(
             api=PodLogApi(log_client, settings=follow_settings), make_sink=make_sink, settings=follow_settings
         )
-        service = Podmortem(
+        service = OperatorService(
             kube=kube, settings=settings, following=following, reporter=reporter, status=status
         )
         following.on_memory_line = service.on_memory_line
@@ -327,7 +327,7 @@ async def _lead_and_run(
     *,
     settings: OperatorSettings,
     registry: kopf.OperatorRegistry,
-    service: Podmortem,
+    service: OperatorService,
     elector: Elector | None,
     stop_flag: asyncio.Event | threading.Event | None,
     ready_flag: asyncio.Event,

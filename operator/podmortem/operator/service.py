@@ -49,7 +49,7 @@ TAIL_DRAIN_S = 0.3
 
 
 @dataclass
-class _Known:
+class WatchedTarget:
     """What the operator keeps per followed target between events."""
 
     target: Target
@@ -70,7 +70,7 @@ class _Known:
     job_task: asyncio.Task[None] | None = None
 
 
-class Podmortem:
+class OperatorService:
     """All operator state and behaviour below the kopf handlers."""
 
     def __init__(
@@ -101,12 +101,12 @@ class Podmortem:
             early_warning_epochs=settings.early_warning_epochs,
         )
         #: Owner uid -> target, for TrainingJobs and watched foreign jobs.
-        self._owners: dict[str, _Known] = {}
+        self._owners: dict[str, WatchedTarget] = {}
         #: Foreign-kind object uid -> its owners' uids, watched or not: a pod's Job may belong to an
         #: annotated JobSet or CronJob of a configured kind (see `resolve`).
         self._parents: dict[str, tuple[str, ...]] = {}
         #: Pod uid -> target (for the memory-line hook, which only knows the pod).
-        self._pods: dict[str, _Known] = {}
+        self._pods: dict[str, WatchedTarget] = {}
         self._reported: set[str] = set()
         self._reporting: dict[str, asyncio.Task[None]] = {}
         self._job_tasks: set[asyncio.Task[None]] = set()
@@ -145,7 +145,7 @@ class Podmortem:
             return
         await self._create_pod(body, known)
 
-    async def _create_pod(self, body: Mapping[str, Any], known: _Known) -> None:
+    async def _create_pod(self, body: Mapping[str, Any], known: WatchedTarget) -> None:
         target = known.target
         pod = jobs.build_pod(body)
         path = kube_mod.resource_path("", "v1", "pods", target.namespace)
@@ -185,7 +185,7 @@ class Podmortem:
             conditions=[("TemplateValid", True, "PodCreated", f"created pod {pod['metadata']['name']}")],
         )
 
-    async def _fail_creation(self, known: _Known, reason: str, message: str) -> None:
+    async def _fail_creation(self, known: WatchedTarget, reason: str, message: str) -> None:
         target = known.target
         await self.status.patch(
             namespace=target.namespace,
@@ -219,11 +219,11 @@ class Podmortem:
         known = self._remember_owner(uid, target)
         await self._announce(known, problems, involved=target.involved(), trainingjob=False)
 
-    def _remember_owner(self, uid: str, target: Target) -> _Known:
+    def _remember_owner(self, uid: str, target: Target) -> WatchedTarget:
         """The followed owner ``uid``, with its latest target (a new entry the first time)."""
         known = self._owners.get(uid)
         if known is None:
-            known = self._owners[uid] = _Known(target=target)
+            known = self._owners[uid] = WatchedTarget(target=target)
         else:
             known.target = target
         return known
@@ -240,7 +240,7 @@ class Podmortem:
         known = self._pods.get(pod_uid)
         return known.target.options.log_retention if known is not None else None
 
-    async def resolve(self, pod: Mapping[str, Any]) -> _Known | None:
+    async def resolve(self, pod: Mapping[str, Any]) -> WatchedTarget | None:
         """Which followed target this pod belongs to, if any."""
         meta = pod.get("metadata", {}) or {}
         pod_uid = str(meta.get("uid", ""))
@@ -258,12 +258,12 @@ class Podmortem:
             return None
         if opts.is_watched(meta.get("annotations")):
             options, problems = opts.from_annotations(meta.get("annotations"), defaults=self.defaults)
-            known = _Known(target=Target.of(pod, role="pod", plural="pods", options=options))
+            known = WatchedTarget(target=Target.of(pod, role="pod", plural="pods", options=options))
             await self._announce(known, problems, involved=known.target.involved(), trainingjob=False)
             return known
         return None
 
-    def _watched_ancestor(self, owners: list[str]) -> _Known | None:
+    def _watched_ancestor(self, owners: list[str]) -> WatchedTarget | None:
         """The nearest followed owner up the pod's owner chain (through objects of configured kinds)."""
         seen: set[str] = set()
         level = owners
@@ -329,7 +329,9 @@ class Podmortem:
             # Only now: the report and the job's row above read this pod's log tail.
             self.following.forget(pod_uid)
 
-    async def _job_root_cause(self, known: _Known, pod: Mapping[str, Any], *, deleted: bool = False) -> None:
+    async def _job_root_cause(
+        self, known: WatchedTarget, pod: Mapping[str, Any], *, deleted: bool = False
+    ) -> None:
         """Update a foreign job's pod facts; with two pods or more and a failure, write the job section.
 
         Recomputed only when a pod's facts change (a running pod's do not), so a thousand pods'
@@ -361,7 +363,7 @@ class Podmortem:
             self._job_tasks.add(known.job_task)
             known.job_task.add_done_callback(self._job_tasks.discard)
 
-    async def _write_job(self, known: _Known) -> None:
+    async def _write_job(self, known: WatchedTarget) -> None:
         """Compute and write the job section until no pod changed meanwhile (changes gathered a moment)."""
         while known.job_dirty:
             known.job_dirty = False
@@ -379,7 +381,7 @@ class Podmortem:
                 current=current,
             )
 
-    def _compute_job(self, known: _Known) -> tuple[JobView, str | None] | None:
+    def _compute_job(self, known: WatchedTarget) -> tuple[JobView, str | None] | None:
         """The job's root cause from its pods' facts (None: under two pods, or none failed), and the
         ``JobRootCause`` Event's message when the root, or the line the Event quotes, is not the one
         announced last (a root cause's report that changed makes the earlier Event's text stale)."""
@@ -422,7 +424,7 @@ class Podmortem:
         self.reporter.jobs[known.target.uid] = view
         return event
 
-    async def _report(self, found: termination.Termination, known: _Known, seen_at: float) -> None:
+    async def _report(self, found: termination.Termination, known: WatchedTarget, seen_at: float) -> None:
         try:
             if self.following is not None:
                 await self.following.wait(found.pod_uid, timeout_s=TAIL_DRAIN_S)
@@ -443,7 +445,9 @@ class Podmortem:
         finally:
             self._reporting.pop(found.key, None)
 
-    async def _stored_report(self, known: _Known, found: termination.Termination) -> dict[str, Any] | None:
+    async def _stored_report(
+        self, known: WatchedTarget, found: termination.Termination
+    ) -> dict[str, Any] | None:
         """The report of this very container instance already on the target (operator restarts), or None."""
         target = known.target
         try:
@@ -466,7 +470,7 @@ class Podmortem:
         )
         return dict(report) if same else None
 
-    async def _trainingjob_pod_status(self, known: _Known, pod: Mapping[str, Any]) -> None:
+    async def _trainingjob_pod_status(self, known: WatchedTarget, pod: Mapping[str, Any]) -> None:
         target = known.target
         fields = pod_status_fields(pod)
         facts = self.following.facts(str(pod.get("metadata", {}).get("uid", ""))) if self.following else None
@@ -568,7 +572,9 @@ class Podmortem:
         elif not change.on and target.role != "trainingjob":  # no condition to show the end: an Event
             await self._event(target.involved(), "Normal", "MemoryPressureEnded", change.message)
 
-    def _note_projection(self, pod_uid: str, container: str, known: _Known, epoch: int, ts_ns: int) -> None:
+    def _note_projection(
+        self, pod_uid: str, container: str, known: WatchedTarget, epoch: int, ts_ns: int
+    ) -> None:
         """Keep the pod's projection line for its report's timeline (None when it projects nothing)."""
         seen = self._epoch_times.setdefault((pod_uid, container), [])
         if not seen or seen[-1][0] != epoch:
@@ -597,7 +603,7 @@ class Podmortem:
 
     async def _announce(
         self,
-        known: _Known,
+        known: WatchedTarget,
         problems: list[opts.OptionProblem],
         *,
         involved: Mapping[str, Any],
