@@ -15,8 +15,21 @@ from podmortem.logs.read_pool import ReadPool
 from .stored import run_sync
 
 
-def _wait_started(started: threading.Event) -> None:
-    assert started.wait(10), "the pool's worker never started the blocking job"
+class _Blocker:
+    """A job that holds the pool's one worker until released."""
+
+    def __init__(self) -> None:
+        self.gate, self.started = threading.Event(), threading.Event()
+
+    def __call__(self) -> None:
+        self.started.set()
+        assert self.gate.wait(30)
+
+    async def hold(self, pool: ReadPool) -> asyncio.Task[None]:
+        """Start it and return once the worker is in it."""
+        task = asyncio.create_task(pool.run(self))
+        assert await asyncio.to_thread(self.started.wait, 10), "the worker never started the blocker"
+        return task
 
 
 async def _queued(pool: ReadPool, n: int) -> None:
@@ -31,11 +44,7 @@ async def _queued(pool: ReadPool, n: int) -> None:
 def test_a_fresh_request_goes_before_a_heavy_one_that_asked_first() -> None:
     pool = ReadPool(threads=1)
     order: list[str] = []
-    gate, started = threading.Event(), threading.Event()
-
-    def blocker() -> None:
-        started.set()
-        assert gate.wait(10)
+    blocker = _Blocker()
 
     async def main() -> None:
         async def heavy(ready: asyncio.Event, go: asyncio.Event) -> None:
@@ -47,13 +56,12 @@ def test_a_fresh_request_goes_before_a_heavy_one_that_asked_first() -> None:
         ready, go = asyncio.Event(), asyncio.Event()
         heavy_task = asyncio.create_task(heavy(ready, go))
         await ready.wait()
-        block = asyncio.create_task(pool.run(blocker))
-        await asyncio.to_thread(_wait_started, started)
+        block = await blocker.hold(pool)
         go.set()
         await _queued(pool, 1)  # the heavy request's job is queued first
         fresh = asyncio.create_task(pool.run(order.append, "fresh"))
         await _queued(pool, 2)
-        gate.set()
+        blocker.gate.set()
         await asyncio.gather(heavy_task, block, fresh)
 
     run_sync(main())
@@ -77,21 +85,16 @@ def test_results_and_errors_reach_the_caller() -> None:
 def test_a_job_whose_caller_was_cancelled_before_it_started_is_not_run() -> None:
     pool = ReadPool(threads=1)
     ran: list[str] = []
-    gate, started = threading.Event(), threading.Event()
-
-    def blocker() -> None:
-        started.set()
-        assert gate.wait(10)
+    blocker = _Blocker()
 
     async def main() -> None:
-        block = asyncio.create_task(pool.run(blocker))
-        await asyncio.to_thread(_wait_started, started)
+        block = await blocker.hold(pool)
         doomed = asyncio.create_task(pool.run(ran.append, "doomed"))
         await _queued(pool, 1)
         doomed.cancel()
         with pytest.raises(asyncio.CancelledError):
             await doomed
-        gate.set()
+        blocker.gate.set()
         await block
         await pool.run(ran.append, "after")  # the worker has passed the dropped job by now
 
@@ -108,23 +111,17 @@ def test_a_hung_job_does_not_hold_up_the_jobs_behind_it() -> None:
     """A read that never returns (a network volume that hangs): after `STUCK_S` the next job gets
     a thread of its own."""
     pool = ReadPool(threads=1)
-    gate, started = threading.Event(), threading.Event()
+    hang = _Blocker()
 
-    def hang() -> str:
-        started.set()
-        assert gate.wait(30)
-        return "hung"
-
-    async def main() -> list[str]:
-        hung = asyncio.create_task(pool.run(hang))
-        await asyncio.to_thread(_wait_started, started)
+    async def main() -> list[object]:
+        hung = await hang.hold(pool)
         await asyncio.sleep(read_pool.STUCK_S + 0.05)
-        done = [await pool.run(str, "behind")]  # answered while the first job still hangs
-        gate.set()
+        done: list[object] = [await pool.run(str, "behind")]  # answered while the first job hangs
+        hang.gate.set()
         done.append(await hung)
         return done
 
     try:
-        assert run_sync(main()) == ["behind", "hung"]
+        assert run_sync(main()) == ["behind", None]
     finally:
-        gate.set()
+        hang.gate.set()
