@@ -243,6 +243,64 @@ def _yaml(doc: dict[str, Any]) -> str:
     return str(yaml.safe_dump(doc, sort_keys=True))
 
 
+# -- pod statuses pasted in part ----------------------------------------------------------------------
+
+CORPUS = FIXTURES / "corpus-new"
+#: The corpus's pod statuses as people posted them: describe's State lines alone, its Containers part,
+#: describe that lost its indentation or follows a shell prompt, a grep'ed or elided -o yaml, a pod's
+#: status alone, the 2014 kubelet's JSON. Each sidecar's ``expect`` is what a person reads in it.
+PASTES = sorted(
+    record
+    for sidecar in CORPUS.glob("*.json")
+    if json.loads(sidecar.read_text()).get("kind") in ("pod-status", "describe-pod")
+    for record in CORPUS.glob(sidecar.stem + ".*")
+    if record != sidecar
+)
+
+
+@pytest.mark.parametrize("record", PASTES, ids=lambda p: p.name.split("-", 1)[0])
+def test_pasted_pod_statuses_give_the_verdict_a_person_reads(record: Path) -> None:
+    sidecar = json.loads(next(CORPUS.glob(record.name.split(".")[0] + ".json")).read_text())
+    expect = sidecar["expect"]
+    data = as_json(record)
+    report = data["reports"][0]
+    assert data["input"]["kinds"] == [{"pod-status": "pod", "describe-pod": "describe"}[sidecar["kind"]]]
+    assert report["verdict"] == expect["verdict"]
+    if "exit_code" in expect:
+        assert report["pod"]["exitCode"] == expect["exit_code"]
+    for key in ("container_id", "runtime"):
+        if key in expect:
+            assert report["kill"][key] == expect[key]
+            assert report["kill"]["pid"] is None  # no kernel record: no process is named
+
+
+def test_a_kill_the_status_shows_names_its_container_and_runtime() -> None:
+    """Without a kernel record the report's ``kill`` is the container the status shows (its ID and the
+    runtime its ``<runtime>://`` names); the text shows the status's end, not a kernel record."""
+    record = CORPUS / "116-loongarch-describe-flattened-last-state-error-137.txt"
+    [report] = as_json(record)["reports"]
+    container = "2680dbb5a408d2c104f7a688f9e292f4a2856bb41a574c0bccb0ef064dcd7d56"
+    assert report["kill"]["container_id"] == container
+    assert report["kill"]["runtime"] == "containerd" and report["kill"]["pid"] is None
+    assert report["pod"]["containerID"].startswith("containerd://2680dbb5")
+    text = diagnose(record).stdout
+    assert "container 'prometheus' of pod monitor/prometheus-696c87f98f-f44nm (exit 137, Error" in text
+    assert "verdict   sigkill-not-oom" in text and "OOM kill 1 of 1" not in text
+    # a container that exited on its own (exit 1) was not killed: no kill
+    [report] = as_json(LOGS / "pod-trainer-error.yaml")["reports"]
+    assert report["kill"] is None
+
+
+def test_a_part_of_a_pod_status_on_standard_input_and_by_kind(tmp_path: Path) -> None:
+    text = (CORPUS / "104-microshift-oc-yaml-grep-laststate-oomkilled.yaml").read_bytes()
+    [report] = as_json(stdin=text)["reports"]
+    assert (report["verdict"], report["pod"]["container"], report["kill"]["runtime"]) == (
+        "memcg-limit", "demo-k8s-buggy", "cri-o")
+    (tmp_path / "status.txt").write_bytes(text.replace(b"\n", b"\r\n"))
+    [report] = as_json("--kind", "pod", tmp_path / "status.txt")["reports"]
+    assert report["verdict"] == "memcg-limit" and report["pod"]["exitCode"] == 137
+
+
 # -- several files, one report ---------------------------------------------------------------------
 
 
@@ -276,7 +334,9 @@ def test_a_record_of_another_pod_is_reported_on_its_own(tmp_path: Path) -> None:
     (tmp_path / "pod.yaml").write_text(pod)
     data = as_json(RECORD, tmp_path / "pod.yaml")
     mine, other = data["reports"]
-    assert mine["pod"]["uid"] == "0d1c2b3a-4f5e-4d6c-8b7a-9f8e7d6c5b4a" and mine["kill"] is None
+    assert mine["pod"]["uid"] == "0d1c2b3a-4f5e-4d6c-8b7a-9f8e7d6c5b4a"
+    # no kernel record of its own: the kill names the container its status shows, no process
+    assert mine["kill"]["pid"] is None and mine["kill"]["container_id"] == "f" * 64
     assert mine["evidence"]["kernelRecord"]["state"] == "not-found"
     # the record stays, reported as kernel text alone is
     assert other["kill"]["pod_uid"] == "6c4333b3-a663-11ea-b39f-6c92bf85beda" and "pod" not in other

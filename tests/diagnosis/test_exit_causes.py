@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from podmortem.diagnosis import exit_causes, termination, training_log, verdicts
 from podmortem.reports.failure import FailureReport
@@ -173,6 +175,55 @@ def test_evictions_by_resource(key: str, verdict: str) -> None:
 def test_node_pressure_eviction_for_other_resources() -> None:
     status = {"reason": "Evicted", "message": "The node was low on resource: pids. "}
     assert report(pod(None, status=status), []).verdict == "node-pressure-eviction"
+
+
+# The kubelet's eviction messages, built as pkg/kubelet/eviction/helpers.go builds them (and as
+# kubelets before 1.8 wrote them), with any container, quantity and volume in them.
+_names = st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True)
+_units = st.sampled_from(["Ki", "Mi", "Gi", "M"])
+_quantities = st.one_of(st.integers(0, 10**12).map(str),
+                        st.builds("{}{}".format, st.integers(1, 10**6), _units))
+
+
+def _node_low(resource: str) -> st.SearchStrategy[str]:
+    """``nodeLowMessageFmt``, then the threshold and the containers using most (either form)."""
+    threshold = st.builds("Threshold quantity: {}, available: {}. ".format, _quantities, _quantities)
+    usage = st.one_of(
+        st.builds("Container {} was using {}, which exceeds its request of {}. ".format, _names, _quantities,
+                  _quantities),
+        st.builds(("Container {} was using {}, request is {}, has larger consumption of " + resource + ". ")
+                  .format, _names, _quantities, _quantities),
+    )
+    return st.builds(lambda t, u: f"The node was low on resource: {resource}. {t}{''.join(u)}",
+                     st.one_of(st.just(""), threshold), st.lists(usage, max_size=3))
+
+
+_EVICTIONS = {
+    "ephemeral-storage-eviction": st.one_of(
+        _node_low("ephemeral-storage"),
+        st.sampled_from(["nodefs", "imagefs", "nodefsInodes", "[DiskPressure]"]).map(
+            "The node was low on resource: {}.".format),
+        st.builds('Container {} exceeded its local ephemeral storage limit "{}". '.format, _names,
+                  _quantities),
+        st.builds("Pod ephemeral local storage usage exceeds the total limit of containers {}. ".format,
+                  _quantities),
+        st.builds('Usage of EmptyDir volume "{}" exceeds the limit "{}". '.format, _names, _quantities),
+        st.just("Pod The node had condition: [DiskPressure]. "),
+    ),
+    "eviction": st.one_of(_node_low("memory"), st.just("The node was low on resource: [MemoryPressure]."),
+                          st.just("The node was low on resource: memory.")),
+    "node-pressure-eviction": st.one_of(_node_low("pids"),
+                                        st.just("Pod The node had condition: [PIDPressure]. ")),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), want=st.sampled_from(sorted(_EVICTIONS)), crlf=st.booleans())
+def test_every_form_of_the_kubelets_eviction_messages(data: st.DataObject, want: str, crlf: bool) -> None:
+    message = data.draw(_EVICTIONS[want])
+    text = message.replace(". ", ".\r\n") if crlf else message  # a message pasted over lines
+    status = {"phase": "Failed", "reason": "Evicted", "message": text}
+    assert report(pod(None, status=status), []).verdict == want, message
 
 
 @pytest.mark.parametrize("reason", sorted(exit_causes.DISRUPTIONS))

@@ -238,8 +238,10 @@ def detect(head: bytes) -> Kind:
     """The kind of a text from its first bytes: ``pod``, ``describe``, ``kernel`` or ``log``.
 
     A pod object and ``kubectl describe`` output name themselves in their first lines (a describe's
-    Events may quote the kernel: it is still a describe); the rest is kernel text when it is shaped
-    like it (`kernel_shaped`), else a training log.
+    Events may quote the kernel: it is still a describe), and so does a part of one pasted alone
+    (describe's ``State:`` lines, a grep'ed ``lastState:``, describe that lost its indentation:
+    `offline.fragment_kind`); the rest is kernel text when it is shaped like it (`kernel_shaped`),
+    else a training log. A part that then holds no pod is read as kernel text or a log after all.
     """
     sniffed = offline.sniff(head.decode("utf-8", "replace"))
     if sniffed is not None:
@@ -318,8 +320,10 @@ def read_one(source: Source) -> FileRead:
             text = data.decode("utf-8", "replace")
             try:
                 pods = offline.pods_from_document(text) if kind == "pod" else offline.pods_from_describe(text)
-            except offline.BadInput as exc:  # it names itself a pod object, but is a broken one
-                raise InputError(f"{source.label}: {exc}") from exc
+            except offline.BadInput as exc:
+                if source.kind is not None or offline.whole_kind(text) is not None:
+                    raise InputError(f"{source.label}: {exc}") from exc  # it names itself one, but is broken
+                pods = []  # it only looked like a part of one
             if pods or source.kind is not None:
                 out.kinds = out.looked = [kind]
                 out.pods = [offline.PodInput(pod=p, label=source.label, kind=kind) for p in pods]
@@ -549,7 +553,7 @@ def _render_case(case: offline.Case, index: int, count: int) -> list[str]:
             width=100, initial_indent="  job role  ", subsequent_indent=" " * 12,
         ))
         lines.extend(diagnose._wrap(f"line: {case.role_line}", "            "))
-    if report.kill is not None:  # the kernel record: the kill, the cgroup, the processes, the findings
+    if report.kill is not None and case.records:  # the kernel record: the kill, its cgroup, the processes
         lines.append("")
         lines.extend(diagnose._render_one(report, 1, 1))
         return lines
