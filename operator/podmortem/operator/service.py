@@ -43,6 +43,9 @@ logger = logging.getLogger(__name__)
 #: ranks failing within a minute give a few dozen passes, not a thousand (each ~0.1-0.3 s at that size).
 JOB_REPORT_COALESCE_S = 0.2
 
+#: Pods kept for a replay when their owner becomes known (bodies as kopf hands them, a few KiB each).
+MAX_UNOWNED = 2_000
+
 #: Seconds a terminated pod's follower gets to drain its tail before the report reads the log facts;
 #: the report cannot wait longer than this within its 2 s budget.
 TAIL_DRAIN_S = 0.3
@@ -105,6 +108,11 @@ class OperatorService:
         #: Foreign-kind object uid -> its owners' uids, watched or not: a pod's Job may belong to an
         #: annotated JobSet or CronJob of a configured kind (see `resolve`).
         self._parents: dict[str, tuple[str, ...]] = {}
+        #: Pods with owners, seen while no followed owner of theirs was known: at startup the pods'
+        #: list can be handled before the jobs' (kopf lists each kind on its own), and a pod that
+        #: ended during an operator restart would be dropped for good. Replayed when an owner or a
+        #: parent link is learned; pod uid -> latest body, at most `MAX_UNOWNED` (oldest dropped).
+        self._unowned: dict[str, Mapping[str, Any]] = {}
         #: Pod uid -> target (for the memory-line hook, which only knows the pod).
         self._pods: dict[str, WatchedTarget] = {}
         self._reported: set[str] = set()
@@ -207,17 +215,31 @@ class OperatorService:
         meta = body.get("metadata", {}) or {}
         uid = str(meta.get("uid", ""))
         parents = tuple(owner for owner, _kind, _name in jobs.owner_uids(body))
+        learned = parents != self._parents.get(uid, ())
         if parents:
             self._parents[uid] = parents
         else:
             self._parents.pop(uid, None)
         if not opts.is_watched(meta.get("annotations")) or meta.get("deletionTimestamp"):
             self._owners.pop(uid, None)
+            if learned:
+                await self._replay_unowned()
             return
+        learned = learned or uid not in self._owners
         options, problems = opts.from_annotations(meta.get("annotations"), defaults=self.defaults)
         target = Target.of(body, role="foreign", plural=plural, options=options)
         known = self._remember_owner(uid, target)
         await self._announce(known, problems, involved=target.involved(), trainingjob=False)
+        if learned:
+            await self._replay_unowned()
+
+    async def _replay_unowned(self) -> None:
+        """Handle again the pods seen before their followed owner was known, now that one may be."""
+        for pod_uid, pod in list(self._unowned.items()):
+            owners = [uid for uid, _kind, _name in jobs.owner_uids(pod)]
+            if self._watched_ancestor(owners) is not None:
+                self._unowned.pop(pod_uid, None)
+                await self.on_pod(pod)
 
     def _remember_owner(self, uid: str, target: Target) -> WatchedTarget:
         """The followed owner ``uid``, with its latest target (a new entry the first time)."""
@@ -280,10 +302,16 @@ class OperatorService:
     async def on_pod(self, pod: Mapping[str, Any], *, deleted: bool = False) -> None:
         seen_at = time.monotonic()
         known = await self.resolve(pod)
-        if known is None:
-            return
         meta = pod.get("metadata", {}) or {}
         pod_uid = str(meta.get("uid", ""))
+        if known is None:
+            self._unowned.pop(pod_uid, None)
+            if not deleted and jobs.owner_uids(pod):
+                self._unowned[pod_uid] = pod  # its owner may be learned later (see _replay_unowned)
+                if len(self._unowned) > MAX_UNOWNED:
+                    self._unowned.pop(next(iter(self._unowned)))
+            return
+        self._unowned.pop(pod_uid, None)
         if deleted:
             self._pods.pop(pod_uid, None)
             known.pressure.forget(pod_uid)
