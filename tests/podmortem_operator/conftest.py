@@ -1,8 +1,8 @@
-"""Fixtures the operator's report-page and Event tests share: an open store, an API that answers."""
+"""Fixtures the operator's tests share: an open store, an API that answers, a running operator."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import kmock
@@ -10,6 +10,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from podmortem.logs.store import LogStore, StoreSettings
+from podmortem_demo.harness import Harness, harness
 
 
 @pytest.fixture
@@ -28,3 +29,13 @@ async def api() -> AsyncIterator[kmock.RawHandler]:
 async def api_client(api: kmock.RawHandler) -> AsyncIterator[k8s.ApiClient]:
     async with k8s.ApiClient(k8s.Configuration(host=str(api.url).rstrip("/"))) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def agent_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    """The emulated cluster with a node agent and the operator running (log server without auth)."""
+    with harness(tmp_path_factory.mktemp("operator")) as h:
+        h.add_agent_pod()
+        h.start_operator(h.settings(log_http_auth=False))
+        yield h
+        assert h.operator_error is None, h.operator_error

@@ -8,22 +8,12 @@ died, and no report was written.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
-from podmortem_demo.harness import Harness, harness, kill, run_pod
+from podmortem_demo.harness import Harness, kill, run_pod
 
 from .test_operator_e2e import evidence_for
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    with harness(tmp_path_factory.mktemp("operator")) as h:
-        h.add_agent_pod()
-        h.start_operator(h.settings(log_http_auth=False))
-        yield h
-        assert h.operator_error is None, h.operator_error
 
 
 @pytest.mark.parametrize("planted", [
@@ -32,8 +22,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     json.dumps({"pod": {"uid": ["x"], "containerID": {}}}),
     "{" * 100_000,
 ])
-def test_a_planted_report_annotation_is_replaced_by_the_real_report(cluster: Harness, planted: str) -> None:
-    h = cluster
+def test_a_planted_report_annotation_is_replaced_by_the_real_report(
+    agent_cluster: Harness, planted: str
+) -> None:
+    h = agent_cluster
     name = f"planted-{abs(hash(planted)) % 10**6}"
     job = h.create(
         "/apis/batch/v1/namespaces/default/jobs",

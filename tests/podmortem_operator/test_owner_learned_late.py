@@ -9,26 +9,14 @@ the job is watched only after its pod has ended and been seen.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
-import pytest
-
-from podmortem_demo.harness import Harness, harness, kill, run_pod
+from podmortem_demo.harness import Harness, kill, run_pod
 
 from .test_operator_e2e import evidence_for
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    with harness(tmp_path_factory.mktemp("operator")) as h:
-        h.add_agent_pod()
-        h.start_operator(h.settings(log_http_auth=False))
-        yield h
-        assert h.operator_error is None, h.operator_error
-
-
-def test_a_pod_that_ended_before_its_job_was_followed_is_reported_once_it_is(cluster: Harness) -> None:
-    h = cluster
+def test_a_pod_that_ended_before_its_job_was_followed_is_reported_once_it_is(agent_cluster: Harness) -> None:
+    h = agent_cluster
     job = h.create("/apis/batch/v1/namespaces/default/jobs", {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": "late", "namespace": "default"},  # not watched yet
