@@ -125,3 +125,22 @@ def test_a_hung_job_does_not_hold_up_the_jobs_behind_it() -> None:
         assert run_sync(main()) == ["behind", None]
     finally:
         hang.gate.set()
+
+
+def test_a_job_queued_at_once_behind_a_hung_one_runs_without_another_submission() -> None:
+    """The job behind the hang was queued before the hang counted as one: a later check starts a thread."""
+    pool = ReadPool(threads=1)
+    hang = _Blocker()
+
+    async def main() -> object:
+        hung = await hang.hold(pool)
+        try:
+            return await asyncio.wait_for(pool.run(str, "behind"), timeout=10)
+        finally:
+            hang.gate.set()
+            await hung
+
+    try:
+        assert run_sync(main()) == "behind"
+    finally:
+        hang.gate.set()

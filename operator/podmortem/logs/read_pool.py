@@ -16,8 +16,8 @@ here rather than in the loop's default executor, for two reasons measured in
 
 Every job runs to completion once started; a job whose caller was cancelled while it waited is
 dropped unstarted. A job that hangs (a network volume that stops answering) does not hold up the
-rest: when every worker has been on one job for over `STUCK_S`, the next job starts another
-thread, up to `MAX_THREADS`.
+rest: when every worker has been on one job for over `STUCK_S` and jobs wait, another thread is
+started, up to `MAX_THREADS` (checked when a job is queued and again a little after).
 """
 
 from __future__ import annotations
@@ -111,12 +111,22 @@ class ReadPool:
             job = _Job(account.now(time.monotonic()), next(self._seq),
                        lambda: fn(*args, **kwargs), future, account)
             heapq.heappush(self._heap, job)
-            if self._started < self._threads or self._all_stuck():
-                self._started += 1
-                threading.Thread(target=self._work, name=f"podmortem-read-{self._started}",
-                                 daemon=True).start()
+            self._start_if_needed()
             self._cond.notify()
+            queued = self._idle == 0
+        if queued:  # behind busy workers: look again once they may count as stuck, even if no job follows
+            loop.call_later(STUCK_S * 1.2, self._recheck)
         return await future
+
+    def _start_if_needed(self) -> None:
+        """Under the lock: a first thread, or another one when every worker is stuck."""
+        if self._started < self._threads or (self._heap and self._all_stuck()):
+            self._started += 1
+            threading.Thread(target=self._work, name=f"podmortem-read-{self._started}", daemon=True).start()
+
+    def _recheck(self) -> None:
+        with self._cond:
+            self._start_if_needed()
 
     def _all_stuck(self) -> bool:
         """Every worker is busy, each on one job for over `STUCK_S`, and another may start."""
