@@ -24,7 +24,9 @@ def test_a_pod_that_ended_before_its_job_was_followed_is_reported_once_it_is(age
     })
     h.create("/api/v1/namespaces/default/pods", {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "late-abcde", "namespace": "default", "ownerReferences": [{
+        "metadata": {"name": "late-abcde", "namespace": "default",
+                     "annotations": {"big": "x" * 100_000, "batch.kubernetes.io/job-completion-index": "0"},
+                     "ownerReferences": [{
             "apiVersion": "batch/v1", "kind": "Job", "name": "late", "uid": job["metadata"]["uid"],
             "controller": True,
         }]},
@@ -35,6 +37,8 @@ def test_a_pod_that_ended_before_its_job_was_followed_is_reported_once_it_is(age
     kill(h, name="late-abcde")
     service = h.running[0].service
     h.wait(lambda: uid in service._unowned, what="the operator to see the ended pod of an unknown owner")
+    kept = service._unowned[uid]["metadata"]["annotations"]  # bounded: the long value is left out
+    assert kept == {"batch.kubernetes.io/job-completion-index": "0"}
 
     h.patch("/apis/batch/v1/namespaces/default/jobs/late",
             {"metadata": {"annotations": {"podmortem.io/watch": "true"}}})

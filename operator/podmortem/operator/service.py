@@ -46,6 +46,24 @@ JOB_REPORT_COALESCE_S = 0.2
 #: Pods kept for a replay when their owner becomes known (bodies as kopf hands them, a few KiB each).
 MAX_UNOWNED = 2_000
 
+#: Annotation values longer than this are left out of a pod kept for a replay.
+UNOWNED_ANNOTATION_MAX = 1024
+
+
+def _slim(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod without what anyone who can write it may make big and that a replay does not need
+    (managedFields, long annotation values such as last-applied-configuration); short ones stay
+    (a JobSet's job index is read from one)."""
+    meta = dict(pod.get("metadata") or {})
+    meta.pop("managedFields", None)
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping):
+        meta["annotations"] = {
+            k: v for k, v in annotations.items() if len(str(v)) <= UNOWNED_ANNOTATION_MAX
+        }
+    return {**pod, "metadata": meta}
+
+
 #: Seconds a terminated pod's follower gets to drain its tail before the report reads the log facts;
 #: the report cannot wait longer than this within its 2 s budget.
 TAIL_DRAIN_S = 0.3
@@ -307,7 +325,7 @@ class OperatorService:
         if known is None:
             self._unowned.pop(pod_uid, None)
             if not deleted and jobs.owner_uids(pod):
-                self._unowned[pod_uid] = pod  # its owner may be learned later (see _replay_unowned)
+                self._unowned[pod_uid] = _slim(pod)  # its owner may be learned later (_replay_unowned)
                 if len(self._unowned) > MAX_UNOWNED:
                     self._unowned.pop(next(iter(self._unowned)))
             return
