@@ -8,8 +8,9 @@ sidecar's ``expect`` object:
 - ``verdict``: the first report's ``verdict``; exit code 3 (no OOM-kill record) or an
   empty ``reports`` list counts as ``"none"``;
 - ``kills``: the number of reports that name a killed process (``kill.pid``,
-  ``kill.killed_pids``, or the ``kill.chosen_pid`` of an old kernel's ``Kill process``): what the sidecars count. A record cut before its kill line (an OOM
-  header at the end of a paste, a ``Task in`` line alone) is still reported, but is no kill;
+  ``kill.killed_pids``, or the ``kill.chosen_pid`` of an old kernel's ``Kill process``): what
+  the sidecars count. A record cut before its kill line (an OOM header at the end of a paste,
+  a ``Task in`` line alone) is still reported, but is no kill;
 - ``killed_pid`` / ``killed_comm`` / ``pod_uid`` / ``container_id``: the first report's
   ``kill.pid`` / ``kill.comm`` / ``kill.pod_uid`` / ``kill.container_id``;
 - ``cgroup_version`` / ``dominant``: ``cgroup.version`` / ``cgroup.dominant``.
