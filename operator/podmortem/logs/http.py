@@ -47,6 +47,7 @@ from podmortem.errors import PodmortemError
 from podmortem.logs import auth, login_limits, reading, store, timestamps
 from podmortem.logs.events import GapMarker
 from podmortem.logs.settings import HttpSettings
+from podmortem.logs.wakeup import Wakeup
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ async def render(item: reading.LogItem, query: LogQuery) -> AsyncIterator[bytes]
 #: Bytes gathered before one write to a reader's socket (with one rendered piece over it at most).
 FLUSH_BYTES = 64 << 10
 
-STOPPING = web.AppKey("podmortem_log_server_stopping", asyncio.Event)
+STOPPING = web.AppKey("podmortem_log_server_stopping", Wakeup)
 SETTINGS = web.AppKey("podmortem_log_server_settings", HttpSettings)
 
 #: What a following reader gets when the server stops under it.
@@ -378,7 +379,7 @@ def make_app(*, log_store: store.LogStore, reviewer: auth.Reviewer,
     app[STORE] = log_store
     app[REVIEWER] = reviewer
     app[SETTINGS] = settings
-    app[STOPPING] = asyncio.Event()
+    app[STOPPING] = Wakeup()
     app[SLOTS] = ReaderSlots(total=settings.max_readers, per_caller=settings.max_readers_per_caller)
     app[FAILURES] = login_limits.LoginLimits.from_settings(settings)
     app.router.add_get("/logs/{namespace}/{pod}", get_logs)

@@ -31,6 +31,7 @@ from podmortem.files import open_nofollow
 from podmortem.logs import read_pool, segments, store, timestamps
 from podmortem.logs.events import GapMarker, GapReason, LogEnd, LogLine
 from podmortem.logs.store import Instance
+from podmortem.logs.wakeup import Wakeup
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +174,8 @@ class _LargeAt:
     head: segments.BatchHeader
 
 
-Batches = list[tuple[segments.BatchHeader, bytes] | _DamageAt | _LargeAt]
+#: A batch's payload: a lines batch's decoded lines (in `_framed_chunk`), or an event's bytes.
+Batches = list[tuple[segments.BatchHeader, bytes | segments.AnyLinesPayload] | _DamageAt | _LargeAt]
 
 
 class _Window:
@@ -458,8 +460,20 @@ def render_block(block: LinesBlock, render: Render) -> Iterator[bytes]:
 
     Plain text (and timestamped text of a batch stored as the API sent it) is a slice of the
     stored bytes, never bigger than them; jsonl and timestamps added per line expand, so
-    they go line by line, a long line in pieces.
+    they go line by line, a long line in pieces. A whole batch's rendering is kept on its
+    payload, which the readers that read it together share (`read`): a hundred followers of
+    one log render each batch once per format, not a hundred times.
     """
+    if block.start:
+        return _render_block(block, render)
+    memo = block.payload.rendered
+    pieces = memo.get(render)
+    if pieces is None:
+        pieces = memo[render] = tuple(_render_block(block, render))
+    return iter(pieces)
+
+
+def _render_block(block: LinesBlock, render: Render) -> Iterator[bytes]:
     if render is Render.TEXT:
         yield block.text_bytes()
     elif render is Render.TIMESTAMPS and isinstance(block.payload, segments.RawLinesPayload):
@@ -609,7 +623,7 @@ async def read(
     since_ns: int | None = None,
     tail: int | None = None,
     follow: bool = False,
-    stop: asyncio.Event | None = None,
+    stop: Wakeup | None = None,
     idle_marks: bool = False,
 ) -> AsyncIterator[LogItem | Idle]:
     """Yield a container instance's stored log in order, optionally waiting for more.
@@ -648,7 +662,7 @@ async def read(
         if size is not None and offset < size:
             path = inst.segment_path(seq)
             try:
-                batches, offset = await read_pool.run(_framed_chunk, inst, seq, path, offset, size)
+                batches, offset = await _shared_chunk(inst, seq, path, offset, size)
             except FileNotFoundError:
                 batches, offset = [], size  # deleted by retention under us: go on with the next
             except OSError as exc:  # a link planted in the store (ELOOP), a bad disk: not served
@@ -711,16 +725,60 @@ async def read(
         if stop is None:
             await changed.wait()
         else:
-            await _either(changed, stop)
+            await changed.wait(stop)
         # A busy log wakes its followers at every batch: gather a few batches per read, so that a
         # hundred followers cost the loop tens of wake-ups a second each, not thousands.
         if stop is None or not stop.is_set():
             await asyncio.sleep(FOLLOW_COALESCE_S)
 
 
+#: Chunk reads in flight, by (loop, path, offset, limit): readers woken by the same batch ask
+#: for the same bytes at once, and one read, check and decode serves them all.
+_IN_FLIGHT: dict[tuple[object, str, int, int], asyncio.Future[tuple[Batches, int] | None]] = {}
+
+
+async def _shared_chunk(inst: Instance, seq: int, path: Path, offset: int, limit: int) -> tuple[Batches, int]:
+    """`_framed_chunk` in the read pool, shared with the readers that ask for the same bytes meanwhile.
+
+    Only reads in flight are shared, never a finished one, so a reader never gets bytes older
+    than its own request. The first asker's task does the read (and is charged for it); if it
+    is cancelled, the others read for themselves.
+    """
+    loop = asyncio.get_running_loop()
+    key = (loop, str(path), offset, limit)
+    while (shared := _IN_FLIGHT.get(key)) is not None:
+        result = await asyncio.shield(shared)
+        if result is not None:
+            return result
+    mine: asyncio.Future[tuple[Batches, int] | None] = loop.create_future()
+    _IN_FLIGHT[key] = mine
+    try:
+        result = await read_pool.run(_framed_chunk, inst, seq, path, offset, limit)
+    except asyncio.CancelledError:
+        mine.set_result(None)  # the others read for themselves
+        raise
+    except BaseException as exc:
+        mine.set_exception(exc)
+        mine.exception()  # retrieved: nobody may be waiting
+        raise
+    else:
+        mine.set_result(result)
+        return result
+    finally:
+        del _IN_FLIGHT[key]
+
+
 def _framed_chunk(inst: Instance, seq: int, path: Path, offset: int, limit: int) -> tuple[Batches, int]:
-    """`_read_chunk` with the segment's framing, in one worker-thread hop."""
-    return _read_chunk(path, inst.framing(seq), offset, limit)
+    """`_read_chunk` with the segment's framing, lines decoded, in one worker-thread hop."""
+    batches, end = _read_chunk(path, inst.framing(seq), offset, limit)
+    return [_decoded(b) for b in batches], end
+
+
+def _decoded(batch: _DamageAt | _LargeAt | tuple[segments.BatchHeader, bytes | segments.AnyLinesPayload]
+             ) -> _DamageAt | _LargeAt | tuple[segments.BatchHeader, bytes | segments.AnyLinesPayload]:
+    if isinstance(batch, tuple) and batch[0].kind.has_lines and isinstance(batch[1], bytes):
+        return batch[0], segments.decode_lines(batch[0], batch[1])
+    return batch
 
 
 def _large_item(container: str, path: str, at: _LargeAt, *, start_index: int,
@@ -735,19 +793,10 @@ def _large_item(container: str, path: str, at: _LargeAt, *, start_index: int,
                            since_ns if since_ns is not None and head.first_ts < since_ns else None)
 
 
-async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
-    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
-
-
 def _item(
     container: str,
     head: segments.BatchHeader,
-    payload: bytes,
+    payload: bytes | segments.AnyLinesPayload,
     *,
     start_index: int,
     since_ns: int | None,
@@ -757,13 +806,15 @@ def _item(
             return None
         if since_ns is not None and head.last_ts < since_ns:
             return None
-        lines = segments.decode_lines(head, payload)
+        lines = segments.decode_lines(head, payload) if isinstance(payload, bytes) else payload
         start = max(0, start_index - head.index_before)
         if since_ns is not None and head.first_ts < since_ns:
             start = max(start, bisect.bisect_left(lines.stamps(), since_ns))
         return LinesBlock(container, head.index_before + start, start, lines)
     if head.index_after < start_index:
         return None
+    if not isinstance(payload, bytes):
+        return None  # (a lines payload is decoded only for a lines batch)
     data = segments.decode_event(payload)
     if head.kind is segments.BatchKind.DAMAGE:
         return Damaged(container, int(data.get("bytes", 0)), str(data.get("why", "corrupt")))

@@ -383,6 +383,9 @@ class LinesPayload:
         self._stamps = stamps
         self.lengths = lengths
         self.text_blob = text_blob
+        #: The whole batch as each reader's format renders it, made once for every reader that
+        #: shares this payload (``reading.render_block``).
+        self.rendered: dict[object, tuple[bytes, ...]] = {}
 
     def __len__(self) -> int:
         return len(self._stamps)
@@ -424,6 +427,8 @@ class RawLinesPayload:
         self._n = n_lines
         self._lines: list[bytes] | None = None
         self._stamps: list[int] | None = None
+        #: As `LinesPayload.rendered`.
+        self.rendered: dict[object, tuple[bytes, ...]] = {}
 
     def __len__(self) -> int:
         return self._n

@@ -72,6 +72,7 @@ from podmortem.logs.cursor import LogCursor
 from podmortem.logs.errors import SinkFull
 from podmortem.logs.events import EndReason, GapMarker, LogEnd, LogLine
 from podmortem.logs.lines import LineBatch
+from podmortem.logs.wakeup import Wakeup
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -220,7 +221,7 @@ class Instance:
         self.fd: int | None = None
         self.dirty = False
         self.lock = asyncio.Lock()
-        self.changed = asyncio.Event()
+        self.changed = Wakeup()
         #: Set when a newer instance of the same container appears.
         self.superseded = False
         #: Damage the load found (segment, range); the store counts it once.
@@ -293,7 +294,7 @@ class Instance:
 
     def notify(self) -> None:
         self.changed.set()
-        self.changed = asyncio.Event()
+        self.changed = Wakeup()
 
     @property
     def finished(self) -> bool:
