@@ -184,6 +184,7 @@ class Foreign:
 async def server_main(cfg: Config, work: Path) -> None:
     from aiohttp import web
 
+    from podmortem import startup_gc
     from podmortem.logs import auth, timestamps
     from podmortem.logs import http as log_http
     from podmortem.logs.cursor import LogCursor
@@ -192,6 +193,8 @@ async def server_main(cfg: Config, work: Path) -> None:
     from podmortem.logs.store import LogStore, StoreSettings
     from podmortem.operator import report_page
     from podmortem.operator.following import PodLogFacts, WatchingSink
+
+    startup_gc.freeze()  # as `podmortem operator` does after its imports
 
     loop = asyncio.get_running_loop()
     fmt = timestamps.format_ns

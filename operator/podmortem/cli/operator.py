@@ -410,6 +410,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"podmortem operator: {exc}", file=sys.stderr)
         return 2
 
+    from podmortem import startup_gc
     from podmortem.kube import config as kube_config
     from podmortem.operator import run as runtime
 
@@ -423,6 +424,7 @@ def run(args: argparse.Namespace) -> int:
     except kube_config.KubeconfigError as exc:
         print(f"podmortem operator: {exc}", file=sys.stderr)
         return 2
+    startup_gc.freeze()
     try:
         asyncio.run(runtime.run_operator(settings=settings, access=access))
     except runtime.LeadershipLost as exc:

@@ -44,7 +44,7 @@ from typing import Any
 from aiohttp import web
 
 from podmortem.errors import PodmortemError
-from podmortem.logs import auth, login_limits, reading, store, timestamps
+from podmortem.logs import auth, login_limits, reading, store, timestamps, wakeup
 from podmortem.logs.events import GapMarker
 from podmortem.logs.settings import HttpSettings
 from podmortem.logs.wakeup import Wakeup
@@ -272,6 +272,8 @@ def _peer(request: web.Request) -> str:
 
 
 async def get_logs(request: web.Request) -> web.StreamResponse:
+    # Hundreds of readers may connect at once: their first steps are spread over turns of the loop.
+    await wakeup.take_turn()
     namespace = request.match_info["namespace"]
     pod = request.match_info["pod"]
     # Everything that needs no API call is checked first: a bad name costs no review.

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podmortem.files import open_nofollow
-from podmortem.logs import read_pool, segments, store, timestamps
+from podmortem.logs import read_pool, segments, store, timestamps, wakeup
 from podmortem.logs.events import GapMarker, GapReason, LogEnd, LogLine
 from podmortem.logs.store import Instance
 from podmortem.logs.wakeup import Wakeup
@@ -657,6 +657,9 @@ async def read(
     # Damage met but not yet told: held until the next intact batch says how many lines it hid.
     pending: Damaged | None = None
     while True:
+        # One chunk read, rendered and sent is a reader's step: a few per turn of the loop
+        # (`wakeup.Turns`), however many readers were woken at once.
+        await wakeup.take_turn()
         changed = inst.changed
         size = inst.committed_size(seq)
         if size is not None and offset < size:
@@ -732,9 +735,10 @@ async def read(
             await asyncio.sleep(FOLLOW_COALESCE_S)
 
 
-#: Chunk reads in flight, by (loop, path, offset, limit): readers woken by the same batch ask
-#: for the same bytes at once, and one read, check and decode serves them all.
-_IN_FLIGHT: dict[tuple[object, str, int, int], asyncio.Future[tuple[Batches, int] | None]] = {}
+#: Chunk reads in flight, by (loop, path, offset, limit), with the readers waiting for each:
+#: readers woken by the same batch ask for the same bytes at once, and one read, check and decode
+#: serves them all.
+_IN_FLIGHT: dict[tuple[object, str, int, int], list[asyncio.Future[tuple[Batches, int] | None]]] = {}
 
 
 async def _shared_chunk(inst: Instance, seq: int, path: Path, offset: int, limit: int) -> tuple[Batches, int]:
@@ -746,26 +750,37 @@ async def _shared_chunk(inst: Instance, seq: int, path: Path, offset: int, limit
     """
     loop = asyncio.get_running_loop()
     key = (loop, str(path), offset, limit)
-    while (shared := _IN_FLIGHT.get(key)) is not None:
-        result = await asyncio.shield(shared)
+    while (waiting := _IN_FLIGHT.get(key)) is not None:
+        mine: asyncio.Future[tuple[Batches, int] | None] = loop.create_future()
+        waiting.append(mine)
+        result = await mine
         if result is not None:
             return result
-    mine: asyncio.Future[tuple[Batches, int] | None] = loop.create_future()
-    _IN_FLIGHT[key] = mine
+    waiting = _IN_FLIGHT[key] = []
     try:
         result = await read_pool.run(_framed_chunk, inst, seq, path, offset, limit)
     except asyncio.CancelledError:
-        mine.set_result(None)  # the others read for themselves
+        del _IN_FLIGHT[key]
+        _settle_all(waiting, None)  # the others read for themselves
         raise
     except BaseException as exc:
-        mine.set_exception(exc)
-        mine.exception()  # retrieved: nobody may be waiting
-        raise
-    else:
-        mine.set_result(result)
-        return result
-    finally:
         del _IN_FLIGHT[key]
+        _settle_all(waiting, exc)
+        raise
+    del _IN_FLIGHT[key]
+    _settle_all(waiting, result)
+    return result
+
+
+def _settle_all(waiting: list[asyncio.Future[tuple[Batches, int] | None]],
+                outcome: tuple[Batches, int] | BaseException | None) -> None:
+    for w in waiting:
+        if w.done():
+            continue  # its reader went away
+        if isinstance(outcome, BaseException):
+            w.set_exception(outcome)
+        else:
+            w.set_result(outcome)
 
 
 def _framed_chunk(inst: Instance, seq: int, path: Path, offset: int, limit: int) -> tuple[Batches, int]:
