@@ -132,7 +132,8 @@ def dominant_category(facts: RecordFacts) -> Finding | None:
     evidence |= {"share": round(share, 3), "source": breakdown.source, "limit_bytes": facts.limit_bytes}
     if name in CLASS_PARENT:
         evidence |= {"class": name, "class_bytes": value, "category": parent}
-    message = f"{human_bytes(value)} ({share:.0%}) of the cgroup's memory was {what}."
+    whose = "the node's" if facts.node_wide else "the cgroup's"
+    message = f"{human_bytes(value)} ({share:.0%}) of {whose} memory was {what}."
     if name == "slab" and breakdown.slab_reclaimable_bytes is not None:
         message += (
             f" {human_bytes(breakdown.slab_reclaimable_bytes)} of it reclaimable (dentries, inodes), "

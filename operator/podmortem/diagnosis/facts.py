@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from podmortem.reports.memory import CgroupMemoryStat, MemoryBreakdown, breakdown_v1
+from podmortem.reports.memory import CgroupMemoryStat, MemoryBreakdown, breakdown_mem_info, breakdown_v1
 from podmortem.reports.oom_record import OomKillRecord, OomTask
 from podmortem.reports.units import DEFAULT_PAGE_SIZE, KIB
 
@@ -33,6 +33,8 @@ class RecordFacts:
     page_size: int
     stat_block: CgroupMemoryStat | None
     breakdown: MemoryBreakdown | None
+    #: The breakdown is the whole node's (show_mem of a global OOM), not a cgroup's.
+    node_wide: bool = False
 
     def task_anon_bytes(self, task: OomTask) -> int | None:
         """The task's anon pages in bytes (new tables); None on old tables, which print rss only."""
@@ -124,7 +126,11 @@ def record_facts(record: OomKillRecord) -> RecordFacts:
     kmem = _counter_bytes(record, "kmem", "usage_kb")
     block = _limit_block(record)
     breakdown: MemoryBreakdown | None
-    if block is None:
+    page_size = infer_page_size(record)
+    node_wide = block is None and bool(record.mem_info) and record.global_evidence and not record.memcg_evidence
+    if node_wide:
+        breakdown = breakdown_mem_info(record.mem_info, page_size=page_size)
+    elif block is None:
         breakdown = _victim_stand_in(record, limit, kmem)
     elif block.version == 1 and not block.hierarchical:
         breakdown = _sum_local_v1(record, block, kmem)
@@ -135,7 +141,8 @@ def record_facts(record: OomKillRecord) -> RecordFacts:
         usage_bytes=usage,
         failcnt=counter.failcnt if counter else None,
         kmem_bytes=kmem,
-        page_size=infer_page_size(record),
+        page_size=page_size,
         stat_block=block,
         breakdown=breakdown,
+        node_wide=node_wide and breakdown is not None,
     )

@@ -96,6 +96,14 @@ _TASK_IN = re.compile(r"Task in (.*) killed as a result of limit of (\S+)")
 _TASKS_IN = re.compile(r"Tasks in (.*) are going to be killed due to memory\.oom\.group set")
 #: Call-trace frames of the memory cgroup OOM path (3.x-6.x): a memcg OOM whatever else is cut.
 _MEMCG_FRAMES = ("mem_cgroup_out_of_memory", "mem_cgroup_oom_synchronize")
+#: The first key of each line of show_mem's summary after ``Mem-Info:`` (mm/show_mem.c, and
+#: show_free_areas in mm/page_alloc.c before 6.2; 2.6.32 on): ``active_anon:%lu inactive_anon:%lu
+#: isolated_anon:%lu`` / `` active_file:…`` / `` unevictable:… dirty:… writeback:…`` / ``
+#: slab_reclaimable:…`` / `` mapped:… shmem:… pagetables:…`` / `` sec_pagetables:…`` / ``
+#: kernel_misc_reclaimable:…`` / `` free:… free_pcp:… free_cma:…``. Values are pages.
+_MEM_INFO_FIRST = ("active_anon:", "active_file:", "unevictable:", "slab_reclaimable:", "mapped:",
+                   "sec_pagetables:", "kernel_misc_reclaimable:", "free:")
+_MEM_INFO_PAIR = re.compile(r"([a-z_]{2,32}):(\d{1,20})(?=\s|$)")
 
 # Printing order of a record's parts: a part earlier than the last one seen starts a new record.
 _HEADER, _CPU_LINE, _TASK_IN_LINE, _COUNTERS, _STATS, _TASKS, _DECISION, _KILL, _REAP = range(9)
@@ -159,6 +167,7 @@ class _Builder:
     no_killable: bool = False
     trace_memcg: bool = False
     show_mem: bool = False
+    mem_info: dict[str, int] = field(default_factory=dict)
     missing: set[str] = field(default_factory=set)
     lines: int = 0
     last_clock: float | None = None
@@ -396,6 +405,22 @@ class OomParser:
                 start = msg.rfind(" cpuset=")
                 value, _, _ = msg[start + 8 :].partition(" ")
                 b.fields["cpuset"] = value
+        elif msg == "Mem-Info:":
+            # show_mem(): printed for OOMs outside a memory cgroup only. A paste may start here.
+            b = self._part(line, _CPU_LINE)
+            if b is not None:
+                b.show_mem = True
+        elif msg.endswith((" pages RAM", " pages reserved")) and msg[:1].isdigit():
+            # show_mem's "%lu pages RAM" / "%lu pages reserved", after the zones
+            b = self._open.get(line.host)
+            count, _, what = msg.partition(" pages ")
+            if b is not None and b.show_mem and b.stage <= _CPU_LINE and count.isdigit():
+                b.mem_info.setdefault("pages_ram" if what == "RAM" else "pages_reserved", int(count))
+        elif msg.startswith(_MEM_INFO_FIRST):
+            b = self._open.get(line.host)
+            if b is not None and b.show_mem and b.stage <= _CPU_LINE:
+                for key, value in _MEM_INFO_PAIR.findall(msg):
+                    b.mem_info.setdefault(key, int(value))
         else:
             b = self._open.get(line.host)
             if b is not None and b.header and b.stage <= _CPU_LINE:
@@ -403,9 +428,7 @@ class OomParser:
                     b = self._bridge(b, line)
                 if b is None:
                     return
-                if msg == "Mem-Info:":
-                    b.show_mem = True  # show_mem(): printed for OOMs outside a memory cgroup only
-                elif "mem_cgroup_o" in msg and any(f in msg for f in _MEMCG_FRAMES):
+                if "mem_cgroup_o" in msg and any(f in msg for f in _MEMCG_FRAMES):
                     b.trace_memcg = True
 
     # -- record boundaries -------------------------------------------------------------------------
@@ -782,6 +805,7 @@ class OomParser:
             no_killable=b.no_killable,
             trace_memcg=b.trace_memcg,
             show_mem=b.show_mem,
+            mem_info=b.mem_info,
             missing=sorted(missing),
             lines=b.lines,
         )

@@ -101,6 +101,10 @@ class MemoryBreakdown(BaseModel):
     swapcached_bytes: int | None = None
     zswapped_bytes: int | None = None
     swap_bytes: int | None = None
+    #: Memory in use that no category holds: on a whole node, RAM outside the LRU lists, slab and
+    #: page tables (vmalloc, drivers, kernel stacks, huge pages). Counted in the total, so a category
+    #: dominates only with half of all memory in use; never itself dominant.
+    unattributed_bytes: int | None = None
     #: Where the numbers come from, in words: e.g. "memory.stat v2", "sum of v1 blocks", "victim rss".
     source: str = ""
 
@@ -124,7 +128,7 @@ class MemoryBreakdown(BaseModel):
         return {name: value for name in CATEGORY_ORDER if (value := values[name]) is not None}
 
     def total_bytes(self) -> int:
-        return sum(self.categories().values())
+        return sum(self.categories().values()) + (self.unattributed_bytes or 0)
 
     def classes(self) -> dict[str, tuple[str, int]]:
         """The known finer classes with a cure of their own: name → (its category, bytes)."""
@@ -233,6 +237,43 @@ def breakdown_v1(
         swapcached_bytes=stat.get(prefix + "swapcached"),
         swap_bytes=stat.get(prefix + "swap"),
         source=source,
+    )
+
+
+def breakdown_mem_info(mem_info: dict[str, int], *, page_size: int) -> MemoryBreakdown | None:
+    """The node's memory from show_mem's ``Mem-Info:`` summary (pages), for an OOM of the whole node.
+
+    shmem and tmpfs pages sit on the anon LRU lists (swap-backed, since 2.6.28), so anon is the
+    anon lists less ``shmem``; kernel is slab and page tables (kernel stacks are printed per zone
+    only); ``unevictable`` (mlocked, ramfs) is left out: it could be any of them.
+    """
+    def pages(*keys: str) -> int | None:
+        found = [mem_info[k] for k in keys if k in mem_info]
+        return sum(found) * page_size if found else None
+
+    anon_lru = pages("active_anon", "inactive_anon", "isolated_anon")
+    ram, free = pages("pages_ram"), pages("free")
+    if anon_lru is None or ram is None or free is None:
+        return None  # without the RAM in use, no share can be told (vmalloc and drivers are in no counter)
+    shmem = pages("shmem")
+    slab = pages("slab_reclaimable", "slab_unreclaimable")
+    kernel_parts = [v for v in (slab, pages("pagetables"), pages("sec_pagetables")) if v is not None]
+    named = anon_lru + (pages("active_file", "inactive_file", "isolated_file") or 0) + sum(kernel_parts)
+    in_use = ram - (pages("pages_reserved") or 0) - free
+    return MemoryBreakdown(
+        anon_bytes=max(0, anon_lru - (shmem or 0)),
+        file_bytes=pages("active_file", "inactive_file", "isolated_file"),
+        shmem_bytes=shmem,
+        kernel_bytes=sum(kernel_parts) if kernel_parts else None,
+        slab_bytes=slab,
+        slab_reclaimable_bytes=pages("slab_reclaimable"),
+        slab_unreclaimable_bytes=pages("slab_unreclaimable"),
+        pagetables_bytes=pages("pagetables"),
+        file_dirty_bytes=pages("dirty"),
+        file_writeback_bytes=pages("writeback"),
+        file_mapped_bytes=pages("mapped"),
+        unattributed_bytes=max(0, in_use - named),
+        source="the node's Mem-Info (show_mem): an OOM of the whole node, not of a cgroup",
     )
 
 

@@ -156,6 +156,10 @@ class OomKillRecord(BaseModel):
     trace_memcg: bool = False
     #: ``Mem-Info:`` (show_mem) was printed: the kernel prints it only for OOMs outside a memory cgroup.
     show_mem: bool = False
+    #: The node-wide counters of show_mem's summary after ``Mem-Info:`` (``active_anon:``,
+    #: ``inactive_file:``, ``slab_unreclaimable:``, ``shmem:``, ``free:``…), in pages, as printed,
+    #: and its ``%lu pages RAM`` / ``%lu pages reserved`` as ``pages_ram`` / ``pages_reserved``.
+    mem_info: dict[str, int] = Field(default_factory=dict)
 
     # -- completeness ---------------------------------------------------------------------------
     #: What the text did not have: "header", "kill", "cgroup-stats", "task-rows", "elided",
