@@ -31,7 +31,8 @@ def _record(summary: list[str], *, ram: int | None = 2_097_152, reserved: int = 
             prefix: str = "[ 100.{n:06d}] ") -> str:
     """A global OOM as a 6.x kernel prints it, with ``summary`` as show_mem's lines."""
     lines = [
-        "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
+        "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, "
+        "oom_score_adj=0",
         "CPU: 3 PID: 4242 Comm: python3 Not tainted 6.8.0-45-generic #45-Ubuntu",
         "Mem-Info:",
         *summary,
@@ -65,7 +66,8 @@ def _cgroup(text: str) -> tuple[str | None, str | None, str]:
     assert len(records) == 1
     report = diagnose(records[0])
     finding = next((f.message for f in report.findings if f.code.endswith("-dominant")), "")
-    return report.cgroup.dominant, report.cgroup.breakdown.source if report.cgroup.breakdown else None, finding
+    breakdown = report.cgroup.breakdown
+    return report.cgroup.dominant, breakdown.source if breakdown else None, finding
 
 
 def test_a_real_kubernetes_node_oom_is_anon() -> None:

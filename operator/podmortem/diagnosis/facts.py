@@ -127,7 +127,8 @@ def record_facts(record: OomKillRecord) -> RecordFacts:
     block = _limit_block(record)
     breakdown: MemoryBreakdown | None
     page_size = infer_page_size(record)
-    node_wide = block is None and bool(record.mem_info) and record.global_evidence and not record.memcg_evidence
+    node_wide = (block is None and bool(record.mem_info)
+                 and record.global_evidence and not record.memcg_evidence)
     if node_wide:
         breakdown = breakdown_mem_info(record.mem_info, page_size=page_size)
     elif block is None:
