@@ -532,6 +532,8 @@ class OomParser:
                 b.fields["order"] = _parse_int(v)
             elif k == "oom_score_adj":
                 b.fields["trigger_oom_score_adj"] = _parse_int(v)
+            elif k == "oom_adj":
+                b.fields["trigger_oom_adj"] = _parse_int(v)
 
     def _cpu(self, line: Line) -> None:
         b = self._part(line, _CPU_LINE, new_only_if_open=True)
@@ -787,6 +789,7 @@ class OomParser:
             gfp_mask=_str(f.get("gfp_mask")),
             order=_int(f.get("order")),
             trigger_oom_score_adj=_int(f.get("trigger_oom_score_adj")),
+            trigger_oom_adj=_int(f.get("trigger_oom_adj")),
             kernel_version=_str(f.get("kernel_version")),
             cpuset=_str(f.get("cpuset")),
             counters=b.counters,

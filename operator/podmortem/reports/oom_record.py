@@ -8,6 +8,7 @@ whether it was printed or inferred.
 
 from __future__ import annotations
 
+import itertools
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -120,6 +121,8 @@ class OomKillRecord(BaseModel):
     gfp_mask: str | None = None
     order: int | None = None
     trigger_oom_score_adj: int | None = None
+    #: The header's ``oom_adj=``, which kernels up to 3.6 printed (before oom_score_adj took over).
+    trigger_oom_adj: int | None = None
     kernel_version: str | None = None
     #: Old kernels print ``comm cpuset=… mems_allowed=…`` on its own line.
     cpuset: str | None = None
@@ -306,7 +309,25 @@ class OomKillRecord(BaseModel):
         for block in self.cgroup_stats:
             if block.version is not None:
                 return block.version
+        if self.task_in_memcg is not None and (self.before_cgroup2 or "kubepods" in self.task_in_memcg):
+            # A memcg OOM on a kernel without cgroup2's memory controller; or the "Task in" line
+            # (up to 4.18) under the kubelet, whose cgroup v2 support needs a 5.8+ kernel.
+            return 1
         return None
+
+    @property
+    def before_cgroup2(self) -> bool:
+        """The record was printed by a kernel older than 4.5, which had no cgroup2 memory controller.
+
+        Told by the version where printed, else by the header: ``oom_adj=`` (up to 3.6), or a
+        ``gfp_mask`` without the flag names that 4.5 began to print (``0xd0``, not ``0xd0(GFP_KERNEL)``).
+        """
+        version = _major_minor(self.kernel_version)
+        if version is not None:
+            return version < (4, 5)
+        if self.trigger_oom_adj is not None:
+            return True
+        return self.gfp_mask is not None and self.order is not None and "(" not in self.gfp_mask
 
     def stat_for(self, path: str | None) -> CgroupMemoryStat | None:
         """The stat block printed for ``path`` (exact match), if any."""
@@ -314,3 +335,13 @@ class OomKillRecord(BaseModel):
             if block.path == path:
                 return block
         return None
+
+
+def _major_minor(version: str | None) -> tuple[int, int] | None:
+    if version is None:
+        return None
+    parts = version.split(".")
+    if len(parts) < 2 or not parts[0].isdigit():
+        return None
+    minor = "".join(itertools.takewhile(str.isdigit, parts[1]))
+    return (int(parts[0]), int(minor)) if minor else None
