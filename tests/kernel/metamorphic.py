@@ -125,11 +125,11 @@ def _soft_wrap(width: int) -> Transform:
 
 
 #: Lines no diagnosis rests on: call-trace frames (but the memory cgroup's, which tell a memcg OOM
-#: where the record's head is cut), per-zone dumps, registers, hardware names. "Mem-Info:" stays:
-#: the kernel prints it only for OOMs outside a memory cgroup.
+#: where the record's head is cut), per-zone dumps, registers, hardware names. "Mem-Info:", its
+#: summary and "pages RAM"/"pages reserved" stay: they tell a global OOM and what filled the node.
 _UNNEEDED = re.compile(
-    r"(\+0x[0-9a-f]+/0x[0-9a-f]+|\bHardware name:|\bCall Trace:|\bNode \d+ |\bactive_anon:\d+ "
-    r"|\blowmem_reserve\[\]|\bfree_pcp:|\bpages RAM\b|\bpages reserved\b|\btotal pagecache pages\b"
+    r"(\+0x[0-9a-f]+/0x[0-9a-f]+|\bHardware name:|\bCall Trace:|\bNode \d+ "
+    r"|\blowmem_reserve\[\]|\btotal pagecache pages\b"
     r"|\bFree swap\b|\bTotal swap\b|\bSwap cache stats\b|\bRIP: |\bRSP: |\bRAX: |\bRDX: |\bRBP: |\bR1[0-5]: "
     r"|\bR0?[89]: |<TASK>|</TASK>|\bCode: )"
 )
@@ -163,10 +163,13 @@ def prompt_and_noise(text: str) -> str:
     )
 
 
-PREFIXES: tuple[Transform, ...] = (
-    line_numbers, line_numbers_colon, indent_spaces, indent_tab, mail_quote, crlf, ansi, dmesg_x, raw_level,
-    journal_no_host,
+#: The log's own forms: what the tool printed, before any terminal or mail wrapped it.
+FORMATS: tuple[Transform, ...] = (dmesg_x, raw_level, journal_no_host)
+#: The paste's own marks, added to what was wrapped.
+MARKS: tuple[Transform, ...] = (
+    line_numbers, line_numbers_colon, indent_spaces, indent_tab, mail_quote, crlf, ansi,
 )
+PREFIXES: tuple[Transform, ...] = (*MARKS, *FORMATS)
 WRAPS: tuple[Transform, ...] = (
     _hard_wrap(72), _hard_wrap(80), _hard_wrap(100), _soft_wrap(72), _soft_wrap(80),
 )

@@ -139,11 +139,14 @@ def _keep_prefix(m: re.Match[str], fmt: LineFormat, host: str | None) -> None:
         _last_prefix = (text, fmt, m.group(1), host)
 
 
-def strip_paste(line: str) -> tuple[str, int]:
+def strip_paste(line: str, *, numbers: int = 2) -> tuple[str, int]:
     """The line without the paste's marks (CR, ANSI, indentation, quotes, line numbers), and its indent.
 
     The indent is the width of the whitespace right before the text: what tells a multi-line
     message's continuation (indented deeper than the line before) from a line of its own.
+    ``numbers``: how many line numbers to take at most (``cat -n`` of ``grep -n`` has two); a
+    wrapped part is given as many as its line had, since it may start with the digits of a cut
+    path ("4-da9c-…" is no ``grep -n`` context line then).
     """
     if "\x1b" in line:
         line = _ANSI.sub("", line)
@@ -160,7 +163,7 @@ def strip_paste(line: str) -> tuple[str, int]:
             line = strip_quote(line)
             indent = 0
         elif first.isdigit():
-            if _KMSG.match(line) is not None:
+            if numbers <= 0 or _KMSG.match(line) is not None:
                 break
             m = _LINE_NO.match(line)
             if m is None:
@@ -169,6 +172,7 @@ def strip_paste(line: str) -> tuple[str, int]:
                     break
             line = line[m.end():]
             indent = 0
+            numbers -= 1
         else:
             break
     return line, indent
@@ -180,7 +184,7 @@ def split(raw: str, prev: Line | None) -> Line | None:
     line, indent = strip_paste(line)
     if not line or line.isspace():
         return None
-    soft_end = raw[-1:] in (" ", "\t")
+    soft_end = line[-1:] in (" ", "\t")  # after the paste's marks: a colour's reset, a CR
     found = _split_prefixed(line, indent, soft_end)
     if found is not None:
         return found
@@ -308,24 +312,33 @@ def _finish(
     return Line(msg, fmt, host, mono, time_text, seq, clock, cut=cut, soft_end=soft_end, indent=indent)
 
 
-def continues(prev_raw: str, prev: Line, raw: str) -> bool:
+def continues(prev_raw: str, prev: Line, raw: str, *, first_raw: str | None = None) -> bool:
     """Whether ``raw`` is the rest of ``prev`` after a terminal or mail wrap.
 
     A wrapped part has no prefix of its own and follows a prefixed kernel line that ended
     softly (mail) or was long (a terminal's hard wrap). The paste's own marks (quotes, line
     numbers, indentation) were added after the wrap, so they are compared, not read: a wrapped
     part is never indented deeper than its line. Elision marks, prompts and code fences are
-    never wrapped parts.
+    never wrapped parts. ``first_raw``: the line's own first part, when ``prev_raw`` is a part.
     """
     if prev.fmt == "plain":
         return False
-    text, indent = strip_paste(raw)
-    long_prev = len(strip_paste(prev_raw)[0]) >= 60
+    numbered = _numbered(first_raw if first_raw is not None else prev_raw)
+    text, indent = strip_paste(raw, numbers=numbered)
+    long_prev = len(strip_paste(prev_raw, numbers=numbered)[0]) >= 60
     # A hard wrap that fell on a space starts its part with that one space.
     # A call-trace frame ("[<ffffffff8114e30a>] ? oom_kill_process+0x28a/0x3e0") wrapped off its
     # stamp is the whole message of a line that is nothing but its prefix.
     frame = text.startswith("[<") and not prev.msg.strip()
-    if not text or indent > prev.indent + (1 if long_prev else 0) or (text[0] in "$#`[<>" and not frame):
+    # Compared with the line's own indent, or its outer one where a quote mark came after it
+    # ("    > kernel: …" quoted, then indented): the part, cut off after the quote, has only that.
+    outer = _outer_indent(first_raw if first_raw is not None else prev_raw)
+    # A task table's header or row is one message: a terminal's wrap inside its column padding
+    # starts the part with several spaces, never a multi-line message's continuation.
+    table = long_prev and _TASK_TABLE.match(prev.msg) is not None and bool(text.strip()) and \
+        text.lstrip()[0] not in "[<>$#`"
+    if not table and (not text or indent > max(prev.indent, outer) + (1 if long_prev else 0)) or \
+            (text[0] in "$#`[<>" and not frame):
         return False
     text = text.strip()
     if not text or text in ELISIONS or text.startswith(("```", "...", "…")):
@@ -343,6 +356,8 @@ def continues(prev_raw: str, prev: Line, raw: str) -> bool:
 
 #: What a wrap leaves of mem_cgroup_print_oom_info's one-line v1 stats ("%s:%luKB " per key, 3.x-5.x):
 #: a key's or number's rest, whole keys, and the start of the next one.
+#: A task table's header or row: "[ pid ]   uid  tgid …", "[  pid  ] …", "[   1762]   998 …".
+_TASK_TABLE = re.compile(r"\[\s*(?:pid|\d{1,10})\s*\]\s")
 _V1_STATS_PART = re.compile(r"(?:[a-z_]*:\d+KB|\d*K?B)(?: [a-z_]+:\d+KB)*(?: [a-z_]+(?::\d*K?)?)?$")
 
 
@@ -391,13 +406,44 @@ def _between_words(left: str, right: str) -> bool:
     return last in _KERNEL_WORDS and first in _KERNEL_WORDS
 
 
-def join(prev: Line, raw: str) -> Line:
-    """``prev`` with its wrapped part appended: a soft (mail) wrap keeps a space, a hard wrap none."""
-    text, indent = strip_paste(raw)
+def _numbered(raw: str) -> int:
+    """How many line numbers (an editor's, grep's) the line carries: its wrapped parts carry as many."""
+    bare, one = strip_paste(raw, numbers=0)[0], strip_paste(raw, numbers=1)[0]
+    if one == bare:
+        return 0
+    return 1 if strip_paste(raw, numbers=2)[0] == one else 2
+
+
+def _outer_indent(raw: str) -> int:
+    """Whitespace right before a line's innermost quote mark, after any line number (0 without one)."""
+    if "\x1b" in raw:
+        raw = _ANSI.sub("", raw)
+    indent = before_quote = 0
+    for _ in range(6):
+        stripped = raw.lstrip(" \t")
+        if stripped != raw:
+            indent, raw = len(raw) - len(stripped), stripped
+        if raw[:1] == ">":
+            before_quote, raw, indent = indent, raw[1:], 0  # the innermost quote's counts
+            continue
+        m = _LINE_NO.match(raw) if raw[:1].isdigit() else None
+        if m is None:
+            break
+        raw, indent = raw[m.end():], 0
+    return before_quote
+
+
+def join(prev: Line, raw: str, *, first_raw: str | None = None) -> Line:
+    """``prev`` with its wrapped part appended: a soft (mail) wrap keeps a space, a hard wrap none.
+
+    ``first_raw``: the line's first part, whose indent before a quote mark the parts share.
+    """
+    text, indent = strip_paste(raw, numbers=_numbered(first_raw) if first_raw is not None else 2)
+    soft_end = text[-1:] in (" ", "\t")  # after the paste's marks: a colour's reset, a CR
     text = text.strip()
-    soft = prev.soft_end or indent > prev.indent or _between_words(prev.msg, text)
+    base = max(prev.indent, _outer_indent(first_raw)) if first_raw is not None else prev.indent
+    soft = prev.soft_end or indent > base or _between_words(prev.msg, text)
     glue = " " if soft else ""
-    soft_end = raw.rstrip("\r")[-1:] in (" ", "\t")
     msg, mono, clock = prev.msg + glue + text, prev.mono, prev.clock
     if mono is None and msg.startswith("[") and (m := _DMESG_MONO.match(msg)) is not None:
         # A wrap inside the dmesg stamp after a syslog prefix ("kernel: [ " / "8341.856856] …"):

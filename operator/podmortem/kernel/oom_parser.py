@@ -216,7 +216,8 @@ class OomParser:
         self._last_seq: int | None = None
         self._done: list[OomKillRecord] = []
         self._join_wraps = join_wraps
-        self._held: tuple[str, Line] | None = None
+        #: A line that a wrapped part may still follow: (its last part, the line so far, its first part).
+        self._held: tuple[str, Line, str] | None = None
 
     # -- public ------------------------------------------------------------------------------------
 
@@ -238,13 +239,14 @@ class OomParser:
                 return
         held = self._held
         if held is not None:
-            held_raw, held_line = held
+            held_raw, held_line, first_raw = held
             # Fast path: a line opening like the held one (same stamp shape) is never its wrapped part.
-            # (Indented, quoted or numbered pastes differ only after their marks: those always ask.)
+            # (Indented, quoted, numbered or coloured pastes differ only after their marks: those
+            # always ask; every line of a coloured paste opens with the same escape.)
             wrapped = bool(raw) and (
-                raw[0] in " \t>" or raw[:2] == "[<" or (raw[0] != "[" and raw[:3] != held_raw[:3]))
-            if wrapped and log_lines.continues(held_raw, held_line, raw):
-                self._held = (raw, log_lines.join(held_line, raw))
+                raw[0] in " \t>\x1b" or raw[:2] == "[<" or (raw[0] != "[" and raw[:3] != held_raw[:3]))
+            if wrapped and log_lines.continues(held_raw, held_line, raw, first_raw=first_raw):
+                self._held = (raw, log_lines.join(held_line, raw, first_raw=first_raw), first_raw)
                 return
             self._held = None
             self._dispatch(held_line)
@@ -254,7 +256,7 @@ class OomParser:
                 self._prev = None if self._prev is None or self._prev.fmt == "plain" else self._prev
             return
         if self._join_wraps and line.fmt != "plain":
-            self._held = (raw, line)
+            self._held = (raw, line, raw)
             return
         self._dispatch(line)
 
