@@ -337,7 +337,7 @@ def continues(prev_raw: str, prev: Line, raw: str, *, first_raw: str | None = No
     # starts the part with several spaces, never a multi-line message's continuation.
     table = long_prev and _TASK_TABLE.match(prev.msg) is not None and bool(text.strip()) and \
         text.lstrip()[0] not in "[<>$#`"
-    if not table and (not text or indent > max(prev.indent, outer) + (1 if long_prev else 0)) or \
+    if (not table and (not text or indent > max(prev.indent, outer) + (1 if long_prev else 0))) or \
             (text[0] in "$#`[<>" and not frame):
         return False
     text = text.strip()
