@@ -17,11 +17,16 @@ from pathlib import Path
 
 def write_json_atomic(path: Path, data: object) -> None:
     """Replace ``path`` with ``data`` as JSON: a temporary file beside it, fsync, rename."""
+    write_text_atomic(path, json.dumps(data))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``: a new temporary file beside it (no link followed), fsync, rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from podmortem.diagnosis.termination import Termination
+from podmortem.logs.store import LogStore, StoreSettings
 from podmortem.operator import report_timeline
 from podmortem.reports import stored_timeline
 from podmortem.reports.memory import MemorySample, ProcessMemory
@@ -31,34 +33,42 @@ def term(finished: datetime | None, uid: str = "u1") -> Termination:
                        started_at=T0, finished_at=finished, deleting=False)
 
 
-async def test_filed_in_the_pods_directory_naming_the_pod(tmp_path: Path) -> None:
+@pytest.fixture
+async def log_store(tmp_path: Path) -> AsyncIterator[LogStore]:
+    async with LogStore(tmp_path, settings=StoreSettings(fsync_interval_s=None)) as opened:
+        yield opened
+
+
+async def test_filed_in_the_pods_directory_naming_the_pod(tmp_path: Path, log_store: LogStore) -> None:
     job_dir = tmp_path / "ns" / "job" / "p"
-    assert not await report_timeline.save(tmp_path, namespace="ns", job="job", pod="p", report=REPORT,
+    assert not await report_timeline.save(log_store, namespace="ns", job="job", pod="p", report=REPORT,
                                           samples=SAMPLES)
     assert not job_dir.exists()  # no log of the pod in the store: nothing would ever delete the files
     job_dir.mkdir(parents=True)
     restart = T0 + timedelta(seconds=25)
     assert await report_timeline.save(
-        tmp_path, namespace="ns", job="job", pod="p", report=REPORT, samples=SAMPLES, restarts=[restart]
+        log_store, namespace="ns", job="job", pod="p", report=REPORT, samples=SAMPLES, restarts=[restart]
     )
     doc = json.loads((job_dir / stored_timeline.JSON_NAME).read_text())
     assert doc["pod"] == {"namespace": "ns", "name": "p", "uid": "u1"} and doc["samples"] == 6
-    assert report_timeline.load(tmp_path, namespace="ns", job="job", pod="p") == doc
-    assert report_timeline.load(tmp_path, namespace="ns", job="job", pod="other-pod") is None
+    assert report_timeline.load(log_store, namespace="ns", job="job", pod="p") == doc
+    assert report_timeline.load(log_store, namespace="ns", job="job", pod="other-pod") is None
     assert report_timeline.belongs_to(doc, REPORT)
     assert not report_timeline.belongs_to(doc, {"pod": {"name": "p", "uid": "u2"}})  # a new pod, same name
     svg = (job_dir / stored_timeline.SVG_NAME).read_text()
     assert 'data-process="trainer"' in svg and 'data-process="workers"' in svg and 'class="restart"' in svg
 
 
-async def test_a_failed_write_is_logged_not_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_failed_write_is_logged_not_raised(
+    tmp_path: Path, log_store: LogStore, caplog: pytest.LogCaptureFixture
+) -> None:
     (tmp_path / "ns" / "job" / "p" / stored_timeline.JSON_NAME).mkdir(parents=True)  # in the way
     with caplog.at_level(logging.WARNING):
         assert not await report_timeline.save(
-            tmp_path, namespace="ns", job="job", pod="p", report=REPORT, samples=SAMPLES
+            log_store, namespace="ns", job="job", pod="p", report=REPORT, samples=SAMPLES
         )
     assert "filing the report timeline of ns/job (pod p) failed" in caplog.text
-    assert not await report_timeline.save(tmp_path, namespace="ns", job="../x", pod="p", report=REPORT,
+    assert not await report_timeline.save(log_store, namespace="ns", job="../x", pod="p", report=REPORT,
                                           samples=[])
 
 
@@ -66,3 +76,22 @@ def test_restarts_are_the_same_pods_earlier_ends() -> None:
     now = term(T0 + timedelta(minutes=5))
     earlier = [term(T0 + timedelta(minutes=1)), term(T0 + timedelta(minutes=2), uid="other"), term(None), now]
     assert report_timeline.restarts_of(now, earlier) == [T0 + timedelta(minutes=1)]
+
+
+async def test_never_written_or_read_through_a_link_in_the_store(tmp_path: Path, log_store: LogStore) -> None:
+    """A pod directory linked elsewhere (another namespace's, outside the store) is not the pod's."""
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "ns" / "job").mkdir(parents=True)
+    (tmp_path / "ns" / "job" / "p").symlink_to(elsewhere)
+    assert not await report_timeline.save(log_store, namespace="ns", job="job", pod="p", report=REPORT,
+                                          samples=SAMPLES)
+    assert list(elsewhere.iterdir()) == []
+    (elsewhere / stored_timeline.JSON_NAME).write_text(json.dumps({"pod": REPORT["pod"]}))
+    assert report_timeline.load(log_store, namespace="ns", job="job", pod="p") is None
+    # A planted file link inside the real directory is not read either.
+    real = tmp_path / "ns" / "job2" / "p"
+    real.mkdir(parents=True)
+    (real / stored_timeline.SVG_NAME).symlink_to(elsewhere / stored_timeline.JSON_NAME)
+    assert report_timeline.read(log_store, namespace="ns", job="job2", pod="p", name=stored_timeline.SVG_NAME) \
+        is None

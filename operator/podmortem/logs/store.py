@@ -643,6 +643,19 @@ class LogStore:
         self._pods[key] = pod
         return pod
 
+    def pod_dir(self, *, namespace: str, job: str, pod: str) -> Path | None:
+        """The directory the store files a pod's logs in; None where it has none or holds a link.
+
+        Files kept beside a pod's logs (the report's timeline) go here and nowhere else: retention
+        deletes them with the logs, and nothing is written or read through a link planted in the
+        store. A bare pod's job is its own name. Raises ValueError for a name Kubernetes refuses.
+        """
+        path = self.root / check_name("namespace", namespace) / check_name("job", job) / \
+            check_name("pod", pod)
+        if not files.is_real_dir(path) or not self._no_links(path):
+            return None
+        return path
+
     def _no_links(self, path: Path) -> bool:
         """No component of ``path`` below the root is a symbolic link (those that exist)."""
         current = self.root

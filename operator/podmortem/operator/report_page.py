@@ -29,7 +29,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -302,7 +301,7 @@ async def _page(request: web.Request, namespace: str, job: str, found: Found) ->
         lines, epochs, note = await log_context(log_store, found.document)
     except store.StoreClosed:
         lines, epochs, note = [], [], "the log store is shutting down"
-    stored = await _stored_timeline(log_store.root, namespace, job, found.document)
+    stored = await _stored_timeline(log_store, namespace, job, found.document)
     samples, restarts, projection = (
         stored_timeline.expand(stored)
         if stored is not None and report_timeline.belongs_to(stored, found.document)
@@ -334,13 +333,13 @@ async def _page(request: web.Request, namespace: str, job: str, found: Found) ->
 
 
 async def _stored_timeline(
-    root: Path, namespace: str, job: str, report: dict[str, Any]
+    log_store: store.LogStore, namespace: str, job: str, report: dict[str, Any]
 ) -> dict[str, Any] | None:
     """The timeline filed next to the logs of the report's pod (the root cause's, for a multi-pod job)."""
     pod = report_timeline.pod_of(report)
     if pod is None:
         return None
-    return await read_pool.run(report_timeline.load, root, namespace=namespace, job=job, pod=pod)
+    return await read_pool.run(report_timeline.load, log_store, namespace=namespace, job=job, pod=pod)
 
 
 async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
@@ -352,16 +351,13 @@ async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
     if isinstance(answer, web.Response):
         return answer
     found, _ = answer
-    root = request.app[log_http.STORE].root
-    stored = await _stored_timeline(root, namespace, job, found.document)
+    log_store = request.app[log_http.STORE]
+    stored = await _stored_timeline(log_store, namespace, job, found.document)
     svg = None
     pod = report_timeline.pod_of(found.document)
     if stored is not None and pod is not None:
-        directory = report_timeline.pod_dir(root, namespace=namespace, job=job, pod=pod)
-        try:
-            svg = await read_pool.run((directory / stored_timeline.SVG_NAME).read_text, encoding="utf-8")
-        except OSError:
-            svg = None
+        svg = await read_pool.run(report_timeline.read, log_store, namespace=namespace, job=job, pod=pod,
+                                  name=stored_timeline.SVG_NAME)
     if svg is None or stored is None or not report_timeline.belongs_to(stored, found.document):
         return web.Response(
             status=404, text=f"no timeline of the report of {namespace}/{job} is filed in the log store\n"

@@ -3,7 +3,8 @@
 The stored report (status or annotation) is too small for the agent's samples with their
 per-process PSS, so when the Reporter writes or updates a report it also files the timeline
 (`podmortem.reports.stored_timeline`) in the pod's log-store directory,
-``<store>/<namespace>/<job>/<pod>/``, where the store files the pod's logs: each pod of a
+``<store>/<namespace>/<job>/<pod>/``, where the store files the pod's logs (``LogStore.pod_dir``,
+the one place that knows the layout): each pod of a
 multi-pod job keeps its own. The page (`report_page`) draws the PSS bands, restarts and
 projection of the report's pod from it, and serves the SVG for tickets. Retention deletes the
 pod's directory, and so these files, with its logs. Writing is best effort: a failure is
@@ -17,22 +18,16 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from podmortem.diagnosis.termination import Termination
-from podmortem.logs import store
+from podmortem.files import read_nofollow
+from podmortem.logs.store import LogStore
 from podmortem.reports import page, stored_timeline
 from podmortem.reports import timeline as tl_mod
 from podmortem.reports.memory import MemorySample
 
 logger = logging.getLogger(__name__)
-
-
-def pod_dir(store_dir: Path, *, namespace: str, job: str, pod: str) -> Path:
-    """The pod's directory in the log store (``LogStore`` files a bare pod under its own name as the job)."""
-    return (Path(store_dir) / store.check_name("namespace", namespace) / store.check_name("job", job)
-            / store.check_name("pod", pod))
 
 
 def pod_of(report: Mapping[str, Any]) -> str | None:
@@ -84,11 +79,15 @@ def belongs_to(doc: Mapping[str, Any], report: Mapping[str, Any]) -> bool:
     return bool(mine.get("name") and mine.get("name") == theirs.get("name"))
 
 
-def _save(directory: Path, report: Mapping[str, Any], samples: Sequence[MemorySample],
-          restarts: Sequence[datetime], projection: tl_mod.Projection | None) -> bool:
-    if not directory.is_dir():
-        # No log of this job in the store (never followed, or expired): nothing would delete the files.
-        logger.info("no log-store directory %s: the report's timeline is not filed", directory)
+def _save(log_store: LogStore, where: tuple[str, str, str], report: Mapping[str, Any],
+          samples: Sequence[MemorySample], restarts: Sequence[datetime],
+          projection: tl_mod.Projection | None) -> bool:
+    namespace, job, pod = where
+    directory = log_store.pod_dir(namespace=namespace, job=job, pod=pod)
+    if directory is None:
+        # No log of this pod in the store (never followed, expired, a link): nothing would delete them.
+        logger.info("no log-store directory of %s/%s (pod %s): the report's timeline is not filed",
+                    namespace, job, pod)
         return False
     doc, svg = build(report, samples, restarts=restarts, projection=projection)
     stored_timeline.write(directory, doc, svg)
@@ -96,7 +95,7 @@ def _save(directory: Path, report: Mapping[str, Any], samples: Sequence[MemorySa
 
 
 async def save(
-    store_dir: Path,
+    log_store: LogStore,
     *,
     namespace: str,
     job: str,
@@ -108,24 +107,39 @@ async def save(
 ) -> bool:
     """Build and write both files in a worker thread; False (logged) when they were not written."""
     try:
-        directory = pod_dir(store_dir, namespace=namespace, job=job, pod=pod)
-        return await asyncio.to_thread(_save, directory, report, list(samples), list(restarts), projection)
+        return await asyncio.to_thread(_save, log_store, (namespace, job, pod), report, list(samples),
+                                       list(restarts), projection)
     except (OSError, ValueError) as exc:
         logger.warning("filing the report timeline of %s/%s (pod %s) failed: %s", namespace, job, pod, exc)
         return False
 
 
-def load(store_dir: Path, *, namespace: str, job: str, pod: str) -> dict[str, Any] | None:
+def load(log_store: LogStore, *, namespace: str, job: str, pod: str) -> dict[str, Any] | None:
     """The stored document, or None when there is none or it cannot be read (blocking: run off the loop)."""
-    try:
-        path = pod_dir(store_dir, namespace=namespace, job=job, pod=pod) / stored_timeline.JSON_NAME
-    except ValueError:
+    text = read(log_store, namespace=namespace, job=job, pod=pod, name=stored_timeline.JSON_NAME)
+    if text is None:
         return None
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        logger.warning("reading %s failed: %s", path, exc)
+        doc = json.loads(text)
+    except ValueError as exc:
+        logger.warning("reading the stored timeline of %s/%s (pod %s) failed: %s", namespace, job, pod, exc)
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def read(log_store: LogStore, *, namespace: str, job: str, pod: str, name: str) -> str | None:
+    """One file filed beside the pod's logs, never through a link; None when missing or unreadable."""
+    try:
+        directory = log_store.pod_dir(namespace=namespace, job=job, pod=pod)
+    except ValueError:
+        return None
+    if directory is None:
+        return None
+    path = directory / name
+    try:
+        return read_nofollow(path).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        logger.warning("reading %s failed: %s", path, exc)
+        return None

@@ -31,6 +31,7 @@ import aiohttp
 from podmortem.diagnosis import job_root_cause, verdicts
 from podmortem.diagnosis.termination import Termination
 from podmortem.kube import api as kube_mod
+from podmortem.logs.store import LogStore
 from podmortem.operator import (
     job_report,
     kernel_record,
@@ -156,14 +157,17 @@ class Reporter:
         settings: OperatorSettings,
         status: StatusWriter,
         log_url: str = "",
+        log_store: LogStore | None = None,
     ) -> None:
-        """``log_url`` is the base URL of the operator's log API (see ``OperatorSettings.log_base_url``)."""
+        """``log_url`` is the base URL of the operator's log API (see ``OperatorSettings.log_base_url``);
+        ``log_store``, where each report's timeline is filed beside the pod's logs (none: not filed)."""
         self.kube = kube
         self.agent = agent
         self.session = session
         self.settings = settings
         self.status = status
         self.log_url = log_url
+        self.log_store = log_store
         self._background: set[asyncio.Task[None]] = set()
         #: The early warning's projection line of a pod (set by the service), drawn on its timeline.
         self.projection_of: Callable[[str], tuple[int, int, int, int, str] | None] | None = None
@@ -253,8 +257,10 @@ class Reporter:
     async def _file_timeline(self, outcome: Outcome, evidence: PodEvidence | None) -> None:
         """The timeline with the agent's samples next to the job's logs (`report_timeline`; best effort)."""
         t = outcome.termination
+        if self.log_store is None:
+            return
         await report_timeline.save(
-            self.settings.store_dir,
+            self.log_store,
             namespace=outcome.target.namespace,
             job=outcome.target.name,
             pod=t.pod,

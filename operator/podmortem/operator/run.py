@@ -225,6 +225,7 @@ async def run_operator(
             settings=settings,
             status=status,
             log_url=settings.log_base_url,
+            log_store=store,
         )
 
         async def make_sink(namespace: str, pod: str, pod_uid: str) -> Any:

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from podmortem.files import write_json_atomic
+from podmortem.files import write_json_atomic, write_text_atomic
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.timeline import Projection
 from podmortem.reports.times import rfc3339
@@ -130,6 +130,4 @@ def write(job_dir: Path, doc: Mapping[str, Any], svg_text: str | None = None) ->
     """The document (and the drawn SVG) in the job's log-store directory, each replaced atomically."""
     write_json_atomic(job_dir / JSON_NAME, dict(doc))
     if svg_text is not None:
-        tmp = job_dir / f".{SVG_NAME}.tmp"
-        tmp.write_text(svg_text, encoding="utf-8")
-        tmp.replace(job_dir / SVG_NAME)
+        write_text_atomic(job_dir / SVG_NAME, svg_text)
