@@ -93,5 +93,5 @@ async def test_never_written_or_read_through_a_link_in_the_store(tmp_path: Path,
     real = tmp_path / "ns" / "job2" / "p"
     real.mkdir(parents=True)
     (real / stored_timeline.SVG_NAME).symlink_to(elsewhere / stored_timeline.JSON_NAME)
-    assert report_timeline.read(log_store, namespace="ns", job="job2", pod="p", name=stored_timeline.SVG_NAME) \
-        is None
+    svg = stored_timeline.SVG_NAME
+    assert report_timeline.read(log_store, namespace="ns", job="job2", pod="p", name=svg) is None
