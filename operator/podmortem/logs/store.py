@@ -194,11 +194,19 @@ def _write_all(fd: int, data: bytes, head: bytes = b"") -> None:
         view = view[written:]
 
 
+#: Where a reader reports damage it met in a segment: (path, offset, length).
+DamageSink = Callable[[Path, int, int], None]
+
+
+def _ignore_damage(_path: Path, _offset: int, _length: int) -> None:
+    """An instance read outside a store (a test, a tool) counts no damage."""
+
+
 class Instance:
     """One container instance's log: its files on disk and, while open, its writer state."""
 
     def __init__(self, *, path: Path, container: str, seq: int, container_id: str | None,
-                 sync: bytes | None = None) -> None:
+                 sync: bytes | None = None, on_damage: DamageSink | None = None) -> None:
         self.path = path
         self.container = container
         self.seq = seq
@@ -226,8 +234,8 @@ class Instance:
         self.superseded = False
         #: Damage the load found (segment, range); the store counts it once.
         self.damage_found: list[tuple[Path, segments.Damage]] = []
-        #: Called by readers for damage they meet (the store counts each range once).
-        self.on_damage: Callable[[Path, int, int], None] = lambda _path, _offset, _length: None
+        #: Called by readers for damage they meet: the store's own count (each range once).
+        self.on_damage: DamageSink = on_damage if on_damage is not None else _ignore_damage
 
     def segment_path(self, seq: int) -> Path:
         return self.path / _segment_name(seq)
@@ -302,7 +310,8 @@ class Instance:
         return self.ended is not None or self.superseded
 
 
-def _load_instances(cdir: Path, *, container: str, writable: bool) -> list[Instance]:
+def _load_instances(cdir: Path, *, container: str, writable: bool,
+                    on_damage: DamageSink | None = None) -> list[Instance]:
     """Every stored instance of a container directory, oldest first (blocking file I/O)."""
     insts: list[Instance] = []
     if files.is_real_dir(cdir):
@@ -311,13 +320,15 @@ def _load_instances(cdir: Path, *, container: str, writable: bool) -> list[Insta
                 continue  # a symbolic link is never followed out of the store
             if not (d / retention.INSTANCE_META).exists():
                 continue  # a creation interrupted before its meta landed: never written to
-            insts.append(_load_instance(d, container=container, writable=writable))
+            insts.append(_load_instance(d, container=container, writable=writable, on_damage=on_damage))
         for older in insts[:-1]:
             older.superseded = True
     return insts
 
 
-def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
+def _load_instance(
+    path: Path, *, container: str, writable: bool, on_damage: DamageSink | None = None
+) -> Instance:
     """Open an instance directory; repair the end of its last segment (crash recovery).
 
     Damage never deletes what can be read: damaged bytes are copied into a quarantine file
@@ -327,7 +338,7 @@ def _load_instance(path: Path, *, container: str, writable: bool) -> Instance:
     """
     meta = retention.read_instance_meta(path)
     inst = Instance(path=path, container=container, seq=int(path.name), container_id=meta.get("container_id"),
-                    sync=retention.meta_sync(meta))
+                    sync=retention.meta_sync(meta), on_damage=on_damage)
     if writable and inst.sync is None:
         # Made before format 2: its next segments get a marker, kept in the meta like a new instance's.
         inst.sync = os.urandom(segments.SYNC_SIZE)
@@ -729,7 +740,6 @@ class LogStore:
 
     def _adopt(self, insts: list[Instance]) -> list[Instance]:
         for inst in insts:
-            inst.on_damage = self.note_damage
             for path, damage in inst.damage_found:
                 self.note_damage(path, damage.offset, damage.length, set_aside=False)  # the load did
             inst.damage_found.clear()
@@ -739,7 +749,8 @@ class LogStore:
         insts = pod.instances.get(container)
         if insts is None:
             insts = self._adopt(
-                _load_instances(pod.path / container, container=container, writable=not self.read_only)
+                _load_instances(pod.path / container, container=container, writable=not self.read_only,
+                                on_damage=self.note_damage)
             )
             pod.instances[container] = insts
         return insts
@@ -759,7 +770,8 @@ class LogStore:
             insts = pod.instances.get(container)
             if insts is None:
                 loaded = self._adopt(await asyncio.to_thread(
-                    _load_instances, pod.path / container, container=container, writable=not self.read_only
+                    _load_instances, pod.path / container, container=container, writable=not self.read_only,
+                    on_damage=self.note_damage,
                 ))
                 insts = pod.instances.setdefault(container, loaded)  # a reader's load on the loop won
         return insts
@@ -781,8 +793,8 @@ class LogStore:
             raise
         self._index_pod_dir(pod.path)
         self._dirty_dirs.add(path.parent)
-        inst = Instance(path=path, container=container, seq=seq, container_id=container_id, sync=sync)
-        inst.on_damage = self.note_damage
+        inst = Instance(path=path, container=container, seq=seq, container_id=container_id, sync=sync,
+                        on_damage=self.note_damage)
         for older in insts:
             older.superseded = True
             older.notify()
