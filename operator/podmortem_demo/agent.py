@@ -73,12 +73,9 @@ async def running_agent(settings: AgentSettings, *, pods: KubeletPods) -> AsyncI
     if settings.kernel_log_source == "off":
         agent.kmsg = KmsgStatus(readable=False, error="the demo runs with a recorded kernel record")
     else:
-
-        def set_status(status: KmsgStatus) -> None:
-            agent.kmsg = status
-
         kernel_log = KernelLog(
-            settings=settings, metrics=agent.metrics, on_records=agent.on_records, on_status=set_status
+            settings=settings, metrics=agent.metrics, on_records=agent.on_records,
+            on_status=agent.on_kernel_log,
         )
     runner = web.AppRunner(server.make_app(agent, token_path=settings.token_path), access_log=None)
     await runner.setup()

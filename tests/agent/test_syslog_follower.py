@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from podmortem.agent.kernel_log import KernelLog
+from podmortem.agent.kernel_log import KernelLog, KernelLogState
 from podmortem.agent.kmsg_follower import KmsgFollower
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.settings import AgentSettings
@@ -203,7 +203,7 @@ def _kernel_log(tmp_path: Path, source: str, read: object) -> KernelLog:
         settings=settings,
         metrics=AgentMetrics(CollectorRegistry()),
         on_records=lambda records: None,
-        on_status=lambda status: None,
+        on_status=lambda state: None,
         read_syslog=read,  # type: ignore[arg-type]
     )
 
@@ -236,3 +236,27 @@ def test_auto_with_neither_source_says_why(tmp_path: Path) -> None:
 def test_explicit_sources(tmp_path: Path) -> None:
     assert isinstance(_kernel_log(tmp_path, "syslog", Kernel([]).read).choose()[0], SyslogFollower)
     assert isinstance(_kernel_log(tmp_path, "kmsg", Kernel([]).read).choose()[0], KmsgFollower)
+
+
+async def test_the_kernel_log_reports_its_source_and_last_gap_with_each_status(tmp_path: Path) -> None:
+    """The agent learns the source and the gap from the state handed to it, not by reaching back."""
+    kernel = Kernel(HISTORY[:5], capacity=len(DUMP))
+    states: list[KernelLogState] = []
+    settings = AgentSettings(kmsg_path=tmp_path / "no-kmsg", kernel_log_source="syslog",
+                             state_dir=tmp_path / "state", proc_root=tmp_path, syslog_poll_s=0.01)
+    kernel_log = KernelLog(settings=settings, metrics=AgentMetrics(CollectorRegistry()),
+                           on_records=lambda records: None, on_status=states.append, read_syslog=kernel.read)
+    task = asyncio.create_task(kernel_log.run())
+    try:
+        async with asyncio.timeout(10):
+            while not states:
+                await asyncio.sleep(0.01)
+            assert states[0].source == "syslog" and states[0].status.readable and states[0].gap is None
+            kernel.write(HISTORY[5:] + DUMP)  # more than the buffer holds before the next poll
+            while not any(s.gap for s in states):
+                await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    last = states[-1]
+    assert last.source == "syslog" and last.status.lost >= 1 and last.gap is not None and "wrap" in last.gap

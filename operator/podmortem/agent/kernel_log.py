@@ -15,6 +15,7 @@ import errno
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from podmortem.agent.kmsg_follower import KmsgFollower
@@ -57,8 +58,23 @@ def probe_syslog(read: Reader) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class KernelLogState:
+    """What the agent shows of its kernel log: readable or why not, the source, the last gap."""
+
+    status: KmsgStatus
+    #: "kmsg" or "syslog" once chosen; None while neither could be used.
+    source: str | None = None
+    #: The last span of kernel log that may have been lost (syslog(2) wraps), in words.
+    gap: str | None = None
+
+
 class KernelLog:
-    """Runs the follower of the configured (or, for ``auto``, the first usable) kernel log source."""
+    """Runs the follower of the configured (or, for ``auto``, the first usable) kernel log source.
+
+    Each status a follower reports goes to ``on_status`` with the source and the last gap, which
+    only this object knows: its owner needs no reference back to it.
+    """
 
     def __init__(
         self,
@@ -66,7 +82,7 @@ class KernelLog:
         settings: AgentSettings,
         metrics: AgentMetrics,
         on_records: Callable[[list[OomKillRecord]], object],
-        on_status: Callable[[KmsgStatus], None],
+        on_status: Callable[[KernelLogState], None],
         read_syslog: Reader = klog.read_all,
     ) -> None:
         self.settings = settings
@@ -86,7 +102,7 @@ class KernelLog:
             proc_root=s.proc_root,
             metrics=self.metrics,
             on_records=self.on_records,
-            on_status=self.on_status,
+            on_status=self._status,
             retry_s=s.kernel_log_retry_s,
         )
 
@@ -97,11 +113,16 @@ class KernelLog:
             proc_root=s.proc_root,
             metrics=self.metrics,
             on_records=self.on_records,
-            on_status=self.on_status,
+            on_status=self._status,
             read=self.read_syslog,
             poll_s=s.syslog_poll_s,
             retry_s=s.kernel_log_retry_s,
         )
+
+    def _status(self, status: KmsgStatus) -> None:
+        gap = self.follower.last_gap if isinstance(self.follower, SyslogFollower) else None
+        self.on_status(KernelLogState(status=status, source=self.source,
+                                      gap=gap.describe() if gap is not None else None))
 
     def choose(self) -> tuple[Follower | None, str | None]:
         """The follower to run, or None and why neither source can be used now."""
@@ -138,7 +159,7 @@ class KernelLog:
                     "kernel log unreadable: %s; retrying in %.0f s", error, self.settings.kernel_log_retry_s
                 )
                 self.metrics.kmsg_readable.set(0)
-                self.on_status(KmsgStatus(readable=False, error=error))
+                self._status(KmsgStatus(readable=False, error=error))
                 await asyncio.sleep(self.settings.kernel_log_retry_s)
         finally:
             self.close()

@@ -83,21 +83,14 @@ async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = Non
         logger.warning("no token file configured: the evidence endpoint is open to anyone who can reach it")
 
     kernel_log: KernelLog | None = None
-
-    def set_status(status: KmsgStatus) -> None:
-        agent.kmsg = status
-        if kernel_log is not None:
-            agent.kernel_log_source = kernel_log.source
-            gap = getattr(kernel_log.follower, "last_gap", None)
-            agent.kernel_log_gap = gap.describe() if gap is not None else None
-
     if settings.kernel_log_source == "off":
         agent.kmsg = KmsgStatus(readable=False, error="kernel log reading is off (--kernel-log-source off)")
         agent.metrics.kmsg_readable.set(0)
         logger.info("kernel log: not read (--kernel-log-source off); sampling only")
     else:
         kernel_log = KernelLog(
-            settings=settings, metrics=agent.metrics, on_records=agent.on_records, on_status=set_status
+            settings=settings, metrics=agent.metrics, on_records=agent.on_records,
+            on_status=agent.on_kernel_log,
         )
 
     runner = web.AppRunner(server.make_app(agent, token_path=settings.token_path), access_log=None)

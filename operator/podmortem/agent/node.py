@@ -17,6 +17,7 @@ from typing import Any
 
 from podmortem.agent import matching, record_store, sampler
 from podmortem.agent.assemble import Entry, build_evidence
+from podmortem.agent.kernel_log import KernelLogState
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.pods import PodSource, WatchedPod
 from podmortem.agent.ring import PodRings
@@ -177,6 +178,12 @@ class NodeAgent:
             await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
 
     # -- kernel records ---------------------------------------------------------------------------
+
+    def on_kernel_log(self, state: KernelLogState) -> None:
+        """The kernel log's state, as `KernelLog` reports it, for ``/status`` and the evidence."""
+        self.kmsg = state.status
+        self.kernel_log_source = state.source
+        self.kernel_log_gap = state.gap
 
     def on_records(self, records: list[OomKillRecord]) -> list[tuple[str, OomKillRecord]]:
         """Map fresh OOM records to watched pods and keep them; return what was kept, for logging.
