@@ -242,19 +242,28 @@ async def test_the_kernel_log_reports_its_source_and_last_gap_with_each_status(t
     """The agent learns the source and the gap from the state handed to it, not by reaching back."""
     kernel = Kernel(HISTORY[:5], capacity=len(DUMP))
     states: list[KernelLogState] = []
+    reported = asyncio.Event()
+
+    def on_status(state: KernelLogState) -> None:
+        states.append(state)
+        reported.set()
+
+    async def until(condition: Callable[[], bool]) -> None:
+        while not condition():
+            reported.clear()
+            await reported.wait()
+
     settings = AgentSettings(kmsg_path=tmp_path / "no-kmsg", kernel_log_source="syslog",
                              state_dir=tmp_path / "state", proc_root=tmp_path, syslog_poll_s=0.01)
     kernel_log = KernelLog(settings=settings, metrics=AgentMetrics(CollectorRegistry()),
-                           on_records=lambda records: None, on_status=states.append, read_syslog=kernel.read)
+                           on_records=lambda records: None, on_status=on_status, read_syslog=kernel.read)
     task = asyncio.create_task(kernel_log.run())
     try:
         async with asyncio.timeout(10):
-            while not states:
-                await asyncio.sleep(0.01)
+            await until(lambda: bool(states))
             assert states[0].source == "syslog" and states[0].status.readable and states[0].gap is None
             kernel.write(HISTORY[5:] + DUMP)  # more than the buffer holds before the next poll
-            while not any(s.gap for s in states):
-                await asyncio.sleep(0.01)
+            await until(lambda: any(s.gap for s in states))
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
