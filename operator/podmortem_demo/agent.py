@@ -8,7 +8,7 @@ log follower, record-to-pod matching and the evidence endpoint are the agent's
 own (``podmortem.agent``).
 
 This mirrors ``podmortem.agent.main.run_agent`` with a different pod source
-(requested there as a ``pod_source=`` parameter; switch once it exists).
+(``build_agent(pod_source=...)``).
 """
 
 from __future__ import annotations
@@ -24,22 +24,16 @@ from podmortem.agent import main as agent_main
 from podmortem.agent import server
 from podmortem.agent.kernel_log import KernelLog
 from podmortem.agent.node import NodeAgent
-from podmortem.agent.pods import WatchedPod
+from podmortem.agent.pods import FixedPods, WatchedPod
 from podmortem.agent.settings import AgentSettings
 from podmortem.reports.evidence import KmsgStatus, PodEvidence
 
 
-class KubeletPods:
+class KubeletPods(FixedPods):
     """The pods the demo's kubelet runs: UID → namespace, name and cgroup path."""
-
-    def __init__(self) -> None:
-        self._pods: dict[str, WatchedPod] = {}
 
     def add(self, *, uid: str, namespace: str, name: str, cgroup_path: str | None) -> None:
         self._pods[uid] = WatchedPod(uid=uid, namespace=namespace, name=name, cgroup_path=cgroup_path)
-
-    async def current(self) -> dict[str, WatchedPod]:
-        return dict(self._pods)
 
 
 @dataclasses.dataclass
@@ -67,8 +61,7 @@ class RunningAgent:
 @contextlib.asynccontextmanager
 async def running_agent(settings: AgentSettings, *, pods: KubeletPods) -> AsyncIterator[RunningAgent]:
     """Sampling, the kernel log (unless ``kernel_log_source="off"``) and the HTTP server, until exit."""
-    agent = agent_main.build_agent(dataclasses.replace(settings, static_pods={}))
-    agent.pod_source = pods
+    agent = agent_main.build_agent(settings, pod_source=pods)
     kernel_log: KernelLog | None = None
     if settings.kernel_log_source == "off":
         agent.kmsg = KmsgStatus(readable=False, error="the demo runs with a recorded kernel record")

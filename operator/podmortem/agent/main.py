@@ -32,8 +32,17 @@ from podmortem.reports.evidence import KmsgStatus
 logger = logging.getLogger(__name__)
 
 
-def build_agent(settings: AgentSettings, *, registry: CollectorRegistry | None = None) -> NodeAgent:
-    """The agent's state with its pod source; a missing cgroup hierarchy is reported, not raised."""
+def build_agent(
+    settings: AgentSettings,
+    *,
+    registry: CollectorRegistry | None = None,
+    pod_source: pods.PodSource | None = None,
+) -> NodeAgent:
+    """The agent's state with its pod source; a missing cgroup hierarchy is reported, not raised.
+
+    ``pod_source``: where the pods come from when not from the API server or ``static_pods`` (the
+    demo's kubelet tells its own).
+    """
     hierarchy: cgroupfs.MemoryHierarchy | None
     try:
         hierarchy = cgroupfs.detect(settings.cgroup_root)
@@ -42,7 +51,9 @@ def build_agent(settings: AgentSettings, *, registry: CollectorRegistry | None =
         hierarchy, error = None, str(exc)
         logger.error("cannot sample: %s", error)
     source: pods.PodSource
-    if settings.static_pods:
+    if pod_source is not None:
+        source = pod_source
+    elif settings.static_pods:
         source = pods.StaticPods(settings.static_pods)
     else:
         source = pods.KubernetesPods(
@@ -131,8 +142,6 @@ async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = Non
             kernel_log.close()  # idempotent; the task's finally has usually done it
         for r in runners:
             await r.cleanup()
-        close = getattr(agent.pod_source, "close", None)
-        if close is not None:
-            await close()
+        await agent.pod_source.close()
         for sig in installed:
             loop.remove_signal_handler(sig)

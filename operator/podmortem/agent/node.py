@@ -103,7 +103,7 @@ class NodeAgent:
         for uid in [u for u in self.known if u not in pods and self.rings.get(u) is None]:
             self.known.pop(uid)
         self.metrics.watched_pods.set(len(pods))
-        error = getattr(self.pod_source, "last_error", None)
+        error = self.pod_source.last_error
         if self.hierarchy is None:
             self.last_round_error = self.hierarchy_error
             return
@@ -297,11 +297,9 @@ class NodeAgent:
         """Ready when the agent does its job: it can sample, and it knows this node's pods."""
         if self.hierarchy is None:
             return False, f"cannot sample: {self.hierarchy_error}"
-        source_ready = getattr(self.pod_source, "ready", None)
-        if source_ready is not None:
-            ok, why = source_ready()
-            if not ok:
-                return False, why
+        ok, why = self.pod_source.ready()
+        if not ok:
+            return False, why
         return True, "ready"
 
     def health(self) -> dict[str, Any]:

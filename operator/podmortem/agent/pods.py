@@ -49,17 +49,43 @@ class WatchedPod:
 class PodSource(Protocol):
     """Something that says which pods to sample now, keyed by UID."""
 
+    #: Why the last listing failed (the agent reports it); None when it worked.
+    last_error: str | None
+
     async def current(self) -> dict[str, WatchedPod]: ...
 
+    def ready(self) -> tuple[bool, str]:
+        """Whether it knows this node's pods now, and why not."""
+        ...
 
-class StaticPods:
-    """A fixed pod set: UID → cgroup path as the kernel prints it (relative to the memory root)."""
+    async def close(self) -> None:
+        """Release connections at the agent's stop."""
+        ...
 
-    def __init__(self, pods: Mapping[str, str]) -> None:
-        self._pods = {uid: WatchedPod(uid=uid, name=uid, cgroup_path=path) for uid, path in pods.items()}
+
+class FixedPods:
+    """A pod set given by its owner, never failing: the base of `StaticPods` and test or demo sources."""
+
+    last_error: str | None = None
+
+    def __init__(self, pods: Mapping[str, WatchedPod] | None = None) -> None:
+        self._pods = dict(pods or {})
 
     async def current(self) -> dict[str, WatchedPod]:
         return dict(self._pods)
+
+    def ready(self) -> tuple[bool, str]:
+        return True, "ready"
+
+    async def close(self) -> None:
+        return None
+
+
+class StaticPods(FixedPods):
+    """A fixed pod set: UID → cgroup path as the kernel prints it (relative to the memory root)."""
+
+    def __init__(self, pods: Mapping[str, str]) -> None:
+        super().__init__({uid: WatchedPod(uid=uid, name=uid, cgroup_path=path) for uid, path in pods.items()})
 
 
 def is_watched(pod: Mapping[str, Any], *, watch_annotation: str) -> bool:
