@@ -1110,20 +1110,22 @@ class LogStore:
             cursor.count_at_last, cursor.delivered, cursor.last_line_crc,
         )
 
-        raw = getattr(lines, "raw", None)
+        # A LineBatch (the follower's) is stored as the raw block it came in; other lines columnar.
+        batch = lines if isinstance(lines, LineBatch) else None
+        raw = batch.raw if batch is not None else None
         n_lines = len(lines)
 
         def encode(inst: Instance, framing: segments.Framing) -> bytes:
-            if isinstance(raw, bytes) and isinstance(lines, LineBatch):
-                data = framing.encode_raw(raw, n_lines=n_lines, first_ts=lines.first_ts_ns,
-                                           last_ts=lines.last_ts_ns, index_before=inst.index, cursor=fields)
+            if batch is not None and raw is not None:
+                data = framing.encode_raw(raw, n_lines=n_lines, first_ts=batch.first_ts_ns,
+                                           last_ts=batch.last_ts_ns, index_before=inst.index, cursor=fields)
             else:
                 data = framing.encode_lines(lines, index_before=inst.index, cursor=fields)
             inst.index += n_lines
             inst.cursor = fields
             return data
 
-        size = len(raw) if isinstance(raw, bytes) else sum(len(line.text) for line in lines)
+        size = len(raw) if raw is not None else sum(len(line.text) for line in lines)
         await self._append(pod, inst, encode, large=size > LARGE_BATCH_BYTES)
         self.lines_total += n_lines
 

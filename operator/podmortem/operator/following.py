@@ -23,6 +23,7 @@ from podmortem.logs import follower
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd, LogLine
 from podmortem.logs.kube import PodLogApi
+from podmortem.logs.lines import LineBatch
 from podmortem.logs.settings import FollowSettings
 from podmortem.logs.sinks import LogSink
 from podmortem.operator import metrics
@@ -158,8 +159,10 @@ class WatchingSink:
         facts = self.facts
         facts.disk_full.discard(container)
         facts.lines += len(lines)
-        raw: bytes | None = getattr(lines, "raw", None)
-        last_ts: int | None = getattr(lines, "last_ts_ns", None)
+        # The follower hands over a LineBatch (its raw block read as is); other writers plain lines.
+        batch = lines if isinstance(lines, LineBatch) else None
+        raw = batch.raw if batch is not None else None
+        last_ts: int | None = batch.last_ts_ns if batch is not None else None
         if raw is not None:
             facts.bytes += len(raw)
         if last_ts is None and lines:
