@@ -26,7 +26,7 @@ from podmortem.agent.kernel_log import KernelLog
 from podmortem.agent.node import NodeAgent
 from podmortem.agent.pods import FixedPods, WatchedPod
 from podmortem.agent.settings import AgentSettings
-from podmortem.reports.evidence import KmsgStatus, PodEvidence
+from podmortem.reports.evidence import KernelLogStatus, PodEvidence
 
 
 class KubeletPods(FixedPods):
@@ -64,7 +64,7 @@ async def running_agent(settings: AgentSettings, *, pods: KubeletPods) -> AsyncI
     agent = agent_main.build_agent(settings, pod_source=pods)
     kernel_log: KernelLog | None = None
     if settings.kernel_log_source == "off":
-        agent.kmsg = KmsgStatus(readable=False, error="the demo runs with a recorded kernel record")
+        agent.kmsg = KernelLogStatus(readable=False, error="the demo runs with a recorded kernel record")
     else:
         kernel_log = KernelLog(
             settings=settings, metrics=agent.metrics, on_records=agent.on_records,

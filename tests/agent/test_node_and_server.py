@@ -15,7 +15,7 @@ from podmortem.agent.kmsg_follower import KmsgFollower
 from podmortem.agent.node import NodeAgent
 from podmortem.agent.settings import AgentSettings
 from podmortem.kernel.oom_parser import parse_text
-from podmortem.reports.evidence import KmsgStatus, PodEvidence
+from podmortem.reports.evidence import KernelLogStatus, PodEvidence
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "oom-records"
 KIND_RECORD = (RECORDS / "08-kind-v2-dmesgT-uwsgi-partial.log").read_text()
@@ -224,4 +224,4 @@ async def test_no_cgroup_hierarchy_is_unhealthy_but_serves(tmp_path: Path) -> No
 
 
 def test_status_model_defaults() -> None:
-    assert KmsgStatus(readable=True).lost == 0
+    assert KernelLogStatus(readable=True).lost == 0

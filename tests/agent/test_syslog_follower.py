@@ -17,7 +17,7 @@ from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.settings import AgentSettings
 from podmortem.agent.syslog_follower import SyslogFollower
 from podmortem.kernel import syslog_cursor
-from podmortem.reports.evidence import KmsgStatus
+from podmortem.reports.evidence import KernelLogStatus
 from podmortem.reports.oom_record import OomKillRecord
 
 RECORDED = syslog_cursor.split_lines((Path(__file__).parent / "data/syslog-read-all-oom.txt").read_text())
@@ -53,7 +53,7 @@ class Harness:
         self.state = tmp_path / "state/syslog-cursor.json"
         self.kernel = kernel
         self.records: list[OomKillRecord] = []
-        self.statuses: list[KmsgStatus] = []
+        self.statuses: list[KernelLogStatus] = []
         self.metrics = AgentMetrics(CollectorRegistry())
         self.changed = asyncio.Event()
 
@@ -61,7 +61,7 @@ class Harness:
         self.records.extend(records)
         self.changed.set()
 
-    def _status(self, status: KmsgStatus) -> None:
+    def _status(self, status: KernelLogStatus) -> None:
         self.statuses.append(status)
         self.changed.set()
 

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from podmortem.agent.pods import WatchedPod
 from podmortem.agent.ring import PodHistory
-from podmortem.reports.evidence import KmsgStatus, PodEvidence, SampleGap
+from podmortem.reports.evidence import KernelLogStatus, PodEvidence, SampleGap
 from podmortem.reports.memory import MemorySample
 from podmortem.reports.oom_record import OomKillRecord
 
@@ -24,7 +24,7 @@ def build_evidence(
     pod: WatchedPod | None,
     node: str,
     cgroup_version: int | None,
-    kmsg: KmsgStatus,
+    kmsg: KernelLogStatus,
     now: datetime,
     since: datetime | None = None,
 ) -> PodEvidence:

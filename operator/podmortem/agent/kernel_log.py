@@ -23,7 +23,7 @@ from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.settings import AgentSettings
 from podmortem.agent.syslog_follower import Reader, SyslogFollower
 from podmortem.kernel import syslog as klog
-from podmortem.reports.evidence import KmsgStatus
+from podmortem.reports.evidence import KernelLogStatus
 from podmortem.reports.oom_record import OomKillRecord
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def probe_syslog(read: Reader) -> str | None:
 class KernelLogState:
     """What the agent shows of its kernel log: readable or why not, the source, the last gap."""
 
-    status: KmsgStatus
+    status: KernelLogStatus
     #: "kmsg" or "syslog" once chosen; None while neither could be used.
     source: str | None = None
     #: The last span of kernel log that may have been lost (syslog(2) wraps), in words.
@@ -119,7 +119,7 @@ class KernelLog:
             retry_s=s.kernel_log_retry_s,
         )
 
-    def _status(self, status: KmsgStatus) -> None:
+    def _status(self, status: KernelLogStatus) -> None:
         gap = self.follower.last_gap if isinstance(self.follower, SyslogFollower) else None
         self.on_status(KernelLogState(status=status, source=self.source,
                                       gap=gap.describe() if gap is not None else None))
@@ -159,7 +159,7 @@ class KernelLog:
                     "kernel log unreadable: %s; retrying in %.0f s", error, self.settings.kernel_log_retry_s
                 )
                 self.metrics.kmsg_readable.set(0)
-                self._status(KmsgStatus(readable=False, error=error))
+                self._status(KernelLogStatus(readable=False, error=error))
                 await asyncio.sleep(self.settings.kernel_log_retry_s)
         finally:
             self.close()

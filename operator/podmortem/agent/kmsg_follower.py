@@ -28,7 +28,7 @@ from pathlib import Path
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.kernel import kmsg, position
 from podmortem.kernel.oom_parser import OomParser
-from podmortem.reports.evidence import KmsgStatus
+from podmortem.reports.evidence import KernelLogStatus
 from podmortem.reports.oom_record import OomKillRecord
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class KmsgFollower:
         proc_root: Path,
         metrics: AgentMetrics,
         on_records: Callable[[list[OomKillRecord]], object],
-        on_status: Callable[[KmsgStatus], None],
+        on_status: Callable[[KernelLogStatus], None],
         poll_s: float = 0.2,
         idle_flush_s: float = 1.0,
         retry_s: float = 30.0,
@@ -118,7 +118,7 @@ class KmsgFollower:
         if lost > self._lost_reported:
             self.metrics.kmsg_lost.inc(lost - self._lost_reported)
             self._lost_reported = lost
-        self.on_status(KmsgStatus(readable=readable, error=error, lost=lost))
+        self.on_status(KernelLogStatus(readable=readable, error=error, lost=lost))
 
     def _hand_over(self, records: list[OomKillRecord]) -> None:
         if records:

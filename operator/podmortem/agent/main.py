@@ -27,7 +27,7 @@ from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.node import NodeAgent
 from podmortem.agent.settings import AgentSettings
 from podmortem.cgroups import hostfs as cgroupfs
-from podmortem.reports.evidence import KmsgStatus
+from podmortem.reports.evidence import KernelLogStatus
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,9 @@ async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = Non
 
     kernel_log: KernelLog | None = None
     if settings.kernel_log_source == "off":
-        agent.kmsg = KmsgStatus(readable=False, error="kernel log reading is off (--kernel-log-source off)")
+        agent.kmsg = KernelLogStatus(
+            readable=False, error="kernel log reading is off (--kernel-log-source off)"
+        )
         agent.metrics.kmsg_readable.set(0)
         logger.info("kernel log: not read (--kernel-log-source off); sampling only")
     else:

@@ -23,7 +23,7 @@ from podmortem.agent.pods import PodSource, WatchedPod
 from podmortem.agent.ring import PodRings
 from podmortem.agent.settings import AgentSettings
 from podmortem.cgroups import hostfs as cgroupfs
-from podmortem.reports.evidence import KmsgStatus, PodEvidence
+from podmortem.reports.evidence import KernelLogStatus, PodEvidence
 from podmortem.reports.memory import MemorySample
 from podmortem.reports.oom_record import OomKillRecord
 
@@ -66,7 +66,7 @@ class NodeAgent:
         self.pods: dict[str, WatchedPod] = {}
         #: Everything ever watched and not yet forgotten, so evidence outlives the pod.
         self.known: dict[str, WatchedPod] = {}
-        self.kmsg = KmsgStatus(readable=False, error="not started yet")
+        self.kmsg = KernelLogStatus(readable=False, error="not started yet")
         #: "kmsg" or "syslog": where kernel records come from (None until chosen, or when off).
         self.kernel_log_source: str | None = None
         #: The last span of kernel log that may have been lost (syslog(2) wraps), in words.

@@ -12,7 +12,7 @@ The first start on a node skips the history already in the buffer; a restart
 resumes after the saved cursor; a saved cursor from an earlier boot means this
 boot's whole log is unread. When the buffer wrapped past the cursor between two
 polls, the lost span is logged, counted, and reported (an estimate of lines) in
-``KmsgStatus.lost``, so an empty record list is not trusted blindly.
+``KernelLogStatus.lost``, so an empty record list is not trusted blindly.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from podmortem.agent.metrics import AgentMetrics
 from podmortem.kernel import position, syslog_cursor
 from podmortem.kernel import syslog as klog
 from podmortem.kernel.oom_parser import OomParser
-from podmortem.reports.evidence import KmsgStatus
+from podmortem.reports.evidence import KernelLogStatus
 from podmortem.reports.oom_record import OomKillRecord
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class SyslogFollower:
         proc_root: Path,
         metrics: AgentMetrics,
         on_records: Callable[[list[OomKillRecord]], object],
-        on_status: Callable[[KmsgStatus], None],
+        on_status: Callable[[KernelLogStatus], None],
         read: Reader = klog.read_all,
         poll_s: float = 0.5,
         retry_s: float = 30.0,
@@ -131,7 +131,7 @@ class SyslogFollower:
 
     def _status(self, *, readable: bool, error: str | None) -> None:
         self.metrics.kmsg_readable.set(1 if readable else 0)
-        self.on_status(KmsgStatus(readable=readable, error=error, lost=self.lost))
+        self.on_status(KernelLogStatus(readable=readable, error=error, lost=self.lost))
 
     def _consume(self, text: str) -> int:
         found = syslog_cursor.diff(text, self.read_cursor, boot_id=self.boot_id)

@@ -28,10 +28,13 @@ class SampleGap(BaseModel):
     detail: str = ""
 
 
-class KmsgStatus(BaseModel):
-    """Whether the agent could read kernel records at all, so an empty list can be trusted or not."""
+class KernelLogStatus(BaseModel):
+    """Whether the agent could read kernel records at all, so an empty list can be trusted or not.
 
-    #: True while /dev/kmsg is open and being read.
+    Of whichever source it reads (/dev/kmsg or syslog(2)); the JSON keeps its first name, ``kmsg``.
+    """
+
+    #: True while the kernel log (/dev/kmsg, or syslog(2) where kmsg cannot be opened) is being read.
     readable: bool
     #: Why not, when it is not (e.g. "PermissionError: needs CAP_SYSLOG").
     error: str | None = None
@@ -62,7 +65,7 @@ class PodEvidence(BaseModel):
     #: Kernel records lost to ring-buffer overwrites on this node since the agent started; when
     #: non-zero, a missing record for this pod may be one of them.
     kmsg_lost: int = 0
-    kmsg: KmsgStatus | None = None
+    kmsg: KernelLogStatus | None = None
     #: Time range covered by ``samples`` (None when there are none).
     sampled_from: datetime | None = None
     sampled_to: datetime | None = None
