@@ -319,7 +319,7 @@ _CONDITION_RESOURCES = {"MemoryPressure": "memory", "PIDPressure": "pids"}
 def eviction_by_resource(*, pod_reason: str | None, message: str | None) -> Finding | None:
     """An eviction for disk (ephemeral storage) or another node resource than memory.
 
-    Memory-pressure evictions keep the older ``eviction`` verdict (`cause.eviction`).
+    Memory-pressure evictions keep the older ``eviction`` verdict (`kill_causes.eviction`).
     """
     if pod_reason != "Evicted":
         return None

@@ -7,7 +7,7 @@ forking double it?), then anything else the record shows.
 
 from __future__ import annotations
 
-from podmortem.diagnosis import categories, cause, forks, limits, victim
+from podmortem.diagnosis import categories, forks, kill_causes, limits, victim
 from podmortem.diagnosis.facts import RecordFacts, record_facts
 from podmortem.reports import codes
 from podmortem.reports.failure import CgroupSummary, FailureReport, KillSummary, PodRef, TaskSummary
@@ -21,9 +21,9 @@ def diagnose(record: OomKillRecord, *, pod: PodRef | None = None) -> FailureRepo
     facts = record_facts(record)
     view = forks.fork_view(record, facts)
     found: list[Finding | None] = [
-        cause.memcg_limit(record, facts, pod=pod),
-        cause.global_oom(record, facts),
-        cause.no_killable(record),
+        kill_causes.memcg_limit(record, facts, pod=pod),
+        kill_causes.global_oom(record, facts),
+        kill_causes.no_killable(record),
         categories.dominant_category(facts),
         forks.fork_copies(view),
         forks.shared_pages_double_counted(view),

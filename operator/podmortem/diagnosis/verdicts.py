@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from podmortem import diagnosis
-from podmortem.diagnosis import cause, exit_causes, limits, sibling_oom, training_log
+from podmortem.diagnosis import exit_causes, kill_causes, limits, sibling_oom, training_log
 from podmortem.diagnosis import termination as termination_mod
 from podmortem.diagnosis.termination import Termination
 from podmortem.reports import codes as verdict_codes
@@ -104,7 +104,7 @@ def diagnose_termination(
         from_status = exit_causes.preempted(disruption=t.disruption, pod_reason=t.pod_reason) or (
             exit_causes.eviction_by_resource(pod_reason=t.pod_reason, message=t.pod_message)
         )
-        evicted = cause.eviction(reason=t.pod_reason, message=t.pod_message)
+        evicted = kill_causes.eviction(reason=t.pod_reason, message=t.pod_message)
         from_log = _log_causes(t, told)
         if from_status is not None:
             findings.insert(0, from_status)
@@ -124,7 +124,7 @@ def diagnose_termination(
         elif from_log and t.exit_code != termination_mod.SIGKILL_EXIT:
             findings[0:0] = from_log
         else:
-            sigkill = cause.sigkill_not_oom(
+            sigkill = kill_causes.sigkill_not_oom(
                 exit_code=t.exit_code, reason=t.reason, oom_record_found=record is not None
             )
             if sigkill is not None:
