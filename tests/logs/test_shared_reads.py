@@ -8,7 +8,9 @@ finished one never is (a later reader gets the bytes as they are then).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -58,22 +60,32 @@ async def _chunk_args(inst: Any) -> tuple[Any, ...]:
 
 
 async def _until(condition: Any) -> None:
-    for _ in range(2000):
+    for _ in range(10_000):
         if condition():
             return
         await asyncio.sleep(0.001)
     raise AssertionError("condition not reached")
 
 
-async def test_concurrent_reads_of_the_same_bytes_are_one_read(tmp_path: Path, monkeypatch: Any) -> None:
-    store, inst = await _store_with_lines(tmp_path, 50)
+@contextlib.asynccontextmanager
+async def _gated_reads(tmp_path: Path, monkeypatch: Any, lines: int,
+                       error: BaseException | None = None) -> AsyncIterator[tuple[_Gated, tuple[Any, ...]]]:
+    """A store with ``lines`` lines, its chunk reads held at a gate: (the gate, one read's arguments)."""
+    store, inst = await _store_with_lines(tmp_path, lines)
     try:
-        gated = _Gated(reading._framed_chunk)
+        gated = _Gated(reading._framed_chunk, error)
         monkeypatch.setattr(reading, "_framed_chunk", gated)
-        args = await _chunk_args(inst)
+        yield gated, await _chunk_args(inst)
+        assert not reading._IN_FLIGHT  # nothing left behind
+    finally:
+        await store.__aexit__(None, None, None)
+
+
+async def test_concurrent_reads_of_the_same_bytes_are_one_read(tmp_path: Path, monkeypatch: Any) -> None:
+    async with _gated_reads(tmp_path, monkeypatch, 50) as (gated, args):
         readers = [asyncio.create_task(reading._shared_chunk(*args)) for _ in range(10)]
         await _until(lambda: gated.calls == 1)
-        await asyncio.sleep(0.05)  # every reader has asked by now
+        await asyncio.sleep(0.05)  # every reader has asked by now (each needs one turn of the loop)
         gated.gate.set()
         results = await asyncio.gather(*readers)
         assert gated.calls == 1
@@ -81,17 +93,10 @@ async def test_concurrent_reads_of_the_same_bytes_are_one_read(tmp_path: Path, m
         # Done reads are not kept: the next reader reads for itself.
         again = await reading._shared_chunk(*args)
         assert gated.calls == 2 and again is not results[0] and again[1] == results[0][1]
-        assert not reading._IN_FLIGHT
-    finally:
-        await store.__aexit__(None, None, None)
 
 
 async def test_a_cancelled_first_reader_leaves_the_others_a_read(tmp_path: Path, monkeypatch: Any) -> None:
-    store, inst = await _store_with_lines(tmp_path, 5)
-    try:
-        gated = _Gated(reading._framed_chunk)
-        monkeypatch.setattr(reading, "_framed_chunk", gated)
-        args = await _chunk_args(inst)
+    async with _gated_reads(tmp_path, monkeypatch, 5) as (gated, args):
         first = asyncio.create_task(reading._shared_chunk(*args))
         await _until(lambda: gated.calls == 1)
         others = [asyncio.create_task(reading._shared_chunk(*args)) for _ in range(3)]
@@ -102,26 +107,18 @@ async def test_a_cancelled_first_reader_leaves_the_others_a_read(tmp_path: Path,
         assert first.cancelled()
         assert len({id(r) for r in results}) == 1 and len(results[0][0]) == 1
         assert gated.calls == 2  # the one cancelled, and one that the others share
-        assert not reading._IN_FLIGHT
-    finally:
-        await store.__aexit__(None, None, None)
 
 
 async def test_an_error_reaches_every_reader_that_shared_the_read(tmp_path: Path, monkeypatch: Any) -> None:
-    store, inst = await _store_with_lines(tmp_path, 5)
-    try:
-        gated = _Gated(reading._framed_chunk, FileNotFoundError("deleted by retention"))
-        monkeypatch.setattr(reading, "_framed_chunk", gated)
-        args = await _chunk_args(inst)
+    gone = FileNotFoundError("deleted by retention")
+    async with _gated_reads(tmp_path, monkeypatch, 5, gone) as (gated, args):
         readers = [asyncio.create_task(reading._shared_chunk(*args)) for _ in range(4)]
         await _until(lambda: gated.calls == 1)
         await asyncio.sleep(0.01)
         gated.gate.set()
         results = await asyncio.gather(*readers, return_exceptions=True)
         assert all(isinstance(r, FileNotFoundError) for r in results)
-        assert gated.calls == 1 and not reading._IN_FLIGHT
-    finally:
-        await store.__aexit__(None, None, None)
+        assert gated.calls == 1
 
 
 @pytest.mark.parametrize("how", list(reading.Render))
