@@ -232,8 +232,14 @@ def test_rank_2_oom_is_the_root_cause_whatever_the_event_order(cluster: Harness,
     assert "closing signal SIGTERM" in rows[3]["line"] and rows[3]["exitCode"] == 143
     assert final["roles"] == {"consequence": 3, "root-cause": 1}
     assert len(json.dumps(report, separators=(",", ":")).encode()) <= 4096
-    events = [e for e in h.events_for(job) if e["reason"] == "JobRootCause"]
-    assert events and oom_pod in events[-1]["message"] and "(rank 2) failed first" in events[-1]["message"]
+    # The Event is posted after the annotation is written: wait for it, it may not be there at once.
+
+    def root_event() -> str | None:
+        events = [e["message"] for e in h.events_for(job) if e["reason"] == "JobRootCause"]
+        return events[-1] if events and oom_pod in events[-1] else None
+
+    latest = h.wait(root_event, what="the JobRootCause Event naming the OOM-killed rank")
+    assert "(rank 2) failed first" in latest, latest
 
 
 def _delete(h: Harness, name: str) -> None:

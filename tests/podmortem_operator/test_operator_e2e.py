@@ -123,7 +123,9 @@ def test_trainingjob_oom_kill_reported_in_status(cluster: Harness) -> None:
         what="the MemoryPressure condition",
     )
     assert pressure["status"] == "True" and "projected to cross the limit at epoch 6" in pressure["message"]
-    assert any(e["reason"] == "MemoryPressure" and e["type"] == "Warning" for e in h.events_for("pointgroup"))
+    # Events are posted after the status is written: wait for each, it may not be there at once.
+    h.wait(lambda: any(e["reason"] == "MemoryPressure" and e["type"] == "Warning"
+                       for e in h.events_for("pointgroup")) or None, what="the MemoryPressure Event")
 
     h.sync(lambda: h.agent.evidence.__setitem__(uid, evidence_for(uid, "01-k3s-v1-dmesgT-stress-4.15.log")))
     kill(h, name="pointgroup-train")
@@ -149,7 +151,8 @@ def test_trainingjob_oom_kill_reported_in_status(cluster: Harness) -> None:
     assert final["lastLogLineAt"]
     page = f"{LOG_BASE}/reports/default/pointgroup"
     assert report["reportUrl"] == page == final["failureReport"]["reportUrl"]
-    event = next(e for e in h.events_for("pointgroup") if e["reason"] == "MemcgLimit")
+    event = h.wait(lambda: next((e for e in h.events_for("pointgroup") if e["reason"] == "MemcgLimit"), None),
+                   what="the MemcgLimit Event")
     assert f"status.failureReport, page {page}" in event["message"]
 
 
@@ -293,7 +296,8 @@ def test_annotated_batch_job_gets_annotation_and_event(cluster: Harness) -> None
         or "failureReport" not in h.get("/apis/batch/v1/namespaces/default/jobs/nightly")["status"]
     )
     assert summary["reportUrl"] == f"{LOG_BASE}/reports/default/nightly"
-    event = next(e for e in h.events_for("nightly") if e["reason"] == "MemcgLimit")
+    event = h.wait(lambda: next((e for e in h.events_for("nightly") if e["reason"] == "MemcgLimit"), None),
+                   what="the MemcgLimit Event")
     assert f"page {LOG_BASE}/reports/default/nightly" in event["message"]
     # Every patch the operator sent carried a content type the API accepts.
     assert h.sync(lambda: list(h.api.refused_patches)) == []
@@ -344,8 +348,9 @@ def test_invalid_template_and_bad_options_give_conditions(cluster: Harness) -> N
     assert "spec.memoryWarningRatio='3'" in conds["OptionsValid"]["message"]
     assert (h.get(f"{TJ_PATH}/broken") or {})["status"]["phase"] == "Failed"
     assert h.get("/api/v1/namespaces/default/pods/broken-train") is None
-    reasons = {e["reason"] for e in h.events_for("broken")}
-    assert {"InvalidTemplate", "InvalidOption"} <= reasons
+    wanted = {"InvalidTemplate", "InvalidOption"}
+    h.wait(lambda: wanted <= {e["reason"] for e in h.events_for("broken")} or None,
+           what="the InvalidTemplate and InvalidOption Events")
 
 
 def sample(metrics_text: str, series: str) -> float:
@@ -572,4 +577,5 @@ def test_an_annotated_job_further_up_the_owner_chain_gets_the_report(cluster: Ha
     assert json.loads(raw)["pod"]["name"] == "sweep-trial-3-x"
     inner_now = h.get("/apis/batch/v1/namespaces/default/jobs/sweep-trial-3") or {}
     assert "podmortem.io/failure-report" not in (inner_now.get("metadata", {}).get("annotations") or {})
-    assert any(e["reason"] == "MemcgLimit" for e in h.events_for("sweep"))
+    h.wait(lambda: any(e["reason"] == "MemcgLimit" for e in h.events_for("sweep")) or None,
+           what="the MemcgLimit Event")
