@@ -13,7 +13,7 @@ from podmortem.diagnosis import limits
 from podmortem.diagnosis.facts import RecordFacts
 from podmortem.reports.failure import PodRef
 from podmortem.reports.findings import Finding, Severity
-from podmortem.reports.oom_record import CONSTRAINT_MEMCG, CONSTRAINT_NONE, OomKillRecord
+from podmortem.reports.oom_record import CONSTRAINT_MEMCG, CONSTRAINT_NONE, KNOWN_CONSTRAINTS, OomKillRecord
 from podmortem.reports.units import KIB, human_bytes
 
 
@@ -88,6 +88,24 @@ def _whose(record: OomKillRecord, level: str | None, pod: PodRef | None, size: s
     return f"{whose}{size}, not because the node ran out", _OWN_LIMIT_ACTION
 
 
+def _not_at_limit(record: OomKillRecord, hit: limits.LimitHit) -> tuple[str, str]:
+    """A memcg kill while the cgroup's counters were below their limits: something else asked for it."""
+    path = record.oom_memcg or "its memory cgroup"
+    of = "no limit" if hit.limit_kb >= limits.UNLIMITED_KB else f"a {human_bytes(hit.limit_kb * KIB)} limit"
+    printed = record.constraint_printed
+    asked = (
+        f"{printed} (not the kernel's limit check: a BPF OOM handler or a patched kernel's policy) asked "
+        "for it"
+        if printed and printed not in KNOWN_CONSTRAINTS
+        else "of a limit the record does not show"
+    )
+    return (
+        f"{asked}; the cgroup {path} was not at its limit ({human_bytes(hit.usage_kb * KIB)} of {of})",
+        "Look at what decides OOM kills on this node besides the cgroup limits (a BPF OOM or PSI "
+        "policy, a userspace OOM daemon acting through the kernel): no memory limit was reached.",
+    )
+
+
 def _counter_text(hit: limits.LimitHit | None) -> str:
     if hit is None or hit.counter == "memory":
         return ""
@@ -129,6 +147,9 @@ def memcg_limit(record: OomKillRecord, facts: RecordFacts, *, pod: PodRef | None
         size = f" of {human_bytes(facts.limit_bytes)}"
     whose, action = _whose(record, level, pod, size)
     inferred = f" ({record.constraint_note})" if record.constraint_inferred else ""
+    if hit is not None and not limits.at_limit(hit):
+        whose, action = _not_at_limit(record, hit)
+        inferred = ""
     if hit is not None and hit.counter == "memory+swap":
         action = "With a memory+swap limit, raising the memory limit alone changes nothing; " + (
             action[0].lower() + action[1:]

@@ -113,6 +113,11 @@ def _full(counter: MemoryCounter | None) -> bool:
     )
 
 
+def at_limit(hit: LimitHit) -> bool:
+    """Whether the hit counter was full: mainline memcg OOMs happen only at a full one."""
+    return hit.limit_kb < UNLIMITED_KB and hit.usage_kb >= hit.limit_kb - FULL_SLACK_KB
+
+
 def limit_hit(record: OomKillRecord) -> LimitHit | None:
     """The full and failing counter among the record's usage/limit/failcnt lines; None without them."""
     counters = record.counters

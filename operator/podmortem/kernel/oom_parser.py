@@ -68,9 +68,9 @@ _COUNTER = re.compile(r"([\w.+]{1,16}): usage (\d+)kB, limit (\d+)kB, failcnt (\
 _TASK_ROW = re.compile(r"\[\s*(\d+)\]\s+(.*)")
 #: "Memory cgroup out of memory: " (memcg), "Out of memory: " (global, cpuset, mempolicy), and
 #: "Out of memory (oom_kill_allocating_task): " prefix both the choice (2.6.36-5.0) and, since
-#: 5.1, the Killed line.
+#: 5.1, the Killed line. 2.4's oom_kill_task printed "Out of Memory: Killed process %d (%s).".
 _KILL_PREFIX = re.compile(
-    r"(?:(Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): )?"
+    r"(?:(Memory cgroup out of memory|Out of [Mm]emory(?: \(oom_kill_allocating_task\))?): )?"
     r"([Kk]ill(?:ed)?) process "
 )
 #: The Killed line: "Killed process %d (%s) total-vm:%lukB, anon-rss:%lukB, file-rss:%lukB" (3.x),
@@ -78,7 +78,7 @@ _KILL_PREFIX = re.compile(
 #: RHEL 6 "Killed process %d, UID %d, (%s) total-vm:…"; RHEL 7 "Killed process %d (%s), UID %u, total-vm:…".
 #: The comm may hold parentheses ("(resolved)"), so it ends where the next field begins.
 _KILLED = re.compile(
-    r"(\d+)(?:, UID (\d+),)? \((.{0,32}?)\)(?=,? (?:total-vm|UID|vsz)|,|\s*$)(?:, UID (\d+),)?"
+    r"(\d+)(?:, UID (\d+),)? \((.{0,32}?)\)(?=,? (?:total-vm|UID|vsz)|,|\.?\s*$)(?:, UID (\d+),)?"
     r"(?: (?:total-vm|vsz):(\d+)kB)?(?:, anon-rss:(\d+)kB)?(?:, file-rss:(\d+)kB)?(?:, shmem-rss:(\d+)kB)?"
     r"(?:,? UID:(\d+))?(?: pgtables:(\d+)kB)?(?: oom_score_adj:(-?\d+))?"
 )
@@ -240,11 +240,12 @@ class OomParser:
         held = self._held
         if held is not None:
             held_raw, held_line, first_raw = held
-            # Fast path: a line opening like the held one (same stamp shape) is never its wrapped part.
+            # Fast path: a line opening like the held line's first part (same stamp shape) is never its
+            # wrapped part; its later parts may open alike by chance ("e.scope" / "e.slice").
             # (Indented, quoted, numbered or coloured pastes differ only after their marks: those
             # always ask; every line of a coloured paste opens with the same escape.)
             wrapped = bool(raw) and (
-                raw[0] in " \t>\x1b" or raw[:2] == "[<" or (raw[0] != "[" and raw[:3] != held_raw[:3]))
+                raw[0] in " \t>\x1b" or raw[:2] == "[<" or (raw[0] != "[" and raw[:3] != first_raw[:3]))
             if wrapped and log_lines.continues(held_raw, held_line, raw, first_raw=first_raw):
                 self._held = (raw, log_lines.join(held_line, raw, first_raw=first_raw), first_raw)
                 return
@@ -724,7 +725,7 @@ class OomParser:
         if pid in b.killed:
             return  # memory.oom.group repeats the line for the same process
         g = m.groups()
-        if line.msg[m.end() :].strip():
+        if line.msg[m.end() :].strip() not in ("", "."):  # 2.4 ended its line with a period
             b.missing.add("truncated-line")  # e.g. "total-vm:99236" cut before its unit
         values = [None if x is None else int(x) for x in g[4:11]]
         if line.cut:

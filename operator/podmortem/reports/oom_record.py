@@ -17,6 +17,11 @@ from podmortem.reports.memory import CgroupMemoryStat, CgroupVersion
 
 CONSTRAINT_MEMCG = "CONSTRAINT_MEMCG"
 CONSTRAINT_NONE = "CONSTRAINT_NONE"
+#: mm/oom_kill.c's enum oom_constraint (2.6.35+). A patched kernel may print its own (a BPF OOM
+#: handler's "CONSTRAINT_BPF_PSI_MEM"): then the other lines of the record say whose memory it was.
+KNOWN_CONSTRAINTS = frozenset(
+    {CONSTRAINT_NONE, "CONSTRAINT_CPUSET", "CONSTRAINT_MEMORY_POLICY", CONSTRAINT_MEMCG}
+)
 
 #: How the text around the kernel message looked.
 LineFormat = Literal["kmsg", "dmesg", "dmesg-T", "iso", "syslog", "plain"]
@@ -206,13 +211,13 @@ class OomKillRecord(BaseModel):
     def constraint_effective(self) -> str | None:
         """The constraint that applied. Pre-5.2 kernels print CONSTRAINT_NONE for memcg kills."""
         printed = self.constraint_printed
-        if printed and printed != CONSTRAINT_NONE:
+        if printed in KNOWN_CONSTRAINTS and printed != CONSTRAINT_NONE:
             return printed
         if self.memcg_evidence:
             return CONSTRAINT_MEMCG
         if printed == CONSTRAINT_NONE or self.global_evidence:
             return CONSTRAINT_NONE
-        return None
+        return printed or None
 
     @property
     def constraint_inferred(self) -> bool:
@@ -231,6 +236,8 @@ class OomKillRecord(BaseModel):
             else "an empty constraint field"
             if printed == ""
             else f"{printed}"
+            if printed in KNOWN_CONSTRAINTS
+            else f"{printed}, a constraint mainline kernels do not have"
         )
         why = (
             "'Memory cgroup out of memory'"
