@@ -148,8 +148,9 @@ def elide(text: str) -> str:
 
 
 def twice(text: str) -> str:
-    """The same block pasted twice."""
-    return text + text
+    """The same block pasted twice (on a line of its own, also after a text with no last newline)."""
+    block = text if text.endswith("\n") else text + "\n"
+    return block + block
 
 
 def prompt_and_noise(text: str) -> str:

@@ -326,6 +326,13 @@ def continues(prev_raw: str, prev: Line, raw: str, *, first_raw: str | None = No
     numbered = _numbered(first_raw if first_raw is not None else prev_raw)
     text, indent = strip_paste(raw, numbers=numbered)
     long_prev = len(strip_paste(prev_raw, numbers=numbered)[0]) >= 60
+    if not long_prev and first_raw is not None and first_raw[:1] == ">" and prev_raw[:1] != ">":
+        # The last few characters of a quoted line a terminal wrapped ("…: Kil" / "l"): the line as
+        # the mail shows it is the two together, long enough for the mail to have wrapped it too.
+        long_prev = len(strip_paste(first_raw, numbers=numbered)[0]) + len(prev_raw) >= 60
+    # "Killed process 2692" alone is no whole kernel message: its comm is on the next line, which
+    # starts with the one space a wrap on a space leaves, however short the line was.
+    cut_kill = _CUT_KILL.search(prev.msg) is not None
     # A hard wrap that fell on a space starts its part with that one space.
     # A call-trace frame ("[<ffffffff8114e30a>] ? oom_kill_process+0x28a/0x3e0") wrapped off its
     # stamp is the whole message of a line that is nothing but its prefix.
@@ -337,14 +344,23 @@ def continues(prev_raw: str, prev: Line, raw: str, *, first_raw: str | None = No
     # starts the part with several spaces, never a multi-line message's continuation.
     table = long_prev and _TASK_TABLE.match(prev.msg) is not None and bool(text.strip()) and \
         text.lstrip()[0] not in "[<>$#`"
-    if (not table and (not text or indent > max(prev.indent, outer) + (1 if long_prev else 0))) or \
+    slack = 1 if long_prev or cut_kill else 0
+    if (not table and (not text or indent > max(prev.indent, outer) + slack)) or \
             (text[0] in "$#`[<>" and not frame):
         return False
     text = text.strip()
+    if text == ":" and prev.msg.startswith("Memory cgroup stats for ") and not prev.msg.endswith(":"):
+        return True  # "Memory cgroup stats for %s:" wrapped just before its colon: not an elision
     if not text or text in ELISIONS or text.startswith(("```", "...", "…")):
         return False
     if _split_prefixed(text, 0, False) is not None or _OTHER_LOG.match(text) is not None:
         return False
+    if _LEVEL.match(text) is not None or (text[:4] in _FACILITY_STARTS and _FACILITY.match(text)):
+        return False  # dmesg -r and -x print their level on every line, a wrapped part has none
+    if cut_kill:
+        return True
+    if _TASK_IN_DONE.match(prev.msg) is not None and " " in text:
+        return False  # only the limit's path can go on; words after it are a line of their own
     if prev.fmt == "kmsg" and indent and _KMSG_DICT.match(" " + text):
         return False  # a /dev/kmsg dictionary line (SUBSYSTEM=…), not the rest of the message
     if prev.msg.startswith("Memory cgroup stats for ") and _V1_STATS_PART.match(text):
@@ -360,6 +376,11 @@ def continues(prev_raw: str, prev: Line, raw: str, *, first_raw: str | None = No
 _TASK_TABLE = re.compile(r"\[\s*(?:pid|\d{1,10})\s*\]\s")
 _V1_STATS_PART = re.compile(r"(?:[a-z_]*:\d+KB|\d*K?B)(?: [a-z_]+:\d+KB)*(?: [a-z_]+(?::\d*K?)?)?$")
 
+
+#: "Task in %s killed as a result of limit of %s": nothing follows the second path on its line.
+_TASK_IN_DONE = re.compile(r"Task in \S.* killed as a result of limit of \S+$")
+#: A kill line the kernel never ends there: "[Kk]ill(ed) process %d (%s)…", its pid the last word.
+_CUT_KILL = re.compile(r"(?:[Kk]ill(?:ed)?|reaped) process \d{1,10}$")
 
 #: Another program's line or a shell prompt: "containerd[1021]: ...", "root@node-7:~# ...".
 _OTHER_LOG = re.compile(r"[\w.@/-]{1,64}\[\d{1,10}\]: |[\w.-]{1,32}@[\w.-]{1,64}:\S{0,256}[#$] ?")
