@@ -20,7 +20,7 @@ A record the CLI cannot read (exit 2, a crash, a timeout, output that is not JSO
 counts as wrong, with the reason. Keys of the sidecar outside ``expect`` (``source``,
 ``reading_note``, ``consequence``...) are notes and are not scored.
 
-    python bench/diagnose_corpus.py [DIR ...]      # default: tests/fixtures/held-out
+    python bench/diagnose_corpus.py [--jobs N] [DIR ...]      # default: tests/fixtures/held-out
 
 The CLI is ``$PODMORTEM_CLI`` when set (split on spaces), else the repository's
 ``.venv/bin/podmortem``, else ``podmortem`` on ``PATH``, else
@@ -39,6 +39,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "dirs", nargs="*", type=Path, help="corpus folders (default: tests/fixtures/held-out)"
     )
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1,
+        help="records scored at once, each by its own CLI process (default: the number of CPUs)",
+    )
     args = parser.parse_args(argv)
     dirs = args.dirs or [DEFAULT_DIR]
     command = cli_command()
@@ -220,18 +225,23 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(f"# cli    {' '.join(command)} diagnose --json FILE")
     right = total = 0
-    for directory in dirs:
-        pairs = records(directory)
-        if not pairs:
-            print(f"# no records with a .json sidecar in {directory}")
-        for record, sidecar in pairs:
-            total += 1
-            try:
-                ok, line = score(command, record, sidecar)
-            except Exception as exc:  # a broken record must not stop the run
-                ok, line = False, f"MISS: scorer error {type(exc).__name__}: {exc}"
-            right += ok
-            print(f"{record.name}: {line}")
+
+    def scored(pair: tuple[Path, Path]) -> tuple[bool, str]:
+        try:
+            return score(command, *pair)
+        except Exception as exc:  # a broken record must not stop the run
+            return False, f"MISS: scorer error {type(exc).__name__}: {exc}"
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for directory in dirs:
+            pairs = records(directory)
+            if not pairs:
+                print(f"# no records with a .json sidecar in {directory}")
+            # map keeps the records' order: the output is the same whatever --jobs is
+            for (record, _), (ok, line) in zip(pairs, pool.map(scored, pairs), strict=True):
+                total += 1
+                right += ok
+                print(f"{record.name}: {line}", flush=True)
     if total == 0:
         return 1
     label = "held-out" if not args.dirs else "+".join(d.name for d in dirs)
