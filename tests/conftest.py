@@ -8,8 +8,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from podmortem_demo import sandbox
+
+#: No test here is timed: hypothesis's deadline and its "input generation is slow" check measure the
+#: machine's load (a busy CI runner failed one once), not the code, so both are off for the suite.
+settings.register_profile("podmortem", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("podmortem")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

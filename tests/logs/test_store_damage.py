@@ -101,7 +101,8 @@ flips = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                    HealthCheck.function_scoped_fixture])
 @given(flips=flips)
 def test_every_untouched_batch_is_served_in_order_and_every_touched_one_is_marked(
     original: tuple[Path, list[Batch], list[int]], flips: list[tuple[int, int, int]], tmp_path: Path
