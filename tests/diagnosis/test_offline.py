@@ -391,3 +391,37 @@ def test_a_training_log_that_quotes_a_status_line_is_not_one(
     for quote in quotes:
         lines.insert(min(at, len(lines)), quote)
     assert offline.sniff("\n".join(lines) + "\n") is None
+
+
+# -- parts pasted after prose or a command -------------------------------------------------------------
+
+
+def test_describe_events_alone_with_the_kubelets_eviction_read_as_an_evicted_pod() -> None:
+    text = ("$ kubectl describe pod grow-test\nEvents:\n  Type     Reason   Age    From     Message\n"
+            "  ----     ------   ----   ----     -------\n"
+            "  Warning  Evicted  4m51s  kubelet  The node was low on resource: memory.\n")
+    assert offline.sniff(text) == "describe"
+    [pod] = offline.pods_from_describe(text)
+    status = pod["status"]
+    assert (status["reason"], status["message"]) == ("Evicted", "The node was low on resource: memory.")
+
+
+def test_a_disruption_condition_printed_by_jq_is_a_pod_being_stopped() -> None:
+    text = ('# the condition\n$ kubectl get po p -o json | jq \'.status.conditions[]\'\n{\n'
+            '  "reason": "PreemptionByKubeScheduler",\n  "status": "True",\n'
+            '  "type": "DisruptionTarget"\n}\n')
+    assert offline.sniff(text) == "pod"
+    [pod] = offline.pods_from_document(text)
+    assert termination.find(pod) == []
+    pending = termination.being_disrupted(pod)
+    assert pending is not None and pending.disruption == ("PreemptionByKubeScheduler", "")
+    # a pod whose containers already ended is reported by them, as the operator does
+    ended = {**pod, "status": {**pod["status"], "containerStatuses": [
+        {"name": "c", "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}}
+    assert termination.being_disrupted(ended) is None
+
+
+def test_a_describe_state_block_after_the_posters_prose_is_a_describe() -> None:
+    block = ("wk64c\n    State: Running\n      Started: Mon, 13 Nov 2023 03:50:57 +0100\n"
+             "    Last State: Terminated\n      Reason: Error\n      Exit Code: 137\n    Restart Count: 1\n")
+    assert offline.sniff("Our pods restarted once:\n\n" + block) == "describe"

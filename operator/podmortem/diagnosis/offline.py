@@ -93,6 +93,12 @@ _API_STATE = re.compile(
     r"""|(?:^|[\s{,])["']?reason["']?\s*:\s*["']?Evicted\b""",
     re.MULTILINE,
 )
+#: describe's Events table with the kubelet's eviction: "Warning  Evicted  4m51s  kubelet  …".
+_EVICTED_EVENT = re.compile(r"^\s*Warning\s+Evicted\s+\S+\s+kubelet\b", re.MULTILINE)
+#: A pod condition object as ``jq`` prints it: ``"type": "DisruptionTarget"``.
+_DISRUPTION_JSON = re.compile(r'^\s*"type"\s*:\s*"DisruptionTarget"', re.MULTILINE)
+#: Fields a describe part needs when other text comes before it: a log may quote a line or two.
+_FIELDS_AFTER_TEXT = 4
 #: Lines looked at to tell a fragment's kind.
 _SNIFF_LINES = 200
 
@@ -149,24 +155,35 @@ def _mostly_keys(lines: Sequence[str]) -> bool:
 def fragment_kind(lines: Sequence[str]) -> Kind | None:
     """The kind of a part of a pod's status (pasted lines, as `pasted_lines` gives them), or None.
 
-    Describe text when its first line is one of the describe printer's fields, it shows a container
-    state (``State:  Terminated``...) or the pod's phase with a reason, and more than half its lines
-    are the printer's fields; the API's YAML or JSON when its first line is a key (``lastState:``,
-    ``"oom-test": {``) or a bracket, it shows a ``terminated`` state, ``containerStatuses`` or
-    ``reason: Evicted``, and more than half its lines are keys, list items or brackets. A training
-    log, prose or a config dump that quotes such a line is neither.
+    Describe text from its first line that is one of the describe printer's fields (prose or a
+    command may come before: then at least four fields), when it shows a container state (``State:
+    Terminated``...) or the pod's phase with a reason and more than half its lines from there are
+    the printer's fields, or when it is the Events table with the kubelet's ``Evicted``; the API's
+    YAML or JSON when its first line is a key (``lastState:``, ``"oom-test": {``) or a bracket, it
+    shows a ``terminated`` state, ``containerStatuses`` or ``reason: Evicted``, and more than half
+    its lines are keys, list items or brackets, or a ``DisruptionTarget`` condition object on lines
+    of its own. A training log, prose or a config dump that quotes such a line is neither.
     """
     if not lines:
         return None
+    # The part may follow the poster's prose or commands: it starts at the first of its own lines.
+    start = next((i for i, line in enumerate(lines) if known_key(line.strip()) is not None), None)
+    if start is not None:
+        part = lines[start:]
+        joined = "\n".join(part)
+        if _EVICTED_EVENT.search(joined):
+            return "describe"  # describe's Events alone, the kubelet's eviction among them
+        phase = _DESCRIBE_PHASE.search(joined) and _DESCRIBE_REASON.search(joined)
+        if _DESCRIBE_STATE.search(joined) or phase:
+            fields = sum(1 for line in part if known_key(line.strip()) is not None)
+            # After other text, a whole state block (State, Reason, Exit Code...), not a quoted line.
+            if 2 * fields > len(part) and (start == 0 or fields >= _FIELDS_AFTER_TEXT):
+                return "describe"
     joined = "\n".join(lines)
-    if known_key(lines[0].strip()) is not None and (
-        _DESCRIBE_STATE.search(joined) or (_DESCRIBE_PHASE.search(joined) and _DESCRIBE_REASON.search(joined))
-    ):
-        fields = sum(1 for line in lines if known_key(line.strip()) is not None)
-        if 2 * fields > len(lines):
-            return "describe"
     if (_API_LINE.match(lines[0]) or _BRACKETS.fullmatch(lines[0])) and _API_STATE.search(joined):
         return "pod" if _mostly_keys(lines) else None
+    if "{" in lines and _DISRUPTION_JSON.search(joined):
+        return "pod"  # ``jq '.status.conditions[]'``: a pod's DisruptionTarget condition alone
     return None
 
 
@@ -412,6 +429,8 @@ def combine(
         # Once per container instance, as the operator reports (``Termination.key``): an evicted
         # container's state and last state both read ContainerStatusUnknown with no container ID.
         found = list({t.key: t for t in reversed(term_mod.find(source.pod))}.values())[::-1]
+        if not found and (pending := term_mod.being_disrupted(source.pod)) is not None:
+            found = [pending]
         if not found:
             not_failed.append(source)
         cases += [Case(source=source, termination=t, log=own_log.get(id(source)), records=[],

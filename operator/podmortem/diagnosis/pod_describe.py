@@ -145,6 +145,12 @@ class _Describe:
         for cond in disrupted:
             named = [(_DISRUPTION_EVENTS[r], m) for r, m in self.events if r in _DISRUPTION_EVENTS]
             cond["reason"], cond["message"] = named[-1] if named else (DESCRIBE_HIDES_REASON, "")
+        evicted = [m for r, m in self.events if r == "Evicted"]
+        if evicted and not self.status.get("reason"):
+            # The Events alone: the kubelet's Evicted event carries the message it set on the pod.
+            self.status.update(
+                phase=self.status.get("phase") or "Failed", reason="Evicted", message=evicted[-1]
+            )
         return {"apiVersion": "v1", "kind": "Pod", "metadata": self.meta, "spec": self.spec,
                 "status": self.status}
 

@@ -7,6 +7,7 @@ status is gathered into the pod object the operator would see (`pods_from_docume
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -83,7 +84,7 @@ def pods_from_document(text: str) -> list[dict[str, Any]]:
     except BadInput:
         if not partial:
             raise
-        pods = _pods_of(_loose_documents(body))
+        pods = _pods_of(_loose_documents(body)) or _pods_of(_json_blocks(body))
         if not pods:
             raise
         return pods
@@ -91,6 +92,21 @@ def pods_from_document(text: str) -> list[dict[str, Any]]:
     if not pods and partial:
         pods = _pods_of(_loose_documents(body))
     return pods
+
+
+def _json_blocks(body: str) -> list[Any]:
+    """JSON objects printed on lines of their own (``jq``'s output) amid a paste's prose and commands."""
+    docs: list[Any] = []
+    lines = body.splitlines()
+    start: int | None = None
+    for i, line in enumerate(lines):
+        if line == "{":
+            start = i
+        elif line == "}" and start is not None:
+            with contextlib.suppress(json.JSONDecodeError):
+                docs.append(json.loads("\n".join(lines[start : i + 1])))
+            start = None
+    return docs
 
 
 def _partial(text: str, body: str) -> bool:
@@ -142,6 +158,8 @@ def _pods_in(doc: Any) -> list[dict[str, Any]]:
         return [doc]  # the ``status:`` part of ``-o yaml`` alone
     if kind is None and any(key in doc for key in _STATUS_KEYS):
         return [{"status": doc}]  # ``kubectl get pod -o jsonpath='{.status}'``
+    if kind is None and doc.get("type") == "DisruptionTarget" and "status" in doc:
+        return [{"status": {"conditions": [doc]}}]  # ``jq '.status.conditions[]'``: the condition alone
     return []
 
 

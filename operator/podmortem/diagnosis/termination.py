@@ -80,21 +80,11 @@ _ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,3}")
 
 def find(pod: Mapping[str, Any]) -> list[Termination]:
     """Every termination in this pod's status that deserves a report."""
-    meta = pod.get("metadata", {}) or {}
     spec = pod.get("spec", {}) or {}
     status = pod.get("status", {}) or {}
     pod_reason = status.get("reason")
     found: list[Termination] = []
-    base = {
-        "namespace": meta.get("namespace", ""),
-        "pod": meta.get("name", ""),
-        "pod_uid": meta.get("uid", ""),
-        "node": spec.get("nodeName"),
-        "pod_reason": pod_reason,
-        "pod_message": status.get("message"),
-        "deleting": bool(meta.get("deletionTimestamp")),
-        "disruption": exit_causes.disruption_of(pod),
-    }
+    base = _pod_fields(pod)
     for cs, term in _terminated_states(status):
         code = term.get("exitCode")
         reason = term.get("reason")
@@ -117,19 +107,46 @@ def find(pod: Mapping[str, Any]) -> list[Termination]:
             )
     if pod_reason == "Evicted" and not found:
         # Evicted pods may show no terminated container at all.
-        first = (spec.get("containers") or [{}])[0]
-        found.append(
-            Termination(
-                container=first.get("name", ""),
-                container_id=None,
-                exit_code=None,
-                reason=None,
-                started_at=parse_time(status.get("startTime")),
-                finished_at=None,
-                **base,
-            )
-        )
+        found.append(_pod_level(spec, status, base))
     return found
+
+
+def being_disrupted(pod: Mapping[str, Any]) -> Termination | None:
+    """A pod Kubernetes is stopping from outside (a True ``DisruptionTarget`` condition) whose
+    containers have not ended yet: what a status pasted during its grace period shows. The operator
+    reports the containers once they end; `podmortem diagnose` reports the pod as it is given."""
+    if exit_causes.disruption_of(pod) is None or find(pod):
+        return None
+    return _pod_level(pod.get("spec", {}) or {}, pod.get("status", {}) or {}, _pod_fields(pod))
+
+
+def _pod_fields(pod: Mapping[str, Any]) -> dict[str, Any]:
+    meta = pod.get("metadata", {}) or {}
+    status = pod.get("status", {}) or {}
+    return {
+        "namespace": meta.get("namespace", ""),
+        "pod": meta.get("name", ""),
+        "pod_uid": meta.get("uid", ""),
+        "node": (pod.get("spec", {}) or {}).get("nodeName"),
+        "pod_reason": status.get("reason"),
+        "pod_message": status.get("message"),
+        "deleting": bool(meta.get("deletionTimestamp")),
+        "disruption": exit_causes.disruption_of(pod),
+    }
+
+
+def _pod_level(spec: Mapping[str, Any], status: Mapping[str, Any], base: Mapping[str, Any]) -> Termination:
+    """The pod as one termination, named by its first container, with no exit code."""
+    first = (spec.get("containers") or [{}])[0]
+    return Termination(
+        container=first.get("name", ""),
+        container_id=None,
+        exit_code=None,
+        reason=None,
+        started_at=parse_time(status.get("startTime")),
+        finished_at=None,
+        **base,
+    )
 
 
 def _terminated_states(status: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:

@@ -30,11 +30,14 @@ no prefix of its own and is indented deeper than the line before it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from podmortem.reports.oom_record import LineFormat
 
 _QUOTE = re.compile(r"(?:> ?)+")
+#: "`[  123.4] …`" (inline code) or "``` [Thu …] …" (a fence the paste glued its lines onto).
+_CODE_MARK = re.compile(r"`(?=[\[<])|```[\w+-]{0,16} +(?=\S)")
 #: ANSI escape sequences (``dmesg --color``, ``less -R`` captures): removed wherever they are.
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[ -/]{0,4}[@-~]")
 #: An editor's (``cat -n``: "  12\t"), ``grep -n``'s ("12:", context "12-") or a pasted list's ("12 | ")
@@ -159,6 +162,14 @@ def strip_paste(line: str, *, numbers: int = 2) -> tuple[str, int]:
             stripped = line.lstrip(" \t")
             indent = len(line) - len(stripped)
             line = stripped
+        elif first == "`":
+            # Markdown: an inline code span around a kernel line, or a fence with the lines glued on.
+            m = _CODE_MARK.match(line)
+            if m is None:
+                break
+            line = line[m.end():]
+            if line[-1:] == "`":
+                line = line.rstrip("`").rstrip()
         elif first == ">":
             line = strip_quote(line)
             indent = 0
@@ -186,7 +197,7 @@ def split(raw: str, prev: Line | None) -> Line | None:
         return None
     soft_end = line[-1:] in (" ", "\t")  # after the paste's marks: a colour's reset, a CR
     found = _split_prefixed(line, indent, soft_end)
-    if found is not None:
+    if found is not None and (found.fmt != "iso" or found.host is not None):
         return found
     if prev is not None and prev.fmt == "kmsg" and _KMSG_DICT.match(" " + line) and indent:
         return None  # a /dev/kmsg dictionary line (SUBSYSTEM=…, DEVICE=…)
@@ -196,6 +207,8 @@ def split(raw: str, prev: Line | None) -> Line | None:
         inner = _split_prefixed(line[m.start():], indent, soft_end)
         if inner is not None:
             return inner
+    if found is not None:
+        return found  # an ISO stamp with no host: "dmesg --time-format iso" prints no more
     msg = line.strip()
     if prev is not None and indent > prev.indent:
         # dmesg and journalctl show a multi-line message with indented continuation lines.
@@ -386,21 +399,34 @@ _CUT_KILL = re.compile(r"(?:[Kk]ill(?:ed)?|reaped) process \d{1,10}$")
 _OTHER_LOG = re.compile(r"[\w.@/-]{1,64}\[\d{1,10}\]: |[\w.-]{1,32}@[\w.-]{1,64}:\S{0,256}[#$] ?")
 
 _JOINED = re.compile(r"(?<=\S) +(?=\[ {0,12}\d{1,10}\.\d{6}\] )")
+_JOINED_SYSLOG = re.compile(
+    r"(?<=\S) +(?=[^\W\d_]{2,9}\.? {1,2}\d{1,2},? \d\d:\d\d:\d\d(?:\.\d+)? (?:\S{1,255} )?kernel: )"
+)
+_JOINED_T = re.compile(
+    r"(?<=\S) +(?=\[[^\[\]\d]{0,16}(?:\d{1,2}[^\[\]\d\s]{1,4} {0,2})?\d{1,2} \d\d:\d\d:\d\d(?: \d{4})?\] )"
+)
 
 
 def unjoin(raw: str) -> list[str]:
     """Lines a paste glued together ("[  1.000001] a [  1.000002] b"), apart again.
 
-    Only dmesg stamps with their six-digit fraction split a line, and only a line that starts
-    with one: a message that merely mentions a time in brackets stays whole.
+    Only dmesg stamps with their six-digit fraction, ``dmesg -T`` stamps with their time of day, or
+    syslog stamps followed by ``kernel:``, split a line, and only a line that starts with one of the
+    same kind: a message that merely mentions a time in brackets stays whole.
     """
-    if raw.count("] ") < 2:
-        return [raw]
+    if "\x1b" in raw:
+        raw = _ANSI.sub("", raw)  # the head below is what strip_paste cut off the front, and only that
     text, _ = strip_paste(raw)
-    if not text.startswith("[") or _DMESG_MONO.match(text) is None:
+    if text.startswith("[") and _DMESG_MONO.match(text) is not None:
+        joined = _JOINED
+    elif text.startswith("[") and _DMESG_T.match(text) is not None:
+        joined = _JOINED_T
+    elif _SYSLOG.match(text) is not None:
+        joined = _JOINED_SYSLOG
+    else:
         return [raw]
     head = raw[: len(raw) - len(text)]
-    parts = _JOINED.split(text)
+    parts = joined.split(text)
     if len(parts) == 1:
         return [raw]
     return [head + part for part in parts]
@@ -424,7 +450,16 @@ def _between_words(left: str, right: str) -> bool:
     last, first = left.rpartition(" ")[2], right.partition(" ")[0]
     if last.isdigit() and first.startswith("(") and left[-len(last) - 9:-len(last)].endswith("process "):
         return True
+    if first.startswith(_SPACED_FIELDS):
+        return True
     return last in _KERNEL_WORDS and first in _KERNEL_WORDS
+
+
+#: Fields the kernel prints after a space ("Killed process %d (%s) total-vm:%lukB, anon-rss:…",
+#: "invoked oom-killer: gfp_mask=%#x(%pGg), order=%d, oom_score_adj=%hd"): a wrap before one of
+#: them fell on that space.
+_SPACED_FIELDS = ("total-vm:", "anon-rss:", "file-rss:", "shmem-rss:", "UID:", "pgtables:",
+                  "oom_score_adj:", "gfp_mask=", "order=", "oom_score_adj=", "nodemask=")
 
 
 def _numbered(raw: str) -> int:
@@ -472,3 +507,56 @@ def join(prev: Line, raw: str, *, first_raw: str | None = None) -> Line:
         msg, mono = msg[m.end():], float(m.group(1))
         clock = mono  # as split() sets it for a whole line: the stamp orders lines, not the syslog time
     return _finish(msg, prev.fmt, prev.host, mono, prev.time_text, prev.seq, clock, soft_end, prev.indent)
+
+
+#: A quoted-printable escape: every "=" the kernel printed reads "=3D" in a mail's raw source.
+_QP_ESCAPE = re.compile(r"=([0-9A-F]{2})")
+
+
+def unquote_printable(lines: Iterable[str]) -> Iterator[str]:
+    """Lines of a mail's raw quoted-printable source, decoded; other text passes unchanged.
+
+    A paste is read as quoted-printable from its first line holding ``=3D`` (the kernel's OOM
+    lines are full of "="): from there a line ending in "=" is a soft break, joined to the next,
+    and ``=XX`` escapes are decoded. A joined line is bounded by `MAX_LINE`.
+    """
+    qp = False
+    pending = ""
+    for raw in lines:
+        if not qp:
+            if "=3D" not in raw:
+                yield raw
+                continue
+            qp = True
+        line = raw.rstrip("\r\n")
+        if line.endswith("=") and not line.endswith("=3D") and len(pending) + len(line) < MAX_LINE:
+            pending += line[:-1]
+            continue
+        yield _QP_ESCAPE.sub(_qp_char, pending + line)
+        pending = ""
+    if pending:
+        yield _QP_ESCAPE.sub(_qp_char, pending)
+
+
+def _qp_char(m: re.Match[str]) -> str:
+    code = int(m.group(1), 16)
+    return chr(code) if 32 <= code < 127 or code == 9 else m.group(0)
+
+
+#: Markdown's backslash escapes of characters the kernel prints ("gfp\_mask" for "gfp_mask").
+_MD_ESCAPE = re.compile(r"\\([_\[\]*<>`#|~])")
+#: An escaped underscore inside one of the kernel's own field names: the paste went through Markdown.
+_MD_KERNEL_ESCAPE = re.compile(r"(?:gfp|oom|score|total|pgtables|anon|file|shmem|mems)\\_")
+
+
+def unescape_markdown(lines: Iterable[str]) -> Iterator[str]:
+    """Lines of text that went through Markdown escaping, its backslash escapes taken out.
+
+    From the first line where one of the kernel's field names reads escaped (``gfp\\_mask``,
+    ``oom\\_score\\_adj``) on: before, a backslash is the text's own (a comm may hold one).
+    """
+    escaped = False
+    for raw in lines:
+        if not escaped and "\\" in raw and _MD_KERNEL_ESCAPE.search(raw) is not None:
+            escaped = True
+        yield _MD_ESCAPE.sub(r"\1", raw) if escaped and "\\" in raw else raw

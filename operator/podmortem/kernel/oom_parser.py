@@ -231,7 +231,7 @@ class OomParser:
             for extra in more:
                 self.feed(" " + extra)
             return
-        if "] [" in raw:
+        if raw.count("] ") >= 2 or raw.count(" kernel: ") >= 2:
             parts = log_lines.unjoin(raw)
             if len(parts) > 1:
                 for part in parts:
@@ -833,7 +833,7 @@ def parse_lines(lines: Iterable[str]) -> list[OomKillRecord]:
     """Every OOM-kill record in these lines, in order, wrapped lines joined. Never raises on odd text."""
     parser = OomParser(join_wraps=True)
     with _collector_paused():
-        for line in lines:
+        for line in log_lines.unescape_markdown(log_lines.unquote_printable(lines)):
             parser.feed(line)
         records = parser.finish()
     return merge_repeats(drop_bare_quotes(records))
