@@ -50,3 +50,18 @@ def test_text_that_shows_neither_encoding_passes_unchanged(lines: list[str]) -> 
     assert list(log_lines.unquote_printable(plain)) == plain
     unescaped = [line for line in plain if "\\" not in line]
     assert list(log_lines.unescape_markdown(unescaped)) == unescaped
+
+
+def test_lines_without_stamps_go_on_only_where_the_kernels_format_says_so() -> None:
+    text = ["    oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/ltp",
+            "    _19257,task_memcg=/ltp_19257,task=memcg_process,pid=19289,uid=0",
+            "    Memory cgroup out of memory: Killed process 19289 (memcg_process)",
+            "    total-vm:2676kB, anon-rss:84kB, file-rss:1468kB, shmem-rss:4kB, UID:0 pgtables:40kB",
+            "    oom_score_adj:0",
+            "    the next line of prose"]
+    [record] = oom_parser.parse_lines(text)
+    assert record.oom_kill is not None and record.oom_kill.oom_memcg == "/ltp_19257"
+    victim = record.victim
+    assert victim is not None and (victim.file_rss_kb, victim.uid, victim.oom_score_adj) == (1468, 0, 0)
+    assert log_lines.incomplete("Killed process 1 (x)") is False  # 2.6's whole Killed line
+    assert log_lines.incomplete("Out of memory: Killed process 1 (x)") is True  # 5.1+ prints the rss too

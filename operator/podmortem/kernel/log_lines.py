@@ -334,8 +334,9 @@ def continues(prev_raw: str, prev: Line, raw: str, *, first_raw: str | None = No
     part is never indented deeper than its line. Elision marks, prompts and code fences are
     never wrapped parts. ``first_raw``: the line's own first part, when ``prev_raw`` is a part.
     """
-    if prev.fmt == "plain":
-        return False
+    cut_message = incomplete(prev.msg)
+    if prev.fmt == "plain" and not cut_message:
+        return False  # text without stamps: only the kernel's own format says a line goes on
     numbered = _numbered(first_raw if first_raw is not None else prev_raw)
     text, indent = strip_paste(raw, numbers=numbered)
     long_prev = len(strip_paste(prev_raw, numbers=numbered)[0]) >= 60
@@ -370,7 +371,7 @@ def continues(prev_raw: str, prev: Line, raw: str, *, first_raw: str | None = No
         return False
     if _LEVEL.match(text) is not None or (text[:4] in _FACILITY_STARTS and _FACILITY.match(text)):
         return False  # dmesg -r and -x print their level on every line, a wrapped part has none
-    if cut_kill:
+    if cut_kill or (prev.fmt == "plain" and cut_message):
         return True
     if _TASK_IN_DONE.match(prev.msg) is not None and " " in text:
         return False  # only the limit's path can go on; words after it are a line of their own
@@ -392,6 +393,37 @@ _V1_STATS_PART = re.compile(r"(?:[a-z_]*:\d+KB|\d*K?B)(?: [a-z_]+:\d+KB)*(?: [a-
 
 #: "Task in %s killed as a result of limit of %s": nothing follows the second path on its line.
 _TASK_IN_DONE = re.compile(r"Task in \S.* killed as a result of limit of \S+$")
+_ENDS_OOM_KILL = re.compile(r",uid=\d{1,10}$")
+_ENDS_HEADER = re.compile(r"oom_score_adj=-?\d{1,5}$")
+_ENDS_KILLED = re.compile(r"(?:kB|oom_score_adj:-?\d{1,5}|\)\.?)$")
+_ENDS_KILLED_5_1 = re.compile(r"(?:kB|oom_score_adj:-?\d{1,5})$")
+_ENDS_ADJ = re.compile(r"oom_score_adj:-?\d{1,5}$")
+_PREFIXED_KILLED = ("Memory cgroup out of memory: Killed", "Out of memory: Killed", "Out of memory (")
+
+
+def incomplete(msg: str) -> bool:
+    """An OOM message the kernel never ends where this one ends: its rest is on the next line.
+
+    By the format strings: the oom-kill line ends ``,uid=%u`` (4.19+), the header
+    ``oom_score_adj=%hd``, the Killed line ``oom_score_adj:%hd`` once it shows ``UID:`` (5.x), else
+    a ``kB`` figure or, before 2.6.36 and without the 5.1+ prefix, the comm's parenthesis; ``Task in
+    %s killed as a result of limit of %s`` has both paths.
+    """
+    if msg.startswith("oom-kill:"):
+        return _ENDS_OOM_KILL.search(msg) is None
+    if msg.startswith("Task in "):
+        return _TASK_IN_DONE.match(msg) is None
+    if " invoked oom-killer:" in msg[:48]:
+        return _ENDS_HEADER.search(msg) is None
+    if "Killed process " in msg[:64]:
+        if " UID:" in msg or " pgtables:" in msg:
+            return _ENDS_ADJ.search(msg) is None
+        if msg.startswith(_PREFIXED_KILLED):
+            return _ENDS_KILLED_5_1.search(msg) is None  # 5.1+: the rss figures always follow
+        return _ENDS_KILLED.search(msg) is None
+    return False
+
+
 #: A kill line the kernel never ends there: "[Kk]ill(ed) process %d (%s)…", its pid the last word.
 _CUT_KILL = re.compile(r"(?:[Kk]ill(?:ed)?|reaped) process \d{1,10}$")
 
@@ -405,6 +437,23 @@ _JOINED_SYSLOG = re.compile(
 _JOINED_T = re.compile(
     r"(?<=\S) +(?=\[[^\[\]\d]{0,16}(?:\d{1,2}[^\[\]\d\s]{1,4} {0,2})?\d{1,2} \d\d:\d\d:\d\d(?: \d{4})?\] )"
 )
+
+
+def may_be_joined(raw: str) -> bool:
+    """A cheap look for a second stamp inside a line, before `unjoin` reads it (every line pays this).
+
+    A dmesg stamp ends in six fraction digits then "] ", a ``dmesg -T`` one in ``HH:MM:SS] `` or
+    ``HH:MM:SS YYYY] ``; a syslog line glued on brings a second " kernel: ". A task row's
+    ``[ 1234] `` is none of these.
+    """
+    at = raw.find("] ")
+    if at >= 0:
+        at = raw.find("] ", at + 2)
+        while at >= 7:
+            if raw[at - 7] == "." or raw[at - 3] == ":" or (raw[at - 5] == " " and raw[at - 8] == ":"):
+                return True
+            at = raw.find("] ", at + 2)
+    return raw.count(" kernel: ") >= 2
 
 
 def unjoin(raw: str) -> list[str]:

@@ -231,7 +231,7 @@ class OomParser:
             for extra in more:
                 self.feed(" " + extra)
             return
-        if raw.count("] ") >= 2 or raw.count(" kernel: ") >= 2:
+        if log_lines.may_be_joined(raw):
             parts = log_lines.unjoin(raw)
             if len(parts) > 1:
                 for part in parts:
@@ -256,7 +256,7 @@ class OomParser:
             if not raw.strip():
                 self._prev = None if self._prev is None or self._prev.fmt == "plain" else self._prev
             return
-        if self._join_wraps and line.fmt != "plain":
+        if self._join_wraps and (line.fmt != "plain" or log_lines.incomplete(line.msg)):
             self._held = (raw, line, raw)
             return
         self._dispatch(line)
@@ -740,7 +740,7 @@ class OomParser:
             anon_rss_kb=values[1],
             file_rss_kb=values[2],
             shmem_rss_kb=values[3],
-            uid=_opt(g[1] or g[3] or g[7]),
+            uid=_opt(g[1] or g[3]) if (g[1] or g[3]) else values[4],
             pgtables_kb=values[5],
             oom_score_adj=values[6],
         )
