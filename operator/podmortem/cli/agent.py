@@ -288,7 +288,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"podmortem agent: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
+    from podmortem import open_files
     from podmortem.agent.main import run_agent
 
+    open_files.raise_and_log()
     asyncio.run(run_agent(settings))
     return EXIT_OK

@@ -410,7 +410,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"podmortem operator: {exc}", file=sys.stderr)
         return 2
 
-    from podmortem import startup_gc
+    from podmortem import open_files, startup_gc
     from podmortem.kube import config as kube_config
     from podmortem.operator import run as runtime
 
@@ -418,6 +418,7 @@ def run(args: argparse.Namespace) -> int:
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    open_files.raise_and_log()
 
     try:
         access = kube_config.load(args.kubeconfig)

@@ -1,0 +1,72 @@
+"""The open-files limit, raised at start-up to what the container allows.
+
+Since containerd 2.0 (and Docker 29) a container starts with a soft ``RLIMIT_NOFILE`` of 1,024
+and a hard one of 524,288. Go programs raise the soft limit to the hard one by themselves; Python
+does not, and the operator holds about 2.6 descriptors per followed pod (a stream's socket, an
+open segment file): under 1,024 it would stop following at about 390 pods. Raising the soft limit
+needs no privilege; the hard limit stays the container runtime's decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+#: Linux refuses a soft limit above ``fs.nr_open`` (its default when that cannot be read).
+_NR_OPEN = Path("/proc/sys/fs/nr_open")
+_NR_OPEN_DEFAULT = 1 << 20
+
+
+@dataclass(frozen=True)
+class OpenFilesLimit:
+    """The soft limit before and after, and the hard limit, as ``getrlimit`` gives them."""
+
+    before: int
+    after: int
+    hard: int
+    #: Why the soft limit could not be raised; None when it was, or had nothing to gain.
+    error: str | None = None
+
+
+def _ceiling(hard: int) -> int:
+    if hard != resource.RLIM_INFINITY:
+        return hard
+    try:
+        return int(_NR_OPEN.read_text().strip())
+    except (OSError, ValueError):
+        return _NR_OPEN_DEFAULT
+
+
+def raise_open_files_limit() -> OpenFilesLimit:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit (or ``fs.nr_open`` when that is unlimited)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = _ceiling(hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError) as exc:
+            return OpenFilesLimit(before=soft, after=soft, hard=hard, error=str(exc))
+    after = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return OpenFilesLimit(before=soft, after=after, hard=hard)
+
+
+def _shown(value: int) -> str:
+    return "unlimited" if value == resource.RLIM_INFINITY else f"{value:,}"
+
+
+def raise_and_log() -> OpenFilesLimit:
+    """`raise_open_files_limit`, said in the log: both limits, and whether the soft one moved."""
+    limit = raise_open_files_limit()
+    if limit.error is not None:
+        logger.warning("open files: soft limit %s (hard %s) could not be raised: %s",
+                       _shown(limit.before), _shown(limit.hard), limit.error)
+    elif limit.after != limit.before:
+        logger.info("open files: soft limit %s raised to %s (hard %s)",
+                     _shown(limit.before), _shown(limit.after), _shown(limit.hard))
+    else:
+        logger.info("open files: soft limit %s (hard %s)", _shown(limit.after), _shown(limit.hard))
+    return limit
