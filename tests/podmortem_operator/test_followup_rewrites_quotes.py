@@ -4,7 +4,8 @@ The first report of an OOM kill whose record is pending says so in its cause fin
 own record is not in yet ..."); its ``Failed`` condition, a multi-pod job's section and the
 ``JobRootCause`` Event quote that text. When the follow-up ends (the record came, or the wait is
 over and it says "was not available") the job's section is recomputed before the report is written
-again (the service's ``job_refresh``), a new ``JobRootCause`` Event follows when its text changed,
+again (the reporter's ``_refresh_job``, over the followed targets it was built with), a new
+``JobRootCause`` Event follows when its text changed,
 and a TrainingJob's ``Failed`` condition is rewritten. Stand-ins for the agent and the API, as in
 ``test_kernel_record_followup``.
 """
@@ -12,12 +13,13 @@ and a TrainingJob's ``Failed`` condition is rewritten. Stand-ins for the agent a
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from podmortem.diagnosis.job_root_cause import PodFacts
 from podmortem.operator.annotations import WatchOptions
 from podmortem.operator.jobs import Target
-from podmortem.operator.reporting import Outcome
+from podmortem.operator.targets import Targets, WatchedTarget
 from podmortem_demo.harness import evidence_for
 
 from .test_kernel_record_followup import (
@@ -32,26 +34,35 @@ from .test_kernel_record_followup import (
 PENDING_TEXT = "not in yet"
 
 
-@dataclass
-class Refresh:
-    """The service's hook as the reporter sees it: what the report said, and how many writes came before."""
-
-    kube: RecordingKube
-    seen: list[tuple[str, int]] = field(default_factory=list)
-
-    def __call__(self, outcome: Outcome) -> str | None:
-        self.seen.append((outcome.report.findings[0].message, len(self.kube.annotations)))
-        return "trainer (rank 2) failed first: the new line"
+OTHER = "pod-uid-2"
 
 
-async def _follow_up(agent: ScriptedAgent, *, wait_s: float) -> tuple[RecordingKube, Refresh]:
-    async with running_reporter(agent, wait_s=wait_s) as (reporter, kube):
-        refresh = Refresh(kube)
-        reporter.job_refresh = refresh
-        await reporter.report(
-            termination=termination(), target=_pod_target(), facts=None, seen_at=time.monotonic()
+def _job() -> tuple[Targets, WatchedTarget]:
+    """A two-pod Job as the service knows it: this pod failed with the pending text, its peer too."""
+    target = Target(role="foreign", api_version="batch/v1", kind="Job", namespace="default", name="ddp",
+                    uid="job-uid", plural="jobs", options=WatchOptions())
+    targets = Targets()
+    known = targets.owners[target.uid] = WatchedTarget(target=target)
+    started = datetime(2026, 1, 1, tzinfo=UTC)
+    for uid, pod, rank, summary in ((UID, "trainer", 2, f"the kernel's record is {PENDING_TEXT}"),
+                                    (OTHER, "peer", 0, "NCCL watchdog timed out")):
+        mine = uid == UID
+        known.job_pods[uid] = PodFacts(
+            pod=pod, container="trainer", rank=rank, exit_code=137 if mine else 1,
+            reason="OOMKilled" if mine else "Error",
+            finished_at=started + timedelta(seconds=1 if mine else 30),
+            last_line_at=None, verdict="memcg-limit" if mine else None, summary=summary,
         )
-    return kube, refresh
+    return targets, known
+
+
+async def _follow_up(agent: ScriptedAgent, *, wait_s: float) -> tuple[RecordingKube, WatchedTarget]:
+    targets, known = _job()
+    async with running_reporter(agent, wait_s=wait_s, targets=targets) as (reporter, kube):
+        await reporter.report(
+            termination=termination(), target=known.target, facts=None, seen_at=time.monotonic()
+        )
+    return kube, known
 
 
 def _pod_target() -> Target:
@@ -60,23 +71,22 @@ def _pod_target() -> Target:
 
 
 async def test_a_record_that_never_comes_rewrites_the_job_section_and_its_event() -> None:
-    kube, refresh = await _follow_up(ScriptedAgent(evidence_for(UID, None)), wait_s=0.2)
+    kube, known = await _follow_up(ScriptedAgent(evidence_for(UID, None)), wait_s=0.2)
     assert PENDING_TEXT in kube.annotations[0]["findings"][0]["message"]
-    # the job's section is recomputed once, from the new text, before the report is written again
-    [(message, writes_before)] = refresh.seen
-    assert PENDING_TEXT not in message and "was not available" in message
-    assert writes_before == 1
+    # the job's section was recomputed from the new text before the report was written again
+    summary = known.job_pods[UID].summary or ""
+    assert PENDING_TEXT not in summary and "was not available" in summary
+    assert known.job_root is not None and "was not available" in known.job_root[2]
     last = kube.annotations[-1]
     assert last["kernelRecord"] == "not-found" and PENDING_TEXT not in last["findings"][0]["message"]
     assert [r for r, _ in kube.events] == ["MemcgLimit", "JobRootCause"]
-    assert "the new line" in kube.events[-1][1]
+    assert "was not available" in kube.events[-1][1] and PENDING_TEXT not in kube.events[-1][1]
 
 
 async def test_a_record_that_comes_rewrites_the_job_section_then_both_events_follow() -> None:
     without = evidence_for(UID, None)
-    kube, refresh = await _follow_up(ScriptedAgent(without, without, evidence_for(UID, RECORD)), wait_s=5.0)
-    [(message, writes_before)] = refresh.seen
-    assert PENDING_TEXT not in message and writes_before == 1
+    kube, known = await _follow_up(ScriptedAgent(without, without, evidence_for(UID, RECORD)), wait_s=5.0)
+    assert PENDING_TEXT not in (known.job_pods[UID].summary or "")
     assert [r for r, _ in kube.events] == ["MemcgLimit", "KernelRecordAttached", "JobRootCause"]
 
 

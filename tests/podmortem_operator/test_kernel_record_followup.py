@@ -27,6 +27,7 @@ from podmortem.operator.jobs import Target
 from podmortem.operator.reporting import Reporter, merge_patch
 from podmortem.operator.settings import AgentAccessSettings, OperatorSettings
 from podmortem.operator.status import StatusWriter
+from podmortem.operator.targets import Targets
 from podmortem.reports.evidence import PodEvidence
 from podmortem_demo.harness import evidence_for
 
@@ -97,7 +98,8 @@ TARGET = Target(
 
 @contextlib.asynccontextmanager
 async def running_reporter(
-    agent: ScriptedAgent, *, wait_s: float, agent_enabled: bool = True, finish: bool = True
+    agent: ScriptedAgent, *, wait_s: float, agent_enabled: bool = True, finish: bool = True,
+    targets: Targets | None = None,
 ) -> AsyncIterator[tuple[Reporter, RecordingKube]]:
     """A Reporter over the stand-ins; on exit its follow-ups run to their end (``finish``) or are cut."""
     kube = RecordingKube()
@@ -113,6 +115,7 @@ async def running_reporter(
             session=session,
             settings=settings,
             status=StatusWriter(kube=cast(Any, kube)),
+            targets=targets,
         )
         try:
             yield reporter, kube

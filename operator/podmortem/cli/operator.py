@@ -418,13 +418,13 @@ def run(args: argparse.Namespace) -> int:
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    open_files.raise_and_log()
 
     try:
         access = kube_config.load(args.kubeconfig)
     except kube_config.KubeconfigError as exc:
         print(f"podmortem operator: {exc}", file=sys.stderr)
         return 2
+    open_files.raise_and_log()
     startup_gc.freeze()
     try:
         asyncio.run(runtime.run_operator(settings=settings, access=access))

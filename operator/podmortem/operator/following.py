@@ -16,6 +16,8 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 
 from podmortem import memory_line
 from podmortem.logs import errors as log_errors
@@ -26,7 +28,7 @@ from podmortem.logs.kube import PodLogApi
 from podmortem.logs.lines import LineBatch
 from podmortem.logs.settings import FollowSettings
 from podmortem.logs.sinks import LogSink
-from podmortem.operator import metrics
+from podmortem.operator import log_links, metrics
 
 logger = logging.getLogger(__name__)
 
@@ -326,3 +328,21 @@ class Following:
         await asyncio.gather(*tasks, return_exceptions=True)
         metrics.FOLLOWED_PODS.set(0)
         logger.info("stopped %d log followers in %.2f s", len(tasks), time.monotonic() - started)
+
+
+def log_status_fields(facts: PodLogFacts, *, log_url: str) -> dict[str, Any]:
+    """The status's ``log`` fields (where it is stored, its size, its gaps) and ``lastLogLineAt``."""
+    last = facts.last_line_at_ns()
+    fields: dict[str, Any] = {
+        "log": {
+            "location": f"{facts.namespace}/{facts.pod}",
+            "lines": facts.lines,
+            "bytes": facts.bytes,
+            "reconnects": facts.reconnects,
+            "gaps": len(facts.gaps),
+        }
+    }
+    fields["log"]["url"] = log_links.log_url(log_url, namespace=facts.namespace, pod=facts.pod)
+    if last is not None:
+        fields["lastLogLineAt"] = datetime.fromtimestamp(last / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return fields

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -47,6 +48,7 @@ from podmortem.operator.following import PodLogFacts
 from podmortem.operator.jobs import Target
 from podmortem.operator.settings import OperatorSettings
 from podmortem.operator.status import StatusWriter
+from podmortem.operator.targets import Targets, WatchedTarget
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.failure import FailureReport
 from podmortem.reports.text import shorten
@@ -145,6 +147,23 @@ class JobView:
     root_uid: str | None
 
 
+def compute_job(known: WatchedTarget) -> tuple[JobView, str | None] | None:
+    """The job's root cause from its pods' facts (None: under two pods, or none failed), and the
+    ``JobRootCause`` Event's message when the root, or the line the Event quotes, is not the one
+    announced last (a root cause's report that changed makes the earlier Event's text stale)."""
+    pods = list(known.job_pods.items())
+    if len(pods) < 2 or not any(p.failed for _, p in pods):
+        return None
+    result = job_root_cause.root_cause([p for _, p in pods])
+    root = result.root
+    root_uid = next((u for u, p in pods if p is root), None)
+    line = next((r.line for r in result.rows if r.facts is root), "")
+    key = (root.pod, result.guessed, line) if root is not None else None
+    event = job_report.headline(result) if key != known.job_root else None
+    known.job_root = key
+    return JobView(result=result, root_uid=root_uid), event
+
+
 class Reporter:
     """Writes one failure report per terminated container instance, and a multi-pod job's section."""
 
@@ -158,9 +177,13 @@ class Reporter:
         status: StatusWriter,
         log_url: str = "",
         log_store: LogStore | None = None,
+        projection_of: Callable[[str], tuple[int, int, int, int, str] | None] | None = None,
+        targets: Targets | None = None,
     ) -> None:
         """``log_url`` is the base URL of the operator's log API (see ``OperatorSettings.log_base_url``);
-        ``log_store``, where each report's timeline is filed beside the pod's logs (none: not filed)."""
+        ``log_store``, where each report's timeline is filed beside the pod's logs (none: not filed);
+        ``projection_of``, the early warning's projection line of a pod, drawn on its timeline;
+        ``targets``, the followed targets, whose multi-pod jobs' sections a changed report refreshes."""
         self.kube = kube
         self.agent = agent
         self.session = session
@@ -169,12 +192,8 @@ class Reporter:
         self.log_url = log_url
         self.log_store = log_store
         self._background: set[asyncio.Task[None]] = set()
-        #: The early warning's projection line of a pod (set by the service), drawn on its timeline.
-        self.projection_of: Callable[[str], tuple[int, int, int, int, str] | None] | None = None
-        #: Set by the service: recompute a multi-pod job's section (its rows quote each pod's report) from a
-        #: pod's report that changed after it was written; returns the new ``JobRootCause`` Event's message
-        #: when the root cause or its line changed. Called before the changed report is written again.
-        self.job_refresh: Callable[[Outcome], str | None] | None = None
+        self.projection_of = projection_of
+        self.targets = targets
         self.outcomes: list[Outcome] = []
         #: The latest outcome per pod uid (a job's report shows its root-cause pod's).
         self.by_pod: dict[str, Outcome] = {}
@@ -631,6 +650,33 @@ class Reporter:
             await self._file_timeline(outcome, evidence)
         await self._rewrite(outcome, what="the kernel record", announce=found, waited_s=waited)
 
+    def _refresh_job(self, outcome: Outcome) -> str | None:
+        """A pod's report changed after it was written (its kernel record came, or never will): its row and
+        the job's root cause quote that report, so they are recomputed now, before it is written again.
+
+        The job's section is what the reporter composes the annotation (and the page) from; updated
+        here, the next write shows the new text everywhere. Returns the ``JobRootCause`` Event's
+        message when it changed (see `compute_job`).
+        """
+        uid = outcome.termination.pod_uid
+        known = self.targets.owners.get(outcome.target.uid) if self.targets is not None else None
+        if known is None or known.target.role != "foreign" or self.by_pod.get(uid) is not outcome:
+            return None
+        before = known.job_pods.get(uid)
+        if before is None or not before.failed:
+            return None
+        verdict, line = self.headline_of(outcome)
+        facts = dataclasses.replace(before, verdict=verdict if outcome.report.verdict else None, summary=line)
+        if facts == before:
+            return None
+        known.job_pods[uid] = facts
+        computed = compute_job(known)
+        if computed is None:
+            return None
+        view, event = computed
+        self.jobs[known.target.uid] = view
+        return event
+
     async def _rewrite(self, outcome: Outcome, *, what: str, announce: bool, waited_s: float = 0.0) -> None:
         """Write a report whose findings changed after it was first written, and all that quoted it.
 
@@ -641,7 +687,7 @@ class Reporter:
         ``KernelRecordAttached`` (the record came).
         """
         t = outcome.termination
-        job_event = self.job_refresh(outcome) if self.job_refresh is not None else None
+        job_event = self._refresh_job(outcome)
         written = await self._patch(outcome, what=what, condition=True)
         if written and announce:
             verdict, _ = self._headline(outcome)

@@ -39,6 +39,7 @@ from podmortem.operator import handlers as registry_mod
 from podmortem.operator import report_page
 from podmortem.operator.agent_client import AgentClient
 from podmortem.operator.annotations import Retention
+from podmortem.operator.early_warning import EarlyWarning
 from podmortem.operator.following import Following
 from podmortem.operator.leadership import Elector
 from podmortem.operator.reporting import Reporter
@@ -50,6 +51,7 @@ from podmortem.operator.settings import (
     OperatorSettings,
 )
 from podmortem.operator.status import StatusWriter
+from podmortem.operator.targets import Targets
 
 logger = logging.getLogger(__name__)
 
@@ -218,6 +220,8 @@ async def run_operator(
         kube = kube_mod.Kube(api=api_client, timeout_s=10.0)
         status = StatusWriter(kube=kube)
         agent = AgentClient(kube=kube, settings=settings.agent, session=session)
+        targets = Targets()
+        early_warning = EarlyWarning(kube=kube, status=status, targets=targets, log_url=settings.log_base_url)
         reporter = Reporter(
             kube=kube,
             agent=agent,
@@ -226,11 +230,13 @@ async def run_operator(
             status=status,
             log_url=settings.log_base_url,
             log_store=store,
+            projection_of=early_warning.projection_of,
+            targets=targets,
         )
 
         async def make_sink(namespace: str, pod: str, pod_uid: str) -> Any:
-            job = service.job_of(pod_uid)
-            asked = service.retention_of(pod_uid)
+            job = targets.job_of(pod_uid)
+            asked = targets.retention_of(pod_uid)
             if asked is not None:
                 # A bare pod's log is filed under its own name as the job.
                 store.set_job_retention(
@@ -239,18 +245,15 @@ async def run_operator(
             return store.sink(namespace=namespace, pod=pod, job=job)
 
         following = Following(
-            api=PodLogApi(log_client, settings=follow_settings), make_sink=make_sink, settings=follow_settings
+            api=PodLogApi(log_client, settings=follow_settings),
+            make_sink=make_sink,
+            settings=follow_settings,
+            on_memory_line=early_warning.on_memory_line,
         )
-        service = OperatorService(
-            kube=kube, settings=settings, following=following, reporter=reporter, status=status
-        )
-        following.on_memory_line = service.on_memory_line
         ready_flag = asyncio.Event()
-        handles = Running(service=service, store=store, connection=connection)
         elector = None
         if settings.leader_election is not None:
             elector = Elector(kube=kube, settings=settings.leader_election)
-            handles.elector = elector
 
         def is_ready() -> tuple[bool, str]:
             # Ready means working: logged in, every watched resource listable, kopf's watches started
@@ -279,11 +282,23 @@ async def run_operator(
         report_page.add_routes(
             log_app, report_page.ReportFinder(kube=kube, foreign=report_page.ReporterReports(reporter))
         )
-        registry = registry_mod.build(service=service, settings=settings, connection=connection)
         async with probe_servers(settings, is_ready=is_ready, is_alive=is_alive, log_app=log_app) as servers:
-            service.on_stopped = servers.stop
-            handles.metrics_url, handles.health_url, handles.log_url = (
-                servers.metrics_url, servers.health_url, servers.log_url
+            # kopf stops on this; the service sets it when it has stopped (kopf's cleanup, or ours).
+            kopf_stop = asyncio.Event()
+
+            async def stopped() -> None:
+                # A signal stops kopf by itself; its waiter on our stop flag would hold its exit 5 s.
+                kopf_stop.set()
+                await servers.stop()
+
+            service = OperatorService(
+                kube=kube, settings=settings, following=following, reporter=reporter, status=status,
+                targets=targets, early_warning=early_warning, on_stopped=stopped,
+            )
+            registry = registry_mod.build(service=service, settings=settings, connection=connection)
+            handles = Running(
+                service=service, store=store, connection=connection, elector=elector,
+                metrics_url=servers.metrics_url, health_url=servers.health_url, log_url=servers.log_url,
             )
             logger.info("serving stored pod logs on %s/logs/{namespace}/{pod} (auth: %s)",
                         servers.log_url, "kubernetes" if settings.log_http_auth else "none")
@@ -298,6 +313,7 @@ async def run_operator(
                     elector=elector,
                     stop_flag=stop_flag,
                     ready_flag=ready_flag,
+                    kopf_stop=kopf_stop,
                 )
             finally:
                 checking.cancel()
@@ -332,6 +348,7 @@ async def _lead_and_run(
     elector: Elector | None,
     stop_flag: asyncio.Event | threading.Event | None,
     ready_flag: asyncio.Event,
+    kopf_stop: asyncio.Event,
 ) -> None:
     """Run kopf, as the Lease holder when leader election is on.
 
@@ -342,7 +359,6 @@ async def _lead_and_run(
     namespaces = list(settings.namespaces)
     stop = asyncio.Event()  # the caller's stop, or a signal before kopf runs
     lost = asyncio.Event()
-    kopf_stop = asyncio.Event()
     background: list[asyncio.Task[None]] = []
     if stop_flag is not None:
         background.append(asyncio.create_task(_wait_flag(stop_flag), name="podmortem-stop-flag"))
@@ -376,15 +392,6 @@ async def _lead_and_run(
             kopf_stop.set()
 
         background.append(asyncio.create_task(relay(), name="podmortem-stop-relay"))
-        then = service.on_stopped
-
-        async def stopped() -> None:
-            # A signal stops kopf by itself; its waiter on our stop flag would hold its exit 5 s.
-            kopf_stop.set()
-            if then is not None:
-                await then()
-
-        service.on_stopped = stopped
         background.extend(waits)  # type: ignore[arg-type]
         try:
             await kopf.operator(

@@ -8,9 +8,9 @@
   the status and feed the early warning.
 * A termination with exit 137, OOMKilled or eviction gets one report.
 
-Why one module of this size: every handler (TrainingJob, foreign kind, pod) reads and updates one
-index of followed owners and pods; split, that index would be passed around or shared mutable state
-across modules.
+The index of followed owners and pods is `podmortem.operator.targets.Targets`, built before this
+service and shared with the store's sink and the early warning (`podmortem.operator.early_warning`,
+which takes the memory lines); the handlers here are the only ones that change it.
 """
 
 from __future__ import annotations
@@ -20,22 +20,20 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from podmortem import memory_line
 from podmortem.diagnosis import job_root_cause, termination
 from podmortem.kube import api as kube_mod
 from podmortem.kube import owners as kube_owners
-from podmortem.memory_line import status as memory_status
 from podmortem.operator import annotations as opts
-from podmortem.operator import job_pressure, job_report, jobs, log_links, metrics, stored_report
-from podmortem.operator.following import Following, PodLogFacts
+from podmortem.operator import job_report, jobs, reporting, stored_report
+from podmortem.operator.early_warning import EarlyWarning
+from podmortem.operator.following import Following, PodLogFacts, log_status_fields
 from podmortem.operator.jobs import Target
-from podmortem.operator.reporting import JobView, Outcome, Reporter
+from podmortem.operator.reporting import Reporter
 from podmortem.operator.settings import TRAININGJOB_PLURAL, OperatorSettings
 from podmortem.operator.status import StatusWriter
+from podmortem.operator.targets import Targets, WatchedTarget
 
 logger = logging.getLogger(__name__)
 
@@ -69,28 +67,6 @@ def _slim(pod: Mapping[str, Any]) -> dict[str, Any]:
 TAIL_DRAIN_S = 0.3
 
 
-@dataclass
-class WatchedTarget:
-    """What the operator keeps per followed target between events."""
-
-    target: Target
-    #: The early warning per pod and container (ranks' memory lines interleave), and the job's from them.
-    pressure: job_pressure.JobPressure = field(default_factory=job_pressure.JobPressure)
-    #: Pod uid -> rank (None: unknown), for naming the rank in MemoryPressure.
-    ranks: dict[str, int | None] = field(default_factory=dict)
-    #: Option problems already announced (so an Event is posted once, not at every event).
-    announced: set[str] = field(default_factory=set)
-    #: The last status fields written, to skip writes that change nothing.
-    written: dict[str, Any] = field(default_factory=dict)
-    #: A foreign job's pods (uid -> facts), kept after a pod is deleted, for the job-level root cause.
-    job_pods: dict[str, job_root_cause.PodFacts] = field(default_factory=dict)
-    #: The root-cause pod, whether a guess, and its line, as last announced by a ``JobRootCause`` Event.
-    job_root: tuple[str, bool, str] | None = None
-    #: Pod facts changed since the job section was last computed; the task that will compute it.
-    job_dirty: bool = False
-    job_task: asyncio.Task[None] | None = None
-
-
 class OperatorService:
     """All operator state and behaviour below the kopf handlers."""
 
@@ -102,18 +78,17 @@ class OperatorService:
         following: Following | None,
         reporter: Reporter,
         status: StatusWriter,
+        targets: Targets,
+        early_warning: EarlyWarning,
+        on_stopped: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
         self.following = following
-        #: Per pod: the early warning's projection line (start ns, bytes, end ns, bytes, text), for the
-        #: report's timeline; the reporter reads it through ``projection_of``.
-        self.projections: dict[str, tuple[int, int, int, int, str]] = {}
-        self._epoch_times: dict[tuple[str, str], list[tuple[int, int]]] = {}
-        reporter.projection_of = self.projections.get
-        reporter.job_refresh = self._refresh_job
+        self.targets = targets
+        self.early_warning = early_warning
         #: Awaited at the end of :meth:`stop` (the operator stops its HTTP servers there).
-        self.on_stopped: Callable[[], Awaitable[None]] | None = None
+        self.on_stopped = on_stopped
         self.reporter = reporter
         self.status = status
         self.defaults = opts.WatchOptions(
@@ -121,8 +96,6 @@ class OperatorService:
             memory_warning_ratio=settings.memory_warning_ratio,
             early_warning_epochs=settings.early_warning_epochs,
         )
-        #: Owner uid -> target, for TrainingJobs and watched foreign jobs.
-        self._owners: dict[str, WatchedTarget] = {}
         #: Foreign-kind object uid -> its owners' uids, watched or not: a pod's Job may belong to an
         #: annotated JobSet or CronJob of a configured kind (see `resolve`).
         self._parents: dict[str, tuple[str, ...]] = {}
@@ -131,8 +104,6 @@ class OperatorService:
         #: ended during an operator restart would be dropped for good. Replayed when an owner or a
         #: parent link is learned; pod uid -> latest body, at most `MAX_UNOWNED` (oldest dropped).
         self._unowned: dict[str, Mapping[str, Any]] = {}
-        #: Pod uid -> target (for the memory-line hook, which only knows the pod).
-        self._pods: dict[str, WatchedTarget] = {}
         self._reported: set[str] = set()
         self._reporting: dict[str, asyncio.Task[None]] = {}
         self._job_tasks: set[asyncio.Task[None]] = set()
@@ -223,7 +194,7 @@ class OperatorService:
 
     def forget_owner(self, uid: str) -> None:
         self._parents.pop(uid, None)
-        known = self._owners.pop(uid, None)
+        known = self.targets.owners.pop(uid, None)
         if known is not None and known.target.role == "trainingjob":
             self.status.forget(namespace=known.target.namespace, name=known.target.name)
 
@@ -239,11 +210,11 @@ class OperatorService:
         else:
             self._parents.pop(uid, None)
         if not opts.is_watched(meta.get("annotations")) or meta.get("deletionTimestamp"):
-            self._owners.pop(uid, None)
+            self.targets.owners.pop(uid, None)
             if learned:
                 await self._replay_unowned()
             return
-        learned = learned or uid not in self._owners
+        learned = learned or uid not in self.targets.owners
         options, problems = opts.from_annotations(meta.get("annotations"), defaults=self.defaults)
         target = Target.of(body, role="foreign", plural=plural, options=options)
         known = self._remember_owner(uid, target)
@@ -261,31 +232,21 @@ class OperatorService:
 
     def _remember_owner(self, uid: str, target: Target) -> WatchedTarget:
         """The followed owner ``uid``, with its latest target (a new entry the first time)."""
-        known = self._owners.get(uid)
+        known = self.targets.owners.get(uid)
         if known is None:
-            known = self._owners[uid] = WatchedTarget(target=target)
+            known = self.targets.owners[uid] = WatchedTarget(target=target)
         else:
             known.target = target
         return known
 
     # --- pods ---------------------------------------------------------------------------------------
 
-    def job_of(self, pod_uid: str) -> str | None:
-        """The job a pod's log is filed under in the store (retention is per job); None for bare pods."""
-        known = self._pods.get(pod_uid)
-        return known.target.name if known is not None and known.target.role != "pod" else None
-
-    def retention_of(self, pod_uid: str) -> opts.Retention | None:
-        """The log retention the pod's job asked for (spec.logRetention or the annotation), if any."""
-        known = self._pods.get(pod_uid)
-        return known.target.options.log_retention if known is not None else None
-
     async def resolve(self, pod: Mapping[str, Any]) -> WatchedTarget | None:
         """Which followed target this pod belongs to, if any."""
         meta = pod.get("metadata", {}) or {}
         pod_uid = str(meta.get("uid", ""))
-        if pod_uid in self._pods:
-            return self._pods[pod_uid]
+        if pod_uid in self.targets.pods:
+            return self.targets.pods[pod_uid]
         watched = self._watched_ancestor([uid for uid, _kind, _name in jobs.owner_uids(pod)])
         if watched is not None:
             return watched
@@ -294,7 +255,7 @@ class OperatorService:
             tj = await self.kube.get(jobs.trainingjob_path(str(meta.get("namespace", "")), owner[0]))
             if tj is not None and tj.get("metadata", {}).get("uid") == owner[1]:
                 await self.on_trainingjob(tj)
-                return self._owners.get(owner[1])
+                return self.targets.owners.get(owner[1])
             return None
         if opts.is_watched(meta.get("annotations")):
             options, problems = opts.from_annotations(meta.get("annotations"), defaults=self.defaults)
@@ -309,8 +270,8 @@ class OperatorService:
         level = owners
         for _ in range(kube_owners.MAX_OWNER_DEPTH):
             for uid in level:
-                if uid in self._owners:
-                    return self._owners[uid]
+                if uid in self.targets.owners:
+                    return self.targets.owners[uid]
             seen.update(level)
             level = [p for uid in level for p in self._parents.get(uid, ()) if p not in seen]
             if not level:
@@ -331,13 +292,12 @@ class OperatorService:
             return
         self._unowned.pop(pod_uid, None)
         if deleted:
-            self._pods.pop(pod_uid, None)
+            self.targets.pods.pop(pod_uid, None)
             known.pressure.forget(pod_uid)
             known.ranks.pop(pod_uid, None)
-            for key in [k for k in self._epoch_times if k[0] == pod_uid]:
-                del self._epoch_times[key]
+            self.early_warning.forget(pod_uid)
         else:
-            self._pods[pod_uid] = known
+            self.targets.pods[pod_uid] = known
             if pod_uid not in known.ranks:
                 known.ranks[pod_uid] = job_root_cause.rank_of(pod)
         target = known.target
@@ -414,7 +374,7 @@ class OperatorService:
         while known.job_dirty:
             known.job_dirty = False
             await asyncio.sleep(JOB_REPORT_COALESCE_S)
-            computed = self._compute_job(known)
+            computed = reporting.compute_job(known)
             if computed is None:
                 continue
             view, event = computed
@@ -426,49 +386,6 @@ class OperatorService:
                 known.target, view, event=event, outcome=self.reporter.by_pod.get(view.root_uid or ""),
                 current=current,
             )
-
-    def _compute_job(self, known: WatchedTarget) -> tuple[JobView, str | None] | None:
-        """The job's root cause from its pods' facts (None: under two pods, or none failed), and the
-        ``JobRootCause`` Event's message when the root, or the line the Event quotes, is not the one
-        announced last (a root cause's report that changed makes the earlier Event's text stale)."""
-        pods = list(known.job_pods.items())
-        if len(pods) < 2 or not any(p.failed for _, p in pods):
-            return None
-        result = job_root_cause.root_cause([p for _, p in pods])
-        root = result.root
-        root_uid = next((u for u, p in pods if p is root), None)
-        line = next((r.line for r in result.rows if r.facts is root), "")
-        key = (root.pod, result.guessed, line) if root is not None else None
-        event = job_report.headline(result) if key != known.job_root else None
-        known.job_root = key
-        return JobView(result=result, root_uid=root_uid), event
-
-    def _refresh_job(self, outcome: Outcome) -> str | None:
-        """A pod's report changed after it was written (its kernel record came, or never will): its row and
-        the job's root cause quote that report, so they are recomputed now, before it is written again.
-
-        The job's section is what the reporter composes the annotation (and the page) from; updated
-        here, the next write shows the new text everywhere. Returns the ``JobRootCause`` Event's
-        message when it changed (see `_compute_job`).
-        """
-        uid = outcome.termination.pod_uid
-        known = self._owners.get(outcome.target.uid)
-        if known is None or known.target.role != "foreign" or self.reporter.by_pod.get(uid) is not outcome:
-            return None
-        before = known.job_pods.get(uid)
-        if before is None or not before.failed:
-            return None
-        verdict, line = self.reporter.headline_of(outcome)
-        facts = dataclasses.replace(before, verdict=verdict if outcome.report.verdict else None, summary=line)
-        if facts == before:
-            return None
-        known.job_pods[uid] = facts
-        computed = self._compute_job(known)
-        if computed is None:
-            return None
-        view, event = computed
-        self.reporter.jobs[known.target.uid] = view
-        return event
 
     async def _report(self, found: termination.Termination, known: WatchedTarget, seen_at: float) -> None:
         try:
@@ -540,7 +457,7 @@ class OperatorService:
         if self.following is None:
             return 0
         patched = 0
-        for pod_uid, known in list(self._pods.items()):
+        for pod_uid, known in list(self.targets.pods.items()):
             target = known.target
             facts = self.following.facts(pod_uid)
             if target.role != "trainingjob" or facts is None:
@@ -574,76 +491,6 @@ class OperatorService:
                 await self.refresh_log_status()
             except Exception:  # one bad pass must not end the refreshes
                 logger.exception("refreshing log status failed")
-
-    # --- memory lines and the early warning -----------------------------------------------------------
-
-    async def on_memory_line(self, facts: PodLogFacts, container: str, ts_ns: int, text: bytes) -> None:
-        known = self._pods.get(facts.pod_uid)
-        if known is None:
-            return
-        try:
-            line = memory_line.parse(text.decode("utf-8", "replace"))
-        except memory_line.MemoryLineError as exc:
-            logger.warning("%s/%s: %s", facts.namespace, facts.pod, exc)
-            return
-        if line is None:
-            return
-        target = known.target
-        if target.role == "trainingjob":
-            fields = {"memory": memory_status.status_memory(line, observed_ns=ts_ns)}
-            fields.update(log_status_fields(facts, log_url=self.reporter.log_url))
-            await self.status.patch(namespace=target.namespace, name=target.name, fields=fields)
-            known.written.update(fields)
-        peak = memory_status.epoch_peak(line)
-        if peak is None or line.pod is None:
-            return
-        change = known.pressure.observe(
-            pod_uid=facts.pod_uid,
-            pod=facts.pod,
-            container=container,
-            rank=known.ranks.get(facts.pod_uid),
-            peak=peak,
-            limit_bytes=line.pod.limit_bytes,
-            within_epochs=target.options.early_warning_epochs,
-            warning_ratio=target.options.memory_warning_ratio,
-        )
-        self._note_projection(facts.pod_uid, container, known, peak.epoch, ts_ns)
-        if change is None:
-            return
-        if change.started is not None:
-            metrics.MEMORY_PRESSURE.labels(namespace=target.namespace).inc()
-        await self._pressure_condition(target, change.on, change.reason, change.message)
-        if change.started is not None:
-            await self._event(target.involved(), "Warning", "MemoryPressure", change.started)
-        elif not change.on and target.role != "trainingjob":  # no condition to show the end: an Event
-            await self._event(target.involved(), "Normal", "MemoryPressureEnded", change.message)
-
-    def _note_projection(
-        self, pod_uid: str, container: str, known: WatchedTarget, epoch: int, ts_ns: int
-    ) -> None:
-        """Keep the pod's projection line for its report's timeline (None when it projects nothing)."""
-        seen = self._epoch_times.setdefault((pod_uid, container), [])
-        if not seen or seen[-1][0] != epoch:
-            seen.append((epoch, ts_ns))
-            del seen[:-2]
-        pressure = known.pressure.pressure_of(pod_uid, container)
-        line = None
-        if pressure is not None:
-            epoch_s = job_pressure.epoch_seconds(seen)
-            line = job_pressure.projection_line(pressure, at_ns=ts_ns, epoch_s=epoch_s)
-        if line is None:
-            self.projections.pop(pod_uid, None)
-        else:
-            self.projections[pod_uid] = line
-
-    async def _pressure_condition(self, target: Target, on: bool, reason: str, message: str) -> None:
-        """The ``MemoryPressure`` condition, on TrainingJobs (other targets get Events only)."""
-        if target.role == "trainingjob":
-            await self.status.patch(
-                namespace=target.namespace,
-                name=target.name,
-                conditions=[("MemoryPressure", on, reason, message)],
-            )
 
     # --- helpers -------------------------------------------------------------------------------------------
 
@@ -756,20 +603,3 @@ def disk_full_condition(facts: PodLogFacts, containers: list[str]) -> tuple[str,
                 f"the log store's volume is full: following {facts.pod} ({', '.join(containers)}) is "
                 "paused and retries from its cursor; lines the kubelet drops meanwhile are marked as a gap")
     return ("DiskFull", False, "LogStoreWritable", "the log store takes this job's lines again")
-
-
-def log_status_fields(facts: PodLogFacts, *, log_url: str) -> dict[str, Any]:
-    last = facts.last_line_at_ns()
-    fields: dict[str, Any] = {
-        "log": {
-            "location": f"{facts.namespace}/{facts.pod}",
-            "lines": facts.lines,
-            "bytes": facts.bytes,
-            "reconnects": facts.reconnects,
-            "gaps": len(facts.gaps),
-        }
-    }
-    fields["log"]["url"] = log_links.log_url(log_url, namespace=facts.namespace, pod=facts.pod)
-    if last is not None:
-        fields["lastLogLineAt"] = datetime.fromtimestamp(last / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return fields
