@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from podmortem.agent import pods, server
-from podmortem.agent.kernel_log import KernelLog
+from podmortem.agent.kernel_log import KernelLog, KernelLogState
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.node import NodeAgent
 from podmortem.agent.settings import AgentSettings
@@ -95,9 +95,9 @@ async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = Non
 
     kernel_log: KernelLog | None = None
     if settings.kernel_log_source == "off":
-        agent.kmsg = KernelLogStatus(
+        agent.on_kernel_log(KernelLogState(status=KernelLogStatus(
             readable=False, error="kernel log reading is off (--kernel-log-source off)"
-        )
+        )))
         agent.metrics.kmsg_readable.set(0)
         logger.info("kernel log: not read (--kernel-log-source off); sampling only")
     else:
