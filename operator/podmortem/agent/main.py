@@ -26,6 +26,7 @@ from podmortem.agent.kernel_log import KernelLog, KernelLogState
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.node import NodeAgent
 from podmortem.agent.settings import AgentSettings
+from podmortem.background import Background
 from podmortem.cgroups import hostfs as cgroupfs
 from podmortem.reports.evidence import KernelLogStatus
 
@@ -125,21 +126,19 @@ async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = Non
         agent.hierarchy.root if agent.hierarchy else "?",
     )
 
-    tasks = [asyncio.create_task(agent.run_sampling(), name="podmortem-agent-sampling")]
+    tasks = Background("agent")
+    work = [tasks.start(agent.run_sampling(), name="sampling")]
     if kernel_log is not None:
-        tasks.append(asyncio.create_task(kernel_log.run(), name="podmortem-agent-kernel-log"))
+        work.append(tasks.start(kernel_log.run(), name="kernel-log"))
     try:
-        waiter = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
+        waiter = tasks.start(stop.wait(), name="stop-wait")
+        done, _ = await asyncio.wait([waiter, *work], return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             if task is not waiter and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
     finally:
         logger.info("stopping: saving the kernel log position")
-        for task in tasks:
-            task.cancel()
-        await asyncio.wait(tasks, timeout=settings.stop_timeout_s)
+        await tasks.close(wait_s=settings.stop_timeout_s)
         if kernel_log is not None:
             kernel_log.close()  # idempotent; the task's finally has usually done it
         for r in runners:

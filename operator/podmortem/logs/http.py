@@ -43,6 +43,7 @@ from typing import Any
 
 from aiohttp import web
 
+from podmortem.background import Background
 from podmortem.errors import PodmortemError
 from podmortem.logs import auth, login_limits, reading, store, timestamps, wakeup
 from podmortem.logs.events import GapMarker
@@ -412,7 +413,9 @@ async def serve(
     run = runner(make_app(log_store=log_store, reviewer=reviewer, settings=settings), settings)
     await run.setup()
     certificate = settings.certificate()
-    watching = asyncio.create_task(certificate.watch()) if certificate is not None else None
+    watching = Background("log-server")
+    if certificate is not None:  # a renewed certificate is loaded without a restart
+        watching.start(certificate.watch(), name="tls-certificate")
     try:
         tls = certificate.context if certificate is not None else None
         site = web.TCPSite(run, settings.host, settings.port, ssl_context=tls)
@@ -421,6 +424,5 @@ async def serve(
                     settings.scheme, settings.host, settings.port)
         yield run
     finally:
-        if watching is not None:
-            watching.cancel()
+        await watching.close()
         await run.cleanup()

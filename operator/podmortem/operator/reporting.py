@@ -17,18 +17,18 @@ resume after a restart share one Outcome per termination and its write order; th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 
+from podmortem.background import Background
 from podmortem.diagnosis import job_root_cause, verdicts
 from podmortem.diagnosis.termination import Termination
 from podmortem.kube import api as kube_mod
@@ -191,7 +191,7 @@ class Reporter:
         self.status = status
         self.log_url = log_url
         self.log_store = log_store
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = Background("reporter")
         self.projection_of = projection_of
         self.targets = targets
         self.outcomes: list[Outcome] = []
@@ -265,9 +265,9 @@ class Reporter:
         metrics.OOM_KILLS.labels(namespace=t.namespace, verdict=report.verdict or "unknown").inc()
         self.outcomes.append(outcome)
         if prom_pending and prom_task is not None:
-            self._spawn(self._patch_working_set_later(outcome, prom_task))
+            self._spawn(self._patch_working_set_later(outcome, prom_task), name=f"working-set-{t.pod}")
         if record == kernel_record.PENDING:
-            self._spawn(self._attach_record_later(outcome))
+            self._spawn(self._attach_record_later(outcome), name=f"kernel-record-{t.pod}")
         elif record != kernel_record.NOT_SOUGHT:
             metrics.KERNEL_RECORDS.labels(outcome=record).inc()
         await self._file_timeline(outcome, agent_evidence)
@@ -599,7 +599,8 @@ class Reporter:
                 last_line_ns=last_line_ns,
                 stale_after_s=self.settings.stale_log_threshold_s,
             )
-            self._spawn(self._rewrite(outcome, what="the kernel record state", announce=False))
+            self._spawn(self._rewrite(outcome, what="the kernel record state", announce=False),
+                        name=f"rewrite-{outcome.termination.pod}")
             return
         logger.info(
             "report of %s/%s (%s) still waits for its kernel record after an operator restart; asking "
@@ -607,7 +608,8 @@ class Reporter:
             termination.namespace, termination.pod, termination.container, elapsed,
         )
         wait = max(0.0, self.settings.agent.record_wait_s - elapsed)
-        self._spawn(self._attach_record_later(outcome, wait_s=wait, waited_before_s=elapsed))
+        self._spawn(self._attach_record_later(outcome, wait_s=wait, waited_before_s=elapsed),
+                    name=f"kernel-record-{outcome.termination.pod}")
 
     async def _attach_record_later(
         self, outcome: Outcome, *, wait_s: float | None = None, waited_before_s: float = 0.0
@@ -704,17 +706,11 @@ class Reporter:
         if job_event is not None:
             await self._post_job_event(outcome.target, job_event)
 
-    def _spawn(self, coro: Any) -> None:
-        task: asyncio.Task[None] = asyncio.create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    def _spawn(self, coro: Coroutine[Any, Any, None], *, name: str) -> None:
+        self._background.start(coro, name=name)
 
     async def stop(self) -> None:
-        for task in list(self._background):
-            task.cancel()
-        for task in list(self._background):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._background.close()
 
 
 _WRITE_ERRORS = (kube_mod.KubeError, aiohttp.ClientError, TimeoutError)

@@ -23,6 +23,7 @@ import kopf
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from podmortem.background import Background
 from podmortem.errors import PodmortemError
 from podmortem.kube import api as kube_mod
 from podmortem.kube import clients
@@ -139,7 +140,7 @@ async def probe_servers(
     ]
     if log_app is not None:
         apps.append((log_app, settings.log_http_port, log))
-    watching: asyncio.Task[None] | None = None
+    watching = Background("log-server")
     try:
         for app, port, log_settings in apps:
             if log_settings is None:
@@ -151,7 +152,7 @@ async def probe_servers(
             certificate = log_settings.certificate() if log_settings is not None else None
             tls = certificate.context if certificate is not None else None
             if certificate is not None:  # a renewed certificate is loaded without a restart
-                watching = asyncio.create_task(certificate.watch(), name="podmortem-log-tls")
+                watching.start(certificate.watch(), name="tls-certificate")
             site = web.TCPSite(runner, settings.listen_host, port, ssl_context=tls)
             await site.start()
             real_port = port
@@ -162,8 +163,7 @@ async def probe_servers(
         servers = Servers(urls[0], urls[1], urls[2] if log_app is not None else "", runners)
         yield servers
     finally:
-        if watching is not None:
-            watching.cancel()
+        await watching.close()
         await Servers("", "", "", runners).stop()
 
 
@@ -359,10 +359,9 @@ async def _lead_and_run(
     namespaces = list(settings.namespaces)
     stop = asyncio.Event()  # the caller's stop, or a signal before kopf runs
     lost = asyncio.Event()
-    background: list[asyncio.Task[None]] = []
+    background = Background("operator")
     if stop_flag is not None:
-        background.append(asyncio.create_task(_wait_flag(stop_flag), name="podmortem-stop-flag"))
-        background[-1].add_done_callback(lambda _t: stop.set())
+        background.start(_wait_flag(stop_flag), name="stop-flag").add_done_callback(lambda _t: stop.set())
     try:
         if elector is not None:
             _install_signals(stop)
@@ -370,18 +369,17 @@ async def _lead_and_run(
                         elector.settings.lease_namespace, elector.settings.lease_name)
             if not await elector.acquire(stop=stop):
                 return
-            background.append(asyncio.create_task(elector.keep(lost=lost), name="podmortem-lease"))
+            background.start(elector.keep(lost=lost), name="lease")
 
         if settings.last_log_line_interval_s > 0:
-            background.append(asyncio.create_task(
-                service.refresh_forever(interval_s=settings.last_log_line_interval_s),
-                name="podmortem-log-status",
-            ))
+            background.start(
+                service.refresh_forever(interval_s=settings.last_log_line_interval_s), name="log-status"
+            )
 
         # Every task is created before kopf starts: kopf takes tasks created after it for its own,
         # and at its stop waits 5 s for them before cancelling them.
-        waits = [asyncio.create_task(stop.wait(), name="podmortem-stop-wait"),
-                 asyncio.create_task(lost.wait(), name="podmortem-lease-lost-wait")]
+        waits = [background.start(stop.wait(), name="stop-wait"),
+                 background.start(lost.wait(), name="lease-lost-wait")]
 
         async def relay() -> None:
             try:
@@ -391,8 +389,7 @@ async def _lead_and_run(
                     w.cancel()
             kopf_stop.set()
 
-        background.append(asyncio.create_task(relay(), name="podmortem-stop-relay"))
-        background.extend(waits)  # type: ignore[arg-type]
+        background.start(relay(), name="stop-relay")
         try:
             await kopf.operator(
                 registry=registry,
@@ -408,8 +405,6 @@ async def _lead_and_run(
             if elector is not None and not lost.is_set():
                 await elector.release()
     finally:
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
+        await background.close()
     if lost.is_set():
         raise LeadershipLost("lost the leader Lease; exiting so the Deployment restarts this replica")

@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from podmortem.background import Background
 from podmortem.diagnosis import job_root_cause, termination
 from podmortem.kube import api as kube_mod
 from podmortem.kube import owners as kube_owners
@@ -105,8 +106,9 @@ class OperatorService:
         #: parent link is learned; pod uid -> latest body, at most `MAX_UNOWNED` (oldest dropped).
         self._unowned: dict[str, Mapping[str, Any]] = {}
         self._reported: set[str] = set()
+        #: Reports being written, by termination key (a second event for it waits for the first).
         self._reporting: dict[str, asyncio.Task[None]] = {}
-        self._job_tasks: set[asyncio.Task[None]] = set()
+        self._tasks = Background("service")
 
     # --- TrainingJobs --------------------------------------------------------------------------
 
@@ -323,7 +325,7 @@ class OperatorService:
                 if stored_report.pending_record(stored):
                     self.reporter.resume_pending_record(termination=found, target=known.target, stored=stored)
                 continue
-            task = asyncio.create_task(self._report(found, known, seen_at))
+            task = self._tasks.start(self._report(found, known, seen_at), name=f"report-{found.pod}")
             self._reporting[found.key] = task
             await asyncio.shield(task)  # the handler waits: the report is part of handling this event
 
@@ -365,9 +367,7 @@ class OperatorService:
         known.job_pods[uid] = facts
         known.job_dirty = True
         if known.job_task is None or known.job_task.done():
-            known.job_task = asyncio.create_task(self._write_job(known))
-            self._job_tasks.add(known.job_task)
-            known.job_task.add_done_callback(self._job_tasks.discard)
+            known.job_task = self._tasks.start(self._write_job(known), name=f"job-{known.target.name}")
 
     async def _write_job(self, known: WatchedTarget) -> None:
         """Compute and write the job section until no pod changed meanwhile (changes gathered a moment)."""
@@ -541,9 +541,7 @@ class OperatorService:
             logger.warning("posting event %s failed: %s", reason, exc)
 
     async def stop(self) -> None:
-        for task in [*self._reporting.values(), *self._job_tasks]:
-            task.cancel()
-        await asyncio.gather(*self._reporting.values(), *self._job_tasks, return_exceptions=True)
+        await self._tasks.close()
         await self.reporter.stop()
         if self.following is not None:
             await self.following.stop()
