@@ -59,11 +59,7 @@ def forged_texts(magic: bytes) -> list[bytes]:
 
 def raw_batch(container: str, lines: list[LogLine]) -> LineBatch:
     """The lines as the follower hands them over: the API's ``<RFC3339> <text>`` block."""
-    from podmortem.logs import timestamps
-
-    raw = b"".join(timestamps.format_ns(x.ts_ns).encode() + b" " + x.text + b"\n" for x in lines)
-    return LineBatch(container=container, raw=raw, count=len(lines), first_ts_ns=lines[0].ts_ns,
-                     last_ts_ns=lines[-1].ts_ns)
+    return LineBatch.of(container, lines)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from podmortem.logs import timestamps
 from podmortem.logs.cursor import LogCursor
-from podmortem.logs.events import GapMarker, GapReason
+from podmortem.logs.events import GapMarker, GapReason, LogLine
 from podmortem.logs.lines import LineBatch
 from podmortem.logs.metrics import StoreCollector
 from podmortem.logs.sinks import StdoutSink
@@ -18,9 +18,7 @@ BASE = 1_714_560_000 * timestamps.NS_PER_SECOND
 
 
 def batch(*texts: bytes, container: str = "main") -> LineBatch:
-    raw = b"".join(timestamps.format_ns(BASE + i).encode() + b" " + t + b"\n" for i, t in enumerate(texts))
-    return LineBatch(container=container, raw=raw, count=len(texts), first_ts_ns=BASE,
-                     last_ts_ns=BASE + len(texts) - 1)
+    return LineBatch.of(container, [LogLine(container, BASE + i, t) for i, t in enumerate(texts)])
 
 
 class Recorder(io.RawIOBase):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.logs import quarantine, reading, segments, store, timestamps
+from podmortem.logs import quarantine, reading, segments, store
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd, LogLine
 from podmortem.logs.lines import LineBatch
@@ -33,9 +33,7 @@ async def deliver(sink: store.PodLogSink, lines: list[LogLine], cursor: LogCurso
 
 
 def as_raw(lines: list[LogLine]) -> LineBatch:
-    raw = b"".join(timestamps.format_ns(x.ts_ns).encode() + b" " + x.text + b"\n" for x in lines)
-    return LineBatch(container="main", raw=raw, count=len(lines), first_ts_ns=lines[0].ts_ns,
-                     last_ts_ns=lines[-1].ts_ns)
+    return LineBatch.of("main", lines)
 
 
 async def stored(st: LogStore, *, since_ns: int | None = None, tail: int | None = None) -> list[object]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
+from podmortem.logs.lines import LineBatch
 from podmortem.operator.following import TAIL_LINES, PodLogFacts, WatchingSink
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "training-logs"
@@ -16,7 +16,7 @@ class _Inner:
     async def load_cursor(self, container: str) -> LogCursor | None:
         return None
 
-    async def write(self, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None:
+    async def write(self, container: str, batch: LineBatch, cursor: LogCursor) -> None:
         return None
 
 
@@ -28,7 +28,7 @@ async def test_the_last_lines_of_each_container_are_kept_bounded() -> None:
 
     for n, batch in enumerate(batches):
         lines = [LogLine(container="trainer", ts_ns=n * 1000 + i, text=t) for i, t in enumerate(batch)]
-        await sink.write("trainer", lines, None)  # type: ignore[arg-type]
+        await sink.write("trainer", LineBatch.of("trainer", lines), None)  # type: ignore[arg-type]
     tail = facts.last_lines("trainer")
     assert len(tail) == TAIL_LINES
     assert tail[-1].startswith("torch.OutOfMemoryError: CUDA out of memory")

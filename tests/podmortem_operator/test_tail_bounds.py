@@ -7,7 +7,6 @@ not RSS, so the test says what the tail holds whatever else the process does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 from podmortem.diagnosis import training_log
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
+from podmortem.logs.lines import LineBatch
 from podmortem.operator import following
 from podmortem.operator.following import TAIL_LINES, PodLogFacts, WatchingSink
 
@@ -28,7 +28,7 @@ class _Inner:
     async def load_cursor(self, container: str) -> LogCursor | None:
         return None
 
-    async def write(self, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None:
+    async def write(self, container: str, batch: LineBatch, cursor: LogCursor) -> None:
         return None
 
 
@@ -40,7 +40,8 @@ def held(facts: PodLogFacts) -> int:
 async def feed(facts: PodLogFacts, container: str, texts: list[bytes]) -> None:
     sink = WatchingSink(inner=_Inner(), facts=facts, on_memory_line=None)  # type: ignore[arg-type]
     lines = [LogLine(container=container, ts_ns=i, text=t) for i, t in enumerate(texts)]
-    await sink.write(container, lines, None)  # type: ignore[arg-type]
+    if lines:  # the follower never hands over an empty batch
+        await sink.write(container, LineBatch.of(container, lines), None)  # type: ignore[arg-type]
 
 
 async def test_16_mib_lines_from_2_pods_of_3_containers_hold_a_few_hundred_kib() -> None:

@@ -73,6 +73,14 @@ class LineBatch(Sequence[LogLine]):
         self.last_ts_ns = last_ts_ns
         self._lines: list[LogLine] | None = None
 
+    @classmethod
+    def of(cls, container: str, lines: Sequence[LogLine]) -> LineBatch:
+        """Lines as the API would have sent them (``<RFC3339> <text>\\n`` each), for writers other than
+        the follower: podmortem's own lines, a replay, a test. ``lines`` must not be empty."""
+        raw = b"".join(timestamps.format_ns(x.ts_ns).encode() + b" " + x.text + b"\n" for x in lines)
+        return cls(container=container, raw=raw, count=len(lines), first_ts_ns=lines[0].ts_ns,
+                   last_ts_ns=lines[-1].ts_ns)
+
     def text_block(self, *, timestamps: bool = False) -> bytes:
         """The lines as ``kubectl logs`` prints them: with or without the timestamp prefix."""
         return self.raw if timestamps else strip_timestamps(self.raw)

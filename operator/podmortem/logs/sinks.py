@@ -15,11 +15,11 @@ A new sink is one class here implementing :class:`LogSink`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from podmortem.logs.cursor import LogCursor
-from podmortem.logs.events import GapMarker, LogEnd, LogLine
+from podmortem.logs.events import GapMarker, LogEnd
+from podmortem.logs.lines import LineBatch
 
 if TYPE_CHECKING:
     from podmortem.logs.follower import Reconnect
@@ -34,7 +34,7 @@ class LogSink(Protocol):
 
     async def load_cursor(self, container: str) -> LogCursor | None: ...
 
-    async def write(self, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None: ...
+    async def write(self, container: str, batch: LineBatch, cursor: LogCursor) -> None: ...
 
     async def gap(self, marker: GapMarker) -> None: ...
 
@@ -68,13 +68,8 @@ class StdoutSink:
     async def load_cursor(self, container: str) -> LogCursor | None:
         return None
 
-    async def write(self, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None:
-        from podmortem.logs.lines import LineBatch
-
-        if isinstance(lines, LineBatch):
-            block = lines.text_block(timestamps=self._timestamps)
-        else:
-            block = b"".join(_render(line, self._timestamps) for line in lines)
+    async def write(self, container: str, batch: LineBatch, cursor: LogCursor) -> None:
+        block = batch.text_block(timestamps=self._timestamps)
         if self.prefix:
             # Only "\n" ends a line: "\r" (progress bars) stays inside it, as kubectl prints it.
             tag = f"[{container}] ".encode()
@@ -122,14 +117,6 @@ class StdoutSink:
         self.flush()
 
 
-def _render(line: LogLine, timestamps_on: bool) -> bytes:
-    if not timestamps_on:
-        return line.text + b"\n"
-    from podmortem.logs import timestamps
-
-    return timestamps.format_ns(line.ts_ns).encode() + b" " + line.text + b"\n"
-
-
 class TeeSink:
     """Stores lines durably first, then prints them; the store's cursor is the resume point."""
 
@@ -141,9 +128,9 @@ class TeeSink:
         cursor: LogCursor | None = await self._store.load_cursor(container)
         return cursor
 
-    async def write(self, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None:
-        await self._store.write(container, lines, cursor)
-        await self._printer.write(container, lines, cursor)
+    async def write(self, container: str, batch: LineBatch, cursor: LogCursor) -> None:
+        await self._store.write(container, batch, cursor)
+        await self._printer.write(container, batch, cursor)
 
     async def gap(self, marker: GapMarker) -> None:
         await self._store.gap(marker)

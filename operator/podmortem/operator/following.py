@@ -23,7 +23,7 @@ from podmortem import memory_line
 from podmortem.logs import errors as log_errors
 from podmortem.logs import follower
 from podmortem.logs.cursor import LogCursor
-from podmortem.logs.events import GapMarker, LogEnd, LogLine
+from podmortem.logs.events import GapMarker, LogEnd
 from podmortem.logs.kube import PodLogApi
 from podmortem.logs.lines import LineBatch
 from podmortem.logs.settings import FollowSettings
@@ -124,9 +124,10 @@ class LineTail:
         self.held = 0
 
     def extend(self, texts: Iterable[builtins.bytes]) -> None:
+        """Keep ``texts``, each already clipped (`clip_line`, `raw_tail_texts`): clipped twice, a line's
+        marker would count the first marker's bytes, not the line's."""
         lines = self.lines
         for text in texts:
-            text = clip_line(text)
             lines.append(text)
             self.held += len(text)
             while len(lines) > TAIL_LINES or self.held > TAIL_BYTES:
@@ -156,34 +157,23 @@ class WatchingSink:
     async def load_cursor(self, container: str) -> LogCursor | None:
         return await self.inner.load_cursor(container)
 
-    async def write(self, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None:
-        await self.inner.write(container, lines, cursor)
+    async def write(self, container: str, batch: LineBatch, cursor: LogCursor) -> None:
+        await self.inner.write(container, batch, cursor)
         facts = self.facts
         facts.disk_full.discard(container)
-        facts.lines += len(lines)
-        # The follower hands over a LineBatch (its raw block read as is); other writers plain lines.
-        batch = lines if isinstance(lines, LineBatch) else None
-        raw = batch.raw if batch is not None else None
-        last_ts: int | None = batch.last_ts_ns if batch is not None else None
-        if raw is not None:
-            facts.bytes += len(raw)
-        if last_ts is None and lines:
-            last_ts = lines[-1].ts_ns
-        if last_ts is not None:
-            facts.last_line_ns[container] = last_ts
+        facts.lines += len(batch)
+        facts.bytes += len(batch.raw)
+        facts.last_line_ns[container] = batch.last_ts_ns
         tail = facts.tail.get(container)
         if tail is None:
             tail = facts.tail[container] = LineTail()
-        if raw is not None:
-            tail.extend(raw_tail_texts(raw, TAIL_LINES))
-        else:
-            tail.extend(line.text for line in lines[-TAIL_LINES:])
+        tail.extend(raw_tail_texts(batch.raw, TAIL_LINES))
         if self.on_memory_line is None:
             return
         # The cheap check first: one C-level scan of the block, per-line work only on a hit.
-        if raw is not None and MEMORY_MARKER not in raw:
+        if MEMORY_MARKER not in batch.raw:
             return
-        for line in lines:
+        for line in batch:
             if MEMORY_MARKER in line.text:
                 try:
                     await self.on_memory_line(facts, container, line.ts_ns, line.text)
