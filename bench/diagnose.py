@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
+from pathlib import Path
 
 from podmortem.diagnosis import diagnose
-from podmortem.kernel import oom_parser, synthetic
+from podmortem.kernel import oom_parser
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the records come from the tests
+from tests.kernel import synthetic
 
 TARGET_RECORDS_PER_S = 2000.0
 

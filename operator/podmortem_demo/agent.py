@@ -22,7 +22,7 @@ from aiohttp import web
 
 from podmortem.agent import main as agent_main
 from podmortem.agent import server
-from podmortem.agent.kernel_log import KernelLog
+from podmortem.agent.kernel_log import KernelLog, KernelLogState
 from podmortem.agent.node import NodeAgent
 from podmortem.agent.pods import FixedPods, WatchedPod
 from podmortem.agent.settings import AgentSettings
@@ -64,7 +64,9 @@ async def running_agent(settings: AgentSettings, *, pods: KubeletPods) -> AsyncI
     agent = agent_main.build_agent(settings, pod_source=pods)
     kernel_log: KernelLog | None = None
     if settings.kernel_log_source == "off":
-        agent.kmsg = KernelLogStatus(readable=False, error="the demo runs with a recorded kernel record")
+        agent.on_kernel_log(KernelLogState(
+            status=KernelLogStatus(readable=False, error="the demo runs with a recorded kernel record")
+        ))
     else:
         kernel_log = KernelLog(
             settings=settings, metrics=agent.metrics, on_records=agent.on_records,

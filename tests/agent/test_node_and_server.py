@@ -180,7 +180,7 @@ async def test_unreadable_kmsg_degrades_but_sampling_goes_on(tmp_path: Path) -> 
         proc_root=tmp_path / "proc",
         metrics=agent.metrics,
         on_records=agent.on_records,
-        on_status=lambda s: (setattr(agent, "kmsg", s), reported.set()),
+        on_status=lambda s: (setattr(agent, "kernel_log_status", s), reported.set()),
         retry_s=3600,
     )
     reported = asyncio.Event()

@@ -11,12 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.kernel import synthetic
+from tests.kernel.synthetic import SyntheticKill, SyntheticTask
 
 from podmortem import diagnosis
 from podmortem.diagnosis import categories
 from podmortem.diagnosis.facts import RecordFacts, record_facts
-from podmortem.kernel import oom_parser, synthetic
-from podmortem.kernel.synthetic import SyntheticKill, SyntheticTask
+from podmortem.kernel import oom_parser
 from podmortem.reports.memory import CgroupMemoryStat
 
 MIB = 1024 * 1024

@@ -6,11 +6,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from tests.kernel import synthetic
+from tests.kernel.synthetic import SyntheticKill, SyntheticTask
 
 from podmortem import diagnosis
 from podmortem.diagnosis import categories, facts, forks, victim
-from podmortem.kernel import oom_parser, synthetic
-from podmortem.kernel.synthetic import SyntheticKill, SyntheticTask
+from podmortem.kernel import oom_parser
 from podmortem.reports import OomKillRecord, Severity
 
 MIB_PAGES = 256  # 4 KiB pages per MiB

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.kernel import synthetic
+from tests.kernel.synthetic import SyntheticKill, SyntheticTask
 
-from podmortem.kernel import oom_parser, synthetic
-from podmortem.kernel.synthetic import SyntheticKill, SyntheticTask
+from podmortem.kernel import oom_parser
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "oom-records"
 REAL_KMSG = FIXTURES / "20-podmortem-v1-kmsg-fork-cow-6.18.log"

@@ -1,7 +1,7 @@
 """The lean kubeconfig loader: where the API is, and each way a kubeconfig authenticates.
 
 TLS is checked for real: an aiohttp server with its own CA that requires a client
-certificate, reached through ``kube.SessionTransport`` as the CLI reaches the API.
+certificate, reached through ``pod_log_api.SessionTransport`` as the CLI reaches the API.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import yaml
 from aiohttp import web
 
 from podmortem.kube import config as kubeconfig
-from podmortem.logs import kube
+from podmortem.logs import pod_log_api
 from podmortem.logs.settings import FollowSettings
 
 pytest.importorskip("cryptography")
@@ -169,8 +169,8 @@ async def test_client_certificate_over_verified_tls(tls_server: tuple[str, Pki],
         tmp_path / "k",
         cluster={"server": url, "certificate-authority-data": b64["ca_pem"], "tls-server-name": "kube.test"},
         user={"client-certificate-data": b64["client_pem"], "client-key-data": b64["client_key"]}))
-    async with kube.SessionTransport(access) as transport:
-        api = kube.PodLogApi(transport, settings=FollowSettings())
+    async with pod_log_api.SessionTransport(access) as transport:
+        api = pod_log_api.PodLogApi(transport, settings=FollowSettings())
         pod = await api.read_pod(namespace="default", name="p")
     assert pod == {"metadata": {"name": "p"}, "client": "alice"}
 
@@ -186,12 +186,13 @@ async def test_wrong_ca_is_refused_and_insecure_skips_verification(
     user = {"client-certificate": "client.pem", "client-key": "client.key"}  # files, relative paths
     wrong = kubeconfig.load(config(tmp_path / "wrong", user=user, cluster={
         "server": url, "certificate-authority": "other-ca.pem", "tls-server-name": "kube.test"}))
-    async with kube.SessionTransport(wrong) as transport:
+    async with pod_log_api.SessionTransport(wrong) as transport:
         with pytest.raises(aiohttp.ClientConnectorCertificateError):
             await transport.get("/api/v1/namespaces/default/pods/p", query=[],
                                 client_timeout=aiohttp.ClientTimeout(total=10))
     insecure = kubeconfig.load(config(tmp_path / "insecure", user=user,
                                       cluster={"server": url, "insecure-skip-tls-verify": True}))
-    async with kube.SessionTransport(insecure) as transport:
-        pod = await kube.PodLogApi(transport, settings=FollowSettings()).read_pod(namespace="d", name="q")
+    async with pod_log_api.SessionTransport(insecure) as transport:
+        api = pod_log_api.PodLogApi(transport, settings=FollowSettings())
+        pod = await api.read_pod(namespace="d", name="q")
     assert pod["client"] == "alice"

@@ -19,8 +19,8 @@ from aiohttp import test_utils
 from podmortem.logs import auth, http, timestamps
 from podmortem.logs.events import EndReason, GapMarker, LogLine
 from podmortem.logs.follower import follow_pod
-from podmortem.logs.kube import PodLogApi
 from podmortem.logs.metrics import LogMetrics
+from podmortem.logs.pod_log_api import PodLogApi
 from podmortem.logs.store import LogStore, StoreSettings
 from podmortem_demo.emulated import Container, PodLogsApi, awkward_text, faults
 

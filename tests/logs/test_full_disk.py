@@ -16,7 +16,7 @@ from tests.full_volume import fill, tmpfs
 
 from podmortem.logs import reading
 from podmortem.logs.events import GapMarker, GapReason, LogLine
-from podmortem.logs.kube import PodLogApi
+from podmortem.logs.pod_log_api import PodLogApi
 from podmortem.logs.store import LogStore, StoreSettings
 from podmortem.operator.following import Following, PodLogFacts
 from podmortem_demo.emulated import PodLogsApi, plain_text

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.kernel import synthetic
+from tests.kernel.synthetic import SyntheticKill, SyntheticTask
 
 from podmortem.diagnosis import diagnose
-from podmortem.kernel import oom_parser, synthetic
-from podmortem.kernel.synthetic import SyntheticKill, SyntheticTask
+from podmortem.kernel import oom_parser
 from podmortem.reports import FailureReport
 from podmortem.reports.units import human_bytes
 

@@ -1,6 +1,6 @@
 """The agent's state and its sampling loop: pods, rings, kernel records, health.
 
-One `NodeAgent` per process. The sampling loop and the kmsg follower both
+One `NodeAgent` per process. The sampling loop and the kernel log follower both
 write into it; the HTTP server only reads. Everything runs on one event loop
 (file reads go to a worker thread in one batch per round), so no locks are needed.
 """
@@ -42,7 +42,7 @@ UNPLACED_MAX = 256
 
 
 class NodeAgent:
-    """What one node's agent knows: the watched pods, their rings, and the kmsg reader's status."""
+    """What one node's agent knows: the watched pods, their rings, and the kernel log reader's status."""
 
     def __init__(
         self,
@@ -66,7 +66,7 @@ class NodeAgent:
         self.pods: dict[str, WatchedPod] = {}
         #: Everything ever watched and not yet forgotten, so evidence outlives the pod.
         self.known: dict[str, WatchedPod] = {}
-        self.kmsg = KernelLogStatus(readable=False, error="not started yet")
+        self.kernel_log_status = KernelLogStatus(readable=False, error="not started yet")
         #: "kmsg" or "syslog": where kernel records come from (None until chosen, or when off).
         self.kernel_log_source: str | None = None
         #: The last span of kernel log that may have been lost (syslog(2) wraps), in words.
@@ -181,7 +181,7 @@ class NodeAgent:
 
     def on_kernel_log(self, state: KernelLogState) -> None:
         """The kernel log's state, as `KernelLog` reports it, for ``/status`` and the evidence."""
-        self.kmsg = state.status
+        self.kernel_log_status = state.status
         self.kernel_log_source = state.source
         self.kernel_log_gap = state.gap
 
@@ -288,7 +288,7 @@ class NodeAgent:
             pod=pod,
             node=self.settings.node_name,
             cgroup_version=self.hierarchy.version if self.hierarchy else None,
-            kmsg=self.kmsg,
+            kmsg=self.kernel_log_status,
             now=datetime.now(UTC),
             since=since,
         )
@@ -317,7 +317,7 @@ class NodeAgent:
                 "error": self.hierarchy_error,
             },
             "kmsg": {
-                **self.kmsg.model_dump(),
+                **self.kernel_log_status.model_dump(),
                 "source": self.kernel_log_source,
                 "last_gap": self.kernel_log_gap,
             },

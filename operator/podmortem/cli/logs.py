@@ -168,10 +168,10 @@ def _one_line(exc: BaseException) -> str:
 @contextlib.asynccontextmanager
 async def _transport(access: ClusterAccess) -> AsyncIterator[Any]:
     """Plain aiohttp for the usual kubeconfigs; kubernetes_asyncio's client for auth plugins."""
-    from podmortem.logs import kube
+    from podmortem.logs import pod_log_api
 
     if not access.plugin:
-        async with kube.SessionTransport(access) as transport:
+        async with pod_log_api.SessionTransport(access) as transport:
             yield transport
         return
     from podmortem.kube import clients
@@ -183,7 +183,7 @@ async def _transport(access: ClusterAccess) -> AsyncIterator[Any]:
 
 
 async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
-    from podmortem.logs import errors, follower, kube, podstate
+    from podmortem.logs import errors, follower, pod_log_api, podstate
     from podmortem.logs.events import EndReason
     from podmortem.logs.sinks import StdoutSink, TeeSink
 
@@ -197,7 +197,7 @@ async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
             printer.reconnect(event)
 
     async with _transport(access) as transport, contextlib.AsyncExitStack() as stack:
-        api = kube.PodLogApi(transport, settings=settings)
+        api = pod_log_api.PodLogApi(transport, settings=settings)
         given = o.Values(args).optional(CONTAINERS)
         containers = list(given) if given else []
         if not containers:

@@ -73,8 +73,8 @@ from podmortem.logs import errors, lines, podstate, timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.errors import SinkFull
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd
-from podmortem.logs.kube import PodLogApi
 from podmortem.logs.metrics import LogMetrics, for_registry
+from podmortem.logs.pod_log_api import PodLogApi
 from podmortem.logs.settings import FollowSettings
 from podmortem.logs.sinks import LogSink
 

@@ -24,8 +24,8 @@ from podmortem.logs import errors as log_errors
 from podmortem.logs import follower
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd
-from podmortem.logs.kube import PodLogApi
 from podmortem.logs.lines import LineBatch
+from podmortem.logs.pod_log_api import PodLogApi
 from podmortem.logs.settings import FollowSettings
 from podmortem.logs.sinks import LogSink
 from podmortem.operator import log_links, metrics

@@ -31,8 +31,8 @@ from podmortem.kube.config import ClusterAccess
 from podmortem.kube.connection import Connection, Listable, list_path
 from podmortem.logs import auth as log_auth
 from podmortem.logs import http as log_http
-from podmortem.logs import kube as logs_kube
-from podmortem.logs.kube import PodLogApi
+from podmortem.logs import pod_log_api
+from podmortem.logs.pod_log_api import PodLogApi
 from podmortem.logs.retention import RetentionSettings
 from podmortem.logs.settings import FollowSettings, HttpSettings
 from podmortem.logs.store import LogStore, StoreSettings
@@ -213,7 +213,7 @@ async def run_operator(
         clients.api_client(api_config) as api_client,
         # Log follows hold their connection for hours: they get a client of their own, without
         # the default cap of 100 connections, so status writes never queue behind them.
-        logs_kube.dedicated_api_client(api_config) as log_client,
+        pod_log_api.dedicated_api_client(api_config) as log_client,
         aiohttp.ClientSession() as session,
         LogStore(settings.store_dir, settings=store_settings, registry=REGISTRY) as store,
     ):

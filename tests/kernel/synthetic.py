@@ -1,4 +1,4 @@
-"""Realistic synthetic OOM records in every text format, for tests, the benchmark and demos.
+"""Realistic synthetic OOM records in every text format, for the tests and the parser's benchmarks.
 
 Real posted records cover some kernels and formats; these fill in the rest with
 known ground truth: v1 (old one-line KB stats, new key-per-line bytes) and v2
