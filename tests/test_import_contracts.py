@@ -31,7 +31,8 @@ VIOLATIONS: dict[str, tuple[str, str]] = {
     "runtime-standalone": ("podmortem_runtime/__init__.py", "import aiohttp"),
     "logs-following-apart-from-the-store": ("podmortem/logs/follower.py", "import podmortem.logs.store"),
     "logs-store-apart-from-following": ("podmortem/logs/store.py", "import podmortem.logs.follower"),
-    "operator-reporting-below-watching": ("podmortem/operator/reporting.py", "import podmortem.operator.service"),
+    "operator-reporting-below-watching": (
+        "podmortem/operator/reporting.py", "import podmortem.operator.service"),
     "report-models-without-renderers": ("podmortem/reports/failure.py", "import podmortem.reports.page"),
 }
 
