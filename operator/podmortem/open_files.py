@@ -9,7 +9,9 @@ needs no privilege; the hard limit stays the container runtime's decision.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import resource
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,3 +72,32 @@ def raise_and_log() -> OpenFilesLimit:
     else:
         logger.info("open files: soft limit %s (hard %s)", _shown(limit.after), _shown(limit.hard))
     return limit
+
+
+#: Out of descriptors: the process's limit (EMFILE) or the system's (ENFILE).
+_EXHAUSTED = (errno.EMFILE, errno.ENFILE)
+
+
+def out_of_descriptors(exc: BaseException) -> bool:
+    """``exc``, or an error it was raised from, is EMFILE or ENFILE: wait and try again, nothing is wrong.
+
+    aiohttp wraps the socket's error (``ClientConnectorError`` keeps its errno), a store's open does
+    not; the chain is followed a few links.
+    """
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in _EXHAUSTED:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def in_use() -> tuple[int, int]:
+    """(descriptors open now, the soft limit): the headroom readiness and the log show."""
+    try:
+        count = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        count = -1
+    return count, resource.getrlimit(resource.RLIMIT_NOFILE)[0]

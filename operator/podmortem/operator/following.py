@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from podmortem import memory_line
+from podmortem import memory_line, open_files
 from podmortem.logs import errors as log_errors
 from podmortem.logs import follower
 from podmortem.logs.cursor import LogCursor
@@ -270,25 +270,42 @@ class Following:
         metrics.FOLLOWED_PODS.set(self._live)
 
     async def _run(self, facts: PodLogFacts, containers: Sequence[str] | None) -> None:
-        try:
-            inner = await self.make_sink(facts.namespace, facts.pod, facts.pod_uid)
-            sink = WatchingSink(inner=inner, facts=facts, on_memory_line=self.on_memory_line)
-            await follower.follow_pod(
-                api=self.api,
-                namespace=facts.namespace,
-                pod=facts.pod,
-                sink=sink,
-                containers=list(containers) if containers else None,
-                settings=self.settings,
-                on_reconnect=lambda note: _on_reconnect(facts, note),
-            )
-        except log_errors.PodGone:
-            facts.error = "the pod was gone before its log could be read"
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            facts.error = f"{type(exc).__name__}: {exc}"
-            logger.warning("following %s/%s stopped: %s", facts.namespace, facts.pod, facts.error)
+        waits = 0
+        while True:
+            try:
+                inner = await self.make_sink(facts.namespace, facts.pod, facts.pod_uid)
+                sink = WatchingSink(inner=inner, facts=facts, on_memory_line=self.on_memory_line)
+                await follower.follow_pod(
+                    api=self.api,
+                    namespace=facts.namespace,
+                    pod=facts.pod,
+                    sink=sink,
+                    containers=list(containers) if containers else None,
+                    settings=self.settings,
+                    on_reconnect=lambda note: _on_reconnect(facts, note),
+                )
+                return
+            except log_errors.PodGone:
+                facts.error = "the pod was gone before its log could be read"
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not open_files.out_of_descriptors(exc):
+                    facts.error = f"{type(exc).__name__}: {exc}"
+                    logger.warning("following %s/%s stopped: %s", facts.namespace, facts.pod, facts.error)
+                    return
+                # Out of descriptors is the process's state, not this pod's: wait, then resume from
+                # the stored cursor (nothing lost, nothing repeated), however long it lasts.
+                delay = self.settings.backoff(waits)
+                waits += 1
+                metrics.DESCRIPTOR_WAITS.inc()
+                used, limit = open_files.in_use()
+                logger.warning(
+                    "following %s/%s: no free file descriptor (%s; %d of %d open); resuming in %.1f s",
+                    facts.namespace, facts.pod, exc, used, limit, delay,
+                )
+                await asyncio.sleep(delay)
 
     def forget(self, pod_uid: str) -> None:
         """Drop what is known of a finished pod (its log stays in the store)."""

@@ -43,3 +43,8 @@ FOLLOWED_PODS = Gauge(
     "podmortem_followed_pods",
     "Pods whose logs this operator follows now.",
 )
+DESCRIPTOR_WAITS = Counter(
+    "podmortem_log_follow_descriptor_waits_total",
+    "Times a log follower found no free file descriptor (EMFILE or ENFILE) and waited to resume. "
+    "process_open_fds and process_max_fds show the headroom.",
+)
