@@ -17,14 +17,12 @@ from podmortem.kube import api as kube_mod
 from podmortem.memory_line import status as memory_status
 from podmortem.operator import job_pressure, metrics
 from podmortem.operator.following import PodLogFacts, log_status_fields
+from podmortem.operator.job_pressure import ProjectionLine
 from podmortem.operator.jobs import Target
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets, WatchedTarget
 
 logger = logging.getLogger(__name__)
-
-#: A pod's projection line: start ns, bytes, end ns, bytes, text.
-Projection = tuple[int, int, int, int, str]
 
 
 class EarlyWarning:
@@ -36,10 +34,10 @@ class EarlyWarning:
         self.targets = targets
         self.log_url = log_url
         #: Per pod: the projection line, for the report's timeline (`projection_of`).
-        self.projections: dict[str, Projection] = {}
+        self.projections: dict[str, ProjectionLine] = {}
         self._epoch_times: dict[tuple[str, str], list[tuple[int, int]]] = {}
 
-    def projection_of(self, pod_uid: str) -> Projection | None:
+    def projection_of(self, pod_uid: str) -> ProjectionLine | None:
         return self.projections.get(pod_uid)
 
     def forget(self, pod_uid: str) -> None:

@@ -137,9 +137,13 @@ def _urgency(source: _Source) -> tuple[int, float, int]:
     return (0 if p.over_ratio else 1, left, source.rank if source.rank is not None else 1 << 30)
 
 
+#: A pod's projection line on its report's timeline: start ns, bytes, end ns, bytes, its label.
+ProjectionLine = tuple[int, int, int, int, str]
+
+
 def projection_line(
     pressure: early_warning.MemoryPressure, *, at_ns: int, epoch_s: float | None
-) -> tuple[int, int, int, int, str] | None:
+) -> ProjectionLine | None:
     """The projection as a line for the timeline: (start ns, start bytes, end ns, end bytes, text).
 
     From the last epoch's peak (printed at ``at_ns``) to the limit, ``epochs_to_limit`` epochs of

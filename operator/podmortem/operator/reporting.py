@@ -45,6 +45,7 @@ from podmortem.operator import (
 from podmortem.operator.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.annotations import FAILURE_REPORT
 from podmortem.operator.following import PodLogFacts
+from podmortem.operator.job_pressure import ProjectionLine
 from podmortem.operator.jobs import Target
 from podmortem.operator.settings import OperatorSettings
 from podmortem.operator.status import StatusWriter
@@ -177,7 +178,7 @@ class Reporter:
         status: StatusWriter,
         log_url: str = "",
         log_store: LogStore | None = None,
-        projection_of: Callable[[str], tuple[int, int, int, int, str] | None] | None = None,
+        projection_of: Callable[[str], ProjectionLine | None] | None = None,
         targets: Targets | None = None,
     ) -> None:
         """``log_url`` is the base URL of the operator's log API (see ``OperatorSettings.log_base_url``);
