@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.cli.entrypoints import free_port
 
 from podmortem_demo import sandbox
 
@@ -51,10 +51,7 @@ def _kmsg_readable() -> bool:
     return True
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_free_port = free_port  # one source of ports for every test: none handed out twice
 
 
 class Agent:

@@ -35,10 +35,21 @@ TJ_PATH = "/apis/podmortem.io/v1alpha1/namespaces/default/trainingjobs"
 _FOREIGN_ENV = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 
 
+#: Ports this test process has handed out: the kernel may give the same free port to two binds in a
+#: row, and two of a process's ports the same number stop it at start (metrics and health, once).
+_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on now, and not one this test process handed out before."""
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
+    raise RuntimeError("no free port that was not handed out already")
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:

@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.cli.entrypoints import free_port
 
 from podmortem.logs.events import EndReason
 from podmortem.logs.store import LogStore
@@ -97,10 +97,7 @@ def lines_of(block: bytes) -> list[bytes]:
     return [line + b"\n" for line in block.split(b"\n")[:-1]]
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+closed_port = free_port  # one source of ports for every test: none handed out twice
 
 
 def assert_one_line_error(run: Run, *fragments: str) -> None:

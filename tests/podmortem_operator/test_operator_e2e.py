@@ -8,13 +8,13 @@ so every report also shows the fallback to the agent's samples.
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.cli.entrypoints import free_port
 
 from podmortem.kernel import oom_parser
 from podmortem.logs.retention import JOB_OVERRIDE
@@ -29,10 +29,7 @@ LOG_BASE = "http://podmortem.podmortem.svc:8080"
 GIB = 2**30
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+closed_port = free_port  # one source of ports for every test: none handed out twice
 
 
 @pytest.fixture(scope="module")

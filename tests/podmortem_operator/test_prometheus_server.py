@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +24,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from tests.cli.entrypoints import free_port
 
 from podmortem.operator import prometheus
 from podmortem.operator.settings import PrometheusSettings
@@ -73,10 +73,7 @@ def exposition(k: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_free_port = free_port  # one source of ports for every test: none handed out twice
 
 
 @pytest.fixture
