@@ -1,7 +1,7 @@
 """Benchmark: `podmortem diagnose` streams a 1 GiB kernel log in bounded memory.
 
 Writes a kernel log of ``--mib`` MiB (default 1024) to a temporary file: ordinary kernel lines
-(the kind a node prints between OOMs), with one synthesized OOM record (``kernel/synthetic.py``,
+(the kind a node prints between OOMs), with one synthesized OOM record (``tests/kernel/synthetic.py``,
 every print format in turn) every ``--every-mib`` MiB. Then runs the installed CLI on it as a
 user would, ``podmortem diagnose --json FILE``, as a subprocess, and the same on a file of the
 first 16 MiB of it: the baseline, in the same run. Printed: each run's peak RSS (``ru_maxrss`` of
