@@ -25,6 +25,7 @@ VIOLATIONS: dict[str, tuple[str, str]] = {
     "layers": ("podmortem/reports/units.py", "import podmortem.cli.main"),
     "operator-agent-independent": ("podmortem/agent/node.py", "import podmortem.operator.settings"),
     "pure-core": ("podmortem/kernel/oom_parser.py", "import aiohttp"),
+    "sidecar-standalone": ("podmortem/sidecar/sampling.py", "import podmortem.operator.settings"),
     "kopf-in-handlers": ("podmortem/operator/service.py", "import kopf"),
     "kubernetes-asyncio-in-kube": ("podmortem/diagnosis/verdicts.py", "import kubernetes_asyncio"),
     "product-without-demo": ("podmortem/cli/diagnose.py", "import podmortem_demo"),

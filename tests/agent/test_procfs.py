@@ -61,3 +61,10 @@ def test_read_own_process_for_real() -> None:
     reading = procfs.read_process(Path("/proc"), os.getpid())
     assert reading.pss_bytes > 0
     assert reading.rss_bytes >= reading.private_bytes > 0
+
+
+def test_read_process_keeps_a_name_that_is_not_utf8(tmp_path: Path) -> None:
+    """prctl(PR_SET_NAME) takes any bytes; such a name must not stop a sample (the sidecar reads it too)."""
+    trees.add_process(tmp_path, 42, comm="x")
+    (tmp_path / "42" / "comm").write_bytes(b"py\xff\xfethon\n")
+    assert procfs.read_process(tmp_path, 42).comm == "py\ufffd\ufffdthon"

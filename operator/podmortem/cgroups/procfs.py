@@ -59,7 +59,7 @@ def read_process(proc_root: Path, pid: int) -> ProcessReading:
     base = proc_root / str(pid)
     try:
         rollup = (base / "smaps_rollup").read_text()
-        comm = (base / "comm").read_text().strip()
+        comm = (base / "comm").read_text(errors="replace").strip()
     except (FileNotFoundError, ProcessLookupError) as exc:
         raise ProcessGone(pid) from exc
     except PermissionError as exc:

@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "logs",
     "operator",
     "agent",
+    "sidecar",
 )
 #: Entry-point group of commands from other packages (``podmortem_demo`` adds ``demo``).
 PLUGIN_GROUP = "podmortem.commands"
