@@ -90,7 +90,7 @@ def main() -> None:
     result = jrc.root_cause(pods)
 
     def section() -> None:
-        doc = job_report.section(result, max_bytes=4096)
+        doc = job_report.section(result, max_bytes=4096).to_json()
         assert doc["rootCause"]["verdict"] == "memcg-limit"
 
     b = best(baseline, args.repeat)

@@ -25,6 +25,7 @@ from podmortem.diagnosis import from_record
 from podmortem.kernel import oom_parser
 from podmortem.reports import page
 from podmortem.reports import timeline as tl_mod
+from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.units import GIB, MIB
 
@@ -112,7 +113,9 @@ def main() -> None:
 
     def page_of(s: list[MemorySample]) -> str:
         return page.render(
-            page.PageInput(title="ml/ddp", report=doc, samples=s, epochs=epochs, log_lines=lines)
+            page.PageInput(
+                title="ml/ddp", report=ReportDocument.parse(doc), samples=s, epochs=epochs, log_lines=lines
+            )
         )
 
     def baseline(s: list[MemorySample]) -> str:

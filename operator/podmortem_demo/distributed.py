@@ -35,8 +35,9 @@ from typing import Any, Literal, TextIO
 
 from podmortem import quantity
 from podmortem.kube.owners import ForeignKind
-from podmortem.operator import kernel_record
+from podmortem.reports.document import JobRow, JobSection, ReportDocument
 from podmortem_demo import kernel, runner
+from podmortem_demo import stored as stored_reports
 from podmortem_demo.kubelet import PodRun
 from podmortem_demo.rank import TEXTS_SOURCE
 from podmortem_demo.threads import OperatorThread, StartFailed
@@ -105,7 +106,13 @@ class DistributedResult:
 
     @property
     def report(self) -> dict[str, Any] | None:
+        """The annotation's JSON as stored (``--json`` prints it so)."""
         return report_of(self.job)
+
+    @property
+    def document(self) -> ReportDocument:
+        """The annotation read as every reader reads it; empty when there is none."""
+        return stored_reports.in_annotation(self.job) or ReportDocument()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +126,7 @@ class DistributedResult:
 
 
 def report_of(job: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The annotation's JSON as stored, for ``--json``; readers take `DistributedResult.document`."""
     raw = (((job or {}).get("metadata") or {}).get("annotations") or {}).get(REPORT_ANNOTATION)
     return json.loads(raw) if raw else None
 
@@ -264,11 +272,11 @@ class _RankCluster(runner._Cluster):
 
 def _settled(job: dict[str, Any] | None, world: int) -> dict[str, Any] | None:
     """The job once its report has a row for every failed rank and no longer waits for a kernel record."""
-    report = report_of(job)
-    section = (report or {}).get("job") or {}
-    failed = sum(n for role, n in (section.get("roles") or {}).items() if role != "not-failed")
-    state = (((report or {}).get("evidence") or {}).get("kernelRecord") or {}).get("state")
-    return job if failed >= world and state != kernel_record.PENDING else None
+    report = stored_reports.in_annotation(job)
+    if report is None or report.job is None:
+        return None
+    failed = sum(n for role, n in report.job.roles.items() if role != "not-failed")
+    return job if failed >= world and not report.pending_record else None
 
 
 class DistributedDemo:
@@ -397,37 +405,38 @@ def problems(result: DistributedResult) -> list[str]:
         if r.exit_code in (None, 0) or r.reason == "OOMKilled":
             out.append(f"rank {r.rank}: expected a failure after rank {result.oom_rank}'s, got exit "
                        f"{r.exit_code} ({r.reason})")
-    section = (result.report or {}).get("job") or {}
-    root = section.get("rootCause") or {}
-    if root.get("rank") != result.oom_rank or section.get("guessed"):
-        out.append(f"the report names {root.get('pod')} (rank {root.get('rank')}) as the root cause"
-                   + (" (guessed)" if section.get("guessed") else ""))
+    section = result.document.job or JobSection()
+    root = section.root_cause or JobRow()
+    if root.rank != result.oom_rank or section.guessed:
+        out.append(f"the report names {root.pod} (rank {root.rank}) as the root cause"
+                   + (" (guessed)" if section.guessed else ""))
     return out
 
 
 def table(result: DistributedResult) -> str:
     """The job report as a terminal shows it: the root cause, then one row per pod."""
-    report = result.report or {}
-    section = report.get("job") or {}
-    root = section.get("rootCause") or {}
-    findings = ", ".join(str(f.get("code")) for f in report.get("findings") or [])
+    report = result.document
+    section = report.job or JobSection()
+    root = section.root_cause or JobRow()
+    findings = stored_reports.finding_codes(report)
     label = f" [{runner.RECORDED_LABEL}]" if result.kernel == "recorded" else ""
-    width = max([22, *(len(str(row.get("pod"))) for row in section.get("rows") or [])])
+    width = max([22, *(len(str(row.pod)) for row in section.rows)])
     meta = result.job["metadata"]
     lines = [
         f"job {meta['namespace']}/{meta['name']} ({KINDS[result.kind][1]}, "
-        f"{section.get('pods', '?')} pods): root cause rank {root.get('rank')}, pod {root.get('pod')}, "
-        f"exit {root.get('exitCode')} {root.get('reason')}, verdict {root.get('verdict')} ({findings})"
+        f"{section.pods if section.pods is not None else '?'} pods): "
+        f"root cause rank {root.rank}, pod {root.pod}, "
+        f"exit {root.exit_code} {root.reason}, verdict {root.verdict} ({findings})"
         f"{label}; "
         f"kernel {result.kernel}; {result.seconds:.1f} s",
         f"  {'rank':<4}  {'pod':<{width}} {'exit':<4}  {'reason':<10} {'role':<12} line",
     ]
-    for row in section.get("rows") or []:
-        line = str(row.get("line") or (root.get("line") if row.get("role") == "root-cause" else "") or "")
+    for row in section.rows:
+        line = row.line or (root.line if row.role == "root-cause" else "") or ""
         lines.append(
-            f"  {row.get('rank')!s:<4}  {row.get('pod')!s:<{width}} {row.get('exitCode')!s:<4}  "
-            f"{row.get('reason')!s:<10} {row.get('role')!s:<12} {line[:110]}"
+            f"  {row.rank!s:<4}  {row.pod!s:<{width}} {row.exit_code!s:<4}  "
+            f"{row.reason!s:<10} {row.role!s:<12} {line[:110]}"
         )
-    if section.get("note"):
-        lines.append(f"  note: {section['note']}")
+    if section.note:
+        lines.append(f"  note: {section.note}")
     return "\n".join(lines)

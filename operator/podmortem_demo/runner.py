@@ -56,9 +56,10 @@ from podmortem.operator.settings import (
     OperatorSettings,
     PrometheusSettings,
 )
+from podmortem.reports.document import ReportDocument
 from podmortem.reports.oom_record import OomKillRecord
-from podmortem.reports.stored_fields import kernel_record_state
 from podmortem_demo import describe, kernel, trainer
+from podmortem_demo import stored as stored_reports
 from podmortem_demo.agent import KubeletPods, RunningAgent, running_agent
 from podmortem_demo.cluster import DemoApi
 from podmortem_demo.kubelet import DemoKubelet, KubeletHooks, KubeletSettings, PodRun
@@ -524,9 +525,9 @@ class Demo:
                 cluster.stop()
         return choice, results
 
-    def _report_page(self, operator: OperatorThread, name: str, report: dict[str, Any]) -> None:
+    def _report_page(self, operator: OperatorThread, name: str, report: ReportDocument) -> None:
         """Say where the operator serves the report's page; with ``--keep-dir``, save the page there."""
-        path = str(report.get("reportUrl") or f"/reports/{self.settings.namespace}/{name}")
+        path = report.report_url or f"/reports/{self.settings.namespace}/{name}"
         url = operator.running[0].log_url + path if path.startswith("/") else path
         keep = self.settings.keep_dir
         if keep is None:
@@ -638,19 +639,20 @@ class Demo:
         def settled() -> dict[str, Any] | None:
             """The job once its report no longer waits for the kernel record (attached or given up)."""
             obj = ended()
-            report = ((obj or {}).get("status") or {}).get("failureReport")
-            return obj if obj is not None and kernel_record_state(report) != kernel_record.PENDING else None
+            report = stored_reports.in_status(obj)
+            return obj if obj is not None and (report is None or not report.pending_record) else None
 
         seen = time.monotonic()
         tj = _wait(ended, until=deadline, what=f"TrainingJob {name} to end (Succeeded, or Failed, reported)")
-        report = (tj.get("status") or {}).get("failureReport")
+        report = stored_reports.in_status(tj)
         recorded = f" [{RECORDED_LABEL}]" if choice.mode == "recorded" else ""
-        if report:
-            pending = kernel_record_state(report) == kernel_record.PENDING
+        if report is not None:
+            pending = report.pending_record
             say(
                 f"failure report in TrainingJob status {time.monotonic() - seen:.1f} s after the kubelet "
-                f"wrote the termination: verdict {report.get('verdict')} ({_findings(report)}); "
-                f"kernel record {kernel_record_state(report)}"
+                f"wrote the termination: verdict {report.report.verdict} "
+                f"({stored_reports.finding_codes(report)}); "
+                f"kernel record {report.kernel_record_state}"
                 + (
                     " (not at the node agent yet: the report and its Event say so; the operator asks "
                     "again and patches the record in)"
@@ -660,14 +662,14 @@ class Demo:
             )
             if pending:
                 tj = _wait(settled, until=deadline, what=f"the kernel record in TrainingJob {name}'s report")
-                report = (tj.get("status") or {}).get("failureReport") or {}
-                state = kernel_record_state(report)
+                report = stored_reports.in_status(tj) or report
+                state = report.kernel_record_state
                 say(
                     f"the operator asked the agent again: kernel record {state}"
                     + (recorded if state == kernel_record.ATTACHED else "")
                     + f" {time.monotonic() - seen:.1f} s after the termination; report updated"
                     + (" from it" if state == kernel_record.ATTACHED else "")
-                    + f": verdict {report.get('verdict')} ({_findings(report)})"
+                    + f": verdict {report.report.verdict} ({stored_reports.finding_codes(report)})"
                 )
         else:
             say(f"TrainingJob {(tj.get('status') or {}).get('phase')}")
@@ -675,7 +677,8 @@ class Demo:
         record = evidence.kernel_records[-1] if evidence is not None else None
         if oom:
             say(_record_line(record, choice.mode))
-            evidence_line = _memory_evidence_line(((tj.get("status") or {}).get("failureReport")) or {})
+            latest = stored_reports.in_status(tj)
+            evidence_line = _memory_evidence_line(latest) if latest is not None else None
             if evidence_line:
                 say(evidence_line)
         delivered = operator.call(
@@ -718,7 +721,7 @@ class Demo:
             events=copy.deepcopy(events),
             seconds=time.monotonic() - started,
         )
-        if report:
+        if report is not None:
             self._report_page(operator, name, report)
         say(f"kubectl describe trainingjob {name}", stamp=True)
         labels = recorded_labels(tj) if choice.mode == "recorded" else describe.Labels()
@@ -729,8 +732,8 @@ class Demo:
 def recorded_labels(tj: dict[str, Any]) -> describe.Labels:
     """What `describe` marks in recorded mode: each part of the report taken from the recorded kernel
     record, the condition and Event that quote it, and the pod memory figures (no cgroup: PSS sums)."""
-    report = (tj.get("status") or {}).get("failureReport") or {}
-    attached = kernel_record_state(report) == kernel_record.ATTACHED
+    report = stored_reports.in_status(tj)
+    attached = report is not None and report.kernel_record_state == kernel_record.ATTACHED
     mark = f"[{RECORDED_LABEL}]"
     fields: dict[tuple[str, ...], str] = {("status", "memory"): f"[{PSS_MEASURE}]"}
     conditions: dict[str, str] = {}
@@ -766,22 +769,17 @@ def _last_memory_line(lines: list[str]) -> memory_line.MemoryLine | None:
     return next((m for m in map(_parse_line, reversed(lines)) if m is not None), None)
 
 
-def _memory_evidence_line(report: dict[str, Any]) -> str | None:
+def _memory_evidence_line(report: ReportDocument) -> str | None:
     """The report's other memory figures, named: the working set the agent sampled is a lower bound."""
-    ws = (report.get("evidence") or {}).get("workingSet") or {}
-    peak = ws.get("peakBytes")
-    if not isinstance(peak, int) or not peak:
+    ws = report.evidence.working_set
+    peak = ws.peak_bytes
+    if not peak:
         return None
-    samples = len(ws.get("points") or [])
     return (
-        f"working set in the report: peak {short_size(peak)} over {samples} sample(s) from "
-        f"{ws.get('source', '?')} (usage less inactive file, sampled: it misses a rise between two "
+        f"working set in the report: peak {short_size(peak)} over {len(ws.points)} sample(s) from "
+        f"{ws.source or '?'} (usage less inactive file, sampled: it misses a rise between two "
         "samples, so it can read below the pod peak)"
     )
-
-
-def _findings(report: dict[str, Any]) -> str:
-    return ", ".join(str(f.get("code")) for f in report.get("findings") or [])
 
 
 def _record_line(record: OomKillRecord | None, mode: kernel.KernelMode) -> str:

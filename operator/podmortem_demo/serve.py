@@ -31,6 +31,7 @@ from typing import Any, TextIO
 
 from podmortem.operator import jobs, log_links
 from podmortem.operator.settings import TRAININGJOB_GROUP, TRAININGJOB_PLURAL, TRAININGJOB_VERSION
+from podmortem_demo import stored as stored_reports
 from podmortem_demo.emulated import write_kubeconfig
 from podmortem_demo.runner import DemoSettings, RunResult, Serving
 
@@ -114,8 +115,8 @@ def instructions(serving: Serving, kubeconfig: Path, *, kept: bool, podmortem: s
         name = str(meta.get("name") or "")
         namespace = str(meta.get("namespace") or serving.namespace)
         pod = str(status.get("podName") or jobs.pod_name(name))
-        report = status.get("failureReport") or {}
-        page = str(report.get("reportUrl") or "")
+        report = stored_reports.in_status(run.training_job)
+        page = (report.report_url if report is not None else None) or ""
         if not page.startswith(("http://", "https://")):
             page = log_links.report_url(serving.log_url, namespace=namespace, job=name)
         ns = "" if namespace == "default" else f" -n {namespace}"

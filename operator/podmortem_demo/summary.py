@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from podmortem_demo import stored as stored_reports
 from podmortem_demo import trainer
 from podmortem_demo.runner import RECORDED_LABEL, RunResult, peak_text
 
@@ -20,13 +21,13 @@ def problems(results: Sequence[RunResult]) -> list[str]:
     for r in results:
         status = r.training_job.get("status") or {}
         phase = status.get("phase")
-        report = status.get("failureReport") or {}
+        report = stored_reports.in_status(r.training_job)
         if r.policy == trainer.FRESH_FORK:
             if phase != "Failed" or r.reason != "OOMKilled":
                 out.append(
                     f"{r.policy}: expected an OOM kill, got phase {phase}, exit {r.exit_code} ({r.reason})"
                 )
-            elif not report.get("verdict"):
+            elif report is None or not report.report.verdict:
                 out.append(f"{r.policy}: the failure report has no verdict")
         elif phase != "Succeeded":
             out.append(
@@ -48,11 +49,6 @@ def problems(results: Sequence[RunResult]) -> list[str]:
     return out
 
 
-def _findings(report: dict[str, object]) -> str:
-    codes = [str(f.get("code")) for f in report.get("findings") or [] if isinstance(f, dict)]  # type: ignore[attr-defined]
-    return ", ".join(codes)
-
-
 def table(results: Sequence[RunResult], *, limit_bytes: int) -> str:
     """One line per run: outcome, the pod's peak against its limit (and what measured it), verdict and
     findings, log delivery, kernel.
@@ -63,10 +59,12 @@ def table(results: Sequence[RunResult], *, limit_bytes: int) -> str:
     lines = ["summary:"]
     for r in results:
         status = r.training_job.get("status") or {}
-        report = status.get("failureReport") or {}
+        report = stored_reports.in_status(r.training_job)
         limit = r.limit_bytes if r.limit_bytes is not None else limit_bytes
         peak = peak_text(r.peak_bytes, limit, r.peak_measure) if r.peak_bytes else "?"
-        verdict = f"verdict {report.get('verdict')} ({_findings(report)})" if report else "no failure report"
+        verdict = "no failure report"
+        if report is not None:
+            verdict = f"verdict {report.report.verdict} ({stored_reports.finding_codes(report)})"
         if report and r.kernel == "recorded" and r.kernel_record is not None:
             verdict += f" [{RECORDED_LABEL}]"
         lines.append(

@@ -84,7 +84,7 @@ def test_the_job_row_is_about_the_container_that_was_oom_killed() -> None:
         pod="ddp-master-0", container="trainer", rank=0, exit_code=143, reason="Error",
         finished_at=None, last_line_at=None, verdict=None,
     )
-    section = job_report.section(job_root_cause.root_cause([facts, peer]), max_bytes=4096)
+    section = job_report.section(job_root_cause.root_cause([facts, peer]), max_bytes=4096).to_json()
     assert section["rootCause"]["pod"] == "ddp-worker-1" and section["rootCause"]["container"] == "proxy"
     rows = {row["pod"]: row for row in section["rows"]}
     assert rows["ddp-worker-1"]["container"] == "proxy" and "'proxy' died" in section["rootCause"]["line"]

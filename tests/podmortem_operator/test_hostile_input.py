@@ -19,7 +19,9 @@ from podmortem.kube import api as kube_mod
 from podmortem.logs import auth, http
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.store import LogStore
-from podmortem.operator import report_page, stored_report
+from podmortem.operator import report_page
+from podmortem.reports import stored_bounds
+from podmortem.reports.document import ReportDocument
 
 from .test_report_page_access import REPORT, Foreign, client_for
 
@@ -168,14 +170,14 @@ async def test_a_trainingjob_whose_status_is_nested_deep_is_404_not_500(
     ],
 )
 def test_an_annotation_of_any_depth_and_size_never_raises_anything_but_unreadable(raw: str, why: str) -> None:
-    with pytest.raises(stored_report.Unreadable, match=why):
-        stored_report.parse_annotation(raw)
+    with pytest.raises(stored_bounds.Unreadable, match=why):
+        stored_bounds.parse_annotation(raw)
 
 
 def test_an_annotation_the_operator_wrote_reads_back() -> None:
     doc = {"verdict": "memcg-limit", "pod": {"uid": "u"}, "errors": ["x"], "kernelRecord": "pending"}
-    assert stored_report.parse_annotation(json.dumps(doc)) == doc
-    assert stored_report.pending_record(stored_report.parse_annotation(json.dumps(doc)))
+    assert stored_bounds.parse_annotation(json.dumps(doc)) == doc
+    assert ReportDocument.parse(stored_bounds.parse_annotation(json.dumps(doc))).pending_record
 
 
 @pytest.mark.parametrize(
@@ -187,12 +189,9 @@ def test_an_annotation_the_operator_wrote_reads_back() -> None:
         {"evidence": {"log": {"lastLineAt": 5}, "kernelRecord": {"state": {}}}},
     ],
 )
-@pytest.mark.parametrize("status", [True, False])
-def test_a_stored_report_of_odd_types_gives_an_empty_context_not_an_exception(
-    stored: dict[str, Any], status: bool
-) -> None:
-    ctx = stored_report.context(stored, status=status)
-    assert isinstance(ctx["evidence"], dict) and isinstance(ctx["evidence"]["errors"], list)
-    assert all(isinstance(e, str) for e in ctx["evidence"]["errors"])
-    assert stored_report.last_line_ns(stored) is None
-    assert not stored_report.pending_record(stored)
+def test_a_stored_report_of_odd_types_gives_an_empty_context_not_an_exception(stored: dict[str, Any]) -> None:
+    doc = ReportDocument.parse(stored)
+    assert all(isinstance(e, str) for e in doc.evidence.errors)
+    assert doc.last_line_ns() is None
+    assert not doc.pending_record
+    assert doc.pod.name is None

@@ -67,7 +67,7 @@ def big_job(n: int, oom: int = 700) -> jrc.JobRootCause:
 
 def test_a_thousand_pods_fit_the_annotation_and_say_what_was_left_out() -> None:
     result = big_job(1000)
-    doc = job_report.section(result, max_bytes=3000)
+    doc = job_report.section(result, max_bytes=3000).to_json()
     assert len(json.dumps(doc, separators=(",", ":")).encode()) <= 3000
     root = doc["rootCause"]
     assert root["pod"] == "big-worker-700" and root["line"] == "the kernel killed python"
@@ -83,11 +83,11 @@ def test_a_thousand_pods_fit_the_annotation_and_say_what_was_left_out() -> None:
 
 
 def test_a_small_job_keeps_every_row_and_the_headline_names_the_root() -> None:
-    doc = job_report.section(big_job(4, oom=2), max_bytes=4096)
+    doc = job_report.section(big_job(4, oom=2), max_bytes=4096).to_json()
     assert len(doc["rows"]) == 4 and "rowsOmitted" not in doc and doc["guessed"] is False
     assert [r["role"] for r in doc["rows"]] == ["not-failed", "consequence", "root-cause", "not-failed"]
     assert "Watchdog caught" in doc["rows"][1]["line"] and doc["rootCause"]["rank"] == 2
-    guess = job_report.section(big_job(4, oom=9), max_bytes=4096)
+    guess = job_report.section(big_job(4, oom=9), max_bytes=4096).to_json()
     assert guess["guessed"] is True and "a guess" in guess["note"]
     headline = job_report.headline(big_job(1000))
     assert headline is not None and headline.startswith("big-worker-700 (rank 700) failed first")
@@ -95,5 +95,5 @@ def test_a_small_job_keeps_every_row_and_the_headline_names_the_root() -> None:
 
 
 def test_a_tiny_budget_still_names_the_root_cause() -> None:
-    doc = job_report.section(big_job(1000), max_bytes=400)
+    doc = job_report.section(big_job(1000), max_bytes=400).to_json()
     assert doc["rootCause"]["pod"] == "big-worker-700" and doc["rows"] == []

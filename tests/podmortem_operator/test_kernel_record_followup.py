@@ -24,10 +24,11 @@ from podmortem.operator import kernel_record
 from podmortem.operator.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.annotations import FAILURE_REPORT, WatchOptions
 from podmortem.operator.jobs import Target
-from podmortem.operator.reporting import Reporter, merge_patch
+from podmortem.operator.reporting import Reporter
 from podmortem.operator.settings import AgentAccessSettings, OperatorSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets
+from podmortem.reports.document import merge_patch
 from podmortem.reports.evidence import PodEvidence
 from podmortem_demo.harness import evidence_for
 
@@ -156,7 +157,7 @@ async def test_a_late_record_is_asked_for_again_and_patched_in_with_new_findings
     assert last["kill"]["pid"] == RECORD.victim_pid
     assert [r for r, _ in kube.events] == ["MemcgLimit", "KernelRecordAttached"]
     outcome = reporter.outcomes[0]
-    assert outcome.document["evidence"]["kernelRecord"]["requests"] == 3
+    assert outcome.document.evidence.kernel_record.requests == 3
     assert all(t is not None and 0 < t <= 5.0 for t in agent.timeouts[1:])  # the follow-up timeout
 
 
@@ -175,7 +176,7 @@ async def test_a_record_that_never_comes_is_marked_not_found_without_a_second_ev
         "pending",
         "not-found",
     ]
-    note = reporter.outcomes[0].document["evidence"]["kernelRecord"]["note"]
+    note = reporter.outcomes[0].document.evidence.kernel_record.note or ""
     assert "within 0.2 s" in note
     assert [r for r, _ in kube.events] == ["MemcgLimit"]
 
@@ -239,7 +240,7 @@ async def test_a_resumed_follow_up_attaches_a_record_that_came_while_no_operator
     assert last["kernelRecord"] == "attached" and "anon-dominant" in [f["code"] for f in last["findings"]]
     assert last["reportedAt"] == stored["reportedAt"] and last["pod"] == stored["pod"]
     assert [r for r, _ in kube.events] == ["KernelRecordAttached"]  # the first report's Event is not repeated
-    assert reporter.outcomes[0].document["evidence"]["kernelRecord"]["requests"] == 1
+    assert reporter.outcomes[0].document.evidence.kernel_record.requests == 1
 
 
 async def test_a_resumed_follow_up_past_its_window_asks_once_then_says_not_found() -> None:

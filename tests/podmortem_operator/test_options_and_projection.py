@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from podmortem.diagnosis import termination, verdicts
 from podmortem.kernel import oom_parser
 from podmortem.memory_line import early_warning
 from podmortem.operator import annotations, jobs
-from podmortem.operator import reporting as reports
+from podmortem.reports.document import Evidence, PodContext, ReportDocument, WorkingSetEvidence
 
 DEFAULTS = annotations.WatchOptions()
 GIB = 2**30
@@ -196,18 +197,19 @@ def test_sizes_of_status_report_and_annotation_summary() -> None:
     from podmortem import diagnosis
 
     report = diagnosis.diagnose(record)
-    context = {
-        "pod": {"name": "p"},
-        "evidence": {
-            "workingSet": {"points": [["t", i] for i in range(2000)]},
-            "errors": ["x" * 500] * 5,
-            "log": {},
-        },
-    }
-    doc = reports.fit(report, context, max_bytes=16 * 1024)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    document = ReportDocument(
+        report=report,
+        pod=PodContext(name="p"),
+        evidence=Evidence(
+            working_set=WorkingSetEvidence(points=[(start + timedelta(seconds=i), i) for i in range(2000)]),
+            errors=["x" * 500] * 5,
+        ),
+    )
+    doc = document.to_status(max_bytes=16 * 1024)
     assert len(json.dumps(doc, separators=(",", ":"))) <= 16 * 1024
     assert doc["verdict"] == "memcg-limit" and doc["findings"]
-    small = reports.summary(report, context, max_bytes=1024)
+    small = document.to_annotation(max_bytes=1024)
     assert len(json.dumps(small, separators=(",", ":"))) <= 1024 and small["verdict"] == "memcg-limit"
 
 

@@ -17,6 +17,7 @@ from podmortem.logs import auth, http
 from podmortem.logs.store import LogStore
 from podmortem.operator import report_page, report_timeline
 from podmortem.reports import stored_timeline
+from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.units import MIB
 
@@ -114,7 +115,7 @@ def _file_timeline(root: Path, *, pod: str) -> None:
         for i in range(10)
     ]
     report = dict(REPORT, pod=dict(REPORT["pod"], name=pod))  # type: ignore[arg-type]
-    doc, svg = report_timeline.build(report, samples)
+    doc, svg = report_timeline.build(ReportDocument.parse(report), samples)
     directory = root / "ns" / "job" / pod  # next to that pod's logs
     directory.mkdir(parents=True)
     stored_timeline.write(directory, doc, svg)

@@ -21,6 +21,7 @@ from podmortem.logs.cursor import LogCursor
 from podmortem.logs.store import LogStore
 from podmortem.operator import report_page
 from podmortem.reports import page
+from podmortem.reports.document import ReportDocument
 
 from .test_report_page_access import REPORT, Foreign
 
@@ -74,19 +75,21 @@ def test_a_clip_never_splits_a_character() -> None:
 
 async def test_lines_are_clipped_as_they_are_read_and_only_the_shown_ones_kept(log_store: LogStore) -> None:
     await _log(log_store, [b"y" * (MIB // 2)] * 6 + [b"z %d" % i for i in range(100)])
-    shown, _, note = await report_page.log_context(log_store, REPORT)
+    shown, _, note = await report_page.log_context(log_store, ReportDocument.parse(REPORT))
     assert len(shown) == report_page.SHOWN_LINES and shown[-1].text == "z 99"
     assert "(106 read)" in note
     sink = log_store.sink(namespace="ns", pod="q")
     await write(sink, "c", [b"w" * (MIB // 4)] * 50, LogCursor(container_id="x"))
-    shown, _, _ = await report_page.log_context(log_store, dict(REPORT, pod=dict(REPORT["pod"], name="q")))
+    other = ReportDocument.parse(dict(REPORT, pod=dict(REPORT["pod"], name="q")))  # type: ignore[arg-type]
+    shown, _, _ = await report_page.log_context(log_store, other)
     assert len(shown) == report_page.SHOWN_LINES
     marker = f"… [{MIB // 4 - report_page.LINE_BYTES} more bytes]"
     assert all(line.text == "w" * report_page.LINE_BYTES + marker for line in shown)
     # Lines a little over the clip, in batches the store reads whole: clipped the same way.
     sink = log_store.sink(namespace="ns", pod="r")
     await write(sink, "c", [b"v" * 10_000] * 20, LogCursor(container_id="x"))
-    shown, _, _ = await report_page.log_context(log_store, dict(REPORT, pod=dict(REPORT["pod"], name="r")))
+    other = ReportDocument.parse(dict(REPORT, pod=dict(REPORT["pod"], name="r")))  # type: ignore[arg-type]
+    shown, _, _ = await report_page.log_context(log_store, other)
     marker = f"… [{10_000 - report_page.LINE_BYTES} more bytes]"
     assert len(shown) == 20 and all(line.text == "v" * report_page.LINE_BYTES + marker for line in shown)
 
@@ -113,18 +116,19 @@ async def test_the_whole_page_stays_under_the_cap(
 def test_render_caps_any_report_and_leaves_out_the_biggest_parts_first() -> None:
     report: dict[str, Any] = dict(
         REPORT,
-        findings=[{"code": "x", "message": "&" * MIB}],
+        findings=[{"code": "x", "severity": "info", "message": "&" * MIB}],
         tasks=[{"pid": i, "name": "<" * 1000} for i in range(400)],
         dropped=["small"],
     )
     lines = [page.LogLine(text="'" * 2048) for _ in range(40)]
     for cap in (page.PAGE_MAX_BYTES, 200 * 1024, 64 * 1024):
-        doc = page.render(page.PageInput(title="ns/job", report=report, log_lines=lines), max_bytes=cap)
+        data = page.PageInput(title="ns/job", report=ReportDocument.parse(report), log_lines=lines)
+        doc = page.render(data, max_bytes=cap)
         assert len(doc.encode()) <= cap
         assert doc.endswith("</body></html>") and "<h2 id=\"log\">" in doc
         assert "the findings left out" in doc and "the process table left out" in doc
         assert ("the log left out" in doc) == (cap < page.PAGE_MAX_BYTES)
-    small = page.render(page.PageInput(title="ns/job", report=REPORT))
+    small = page.render(page.PageInput(title="ns/job", report=ReportDocument.parse(REPORT)))
     assert "left out" not in small
 
 

@@ -19,6 +19,7 @@ from podmortem.logs.events import LogLine
 from podmortem.logs.store import LogStore, StoreSettings
 from podmortem.operator import report_page
 from podmortem.reports import page
+from podmortem.reports.document import ReportDocument
 
 KILL_SECOND = int(datetime(2024, 5, 1, 12, 0, 3, tzinfo=UTC).timestamp()) * 10**9
 MS = 10**6
@@ -38,9 +39,9 @@ async def log_store(tmp_path: Path) -> AsyncIterator[LogStore]:
         yield st
 
 
-def _report(finished_at: str) -> dict[str, object]:
-    return {"verdict": "memcg-limit", "pod": {"namespace": "ns", "name": "p", "container": "c",
-                                              "finishedAt": finished_at}}
+def _report(finished_at: str) -> ReportDocument:
+    pod = {"namespace": "ns", "name": "p", "container": "c", "finishedAt": finished_at}
+    return ReportDocument.parse({"verdict": "memcg-limit", "pod": pod})
 
 
 async def test_a_kill_in_whole_seconds_takes_the_lines_of_its_second(log_store: LogStore) -> None:

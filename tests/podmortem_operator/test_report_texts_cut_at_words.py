@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from podmortem.diagnosis import job_root_cause as jrc
-from podmortem.operator import job_report, reporting
+from podmortem.operator import job_report
+from podmortem.reports.document import Evidence, PodContext, ReportDocument
 from podmortem.reports.failure import FailureReport
 from podmortem.reports.findings import Finding, Severity
 from podmortem.reports.text import ELLIPSIS
@@ -42,14 +43,14 @@ def _job(line: str) -> jrc.JobRootCause:
 
 
 def test_the_root_causes_line_and_a_rows_line_end_at_a_word() -> None:
-    doc = job_report.section(_job(PENDING), max_bytes=1 << 20)
+    doc = job_report.section(_job(PENDING), max_bytes=1 << 20).to_json()
     line = doc["rootCause"]["line"]
     assert len(line) <= job_report.LINE_CHARS and _ends_at_a_word(line, PENDING), line
     assert not line.removesuffix(ELLIPSIS).endswith("kernelR")
 
 
 def test_the_root_causes_line_cut_hard_to_fit_ends_at_a_word() -> None:
-    doc = job_report.section(_job(PENDING), max_bytes=600)  # not even the root row fits
+    doc = job_report.section(_job(PENDING), max_bytes=600).to_json()  # not even the root row fits
     line = doc["rootCause"]["line"]
     assert len(line) <= 80 and _ends_at_a_word(line, PENDING), line
 
@@ -67,11 +68,13 @@ def test_the_annotations_messages_and_errors_cut_to_fit_end_at_a_word() -> None:
         verdict="memcg-limit",
         findings=[Finding(code="memcg-limit", severity=Severity.CRITICAL, message=PENDING * 3)],
     )
-    context = {"pod": {"name": "p"}, "evidence": {"errors": ["the agent said " + PENDING] * 3}}
+    document = ReportDocument(
+        report=report, pod=PodContext(name="p"), evidence=Evidence(errors=["the agent said " + PENDING] * 3)
+    )
     error = "the agent said " + PENDING
     cut = set()
     for budget in (2000, 900, 400):
-        doc = reporting.summary(report, context, max_bytes=budget)
+        doc = document.to_annotation(max_bytes=budget)
         assert doc["truncated"] is True
         for f in doc["findings"]:
             if f["message"] != PENDING * 3:

@@ -14,11 +14,14 @@ from podmortem.diagnosis.termination import Termination
 from podmortem.logs.store import LogStore, StoreSettings
 from podmortem.operator import report_timeline
 from podmortem.reports import stored_timeline
+from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 MIB = 2**20
-REPORT = {"pod": {"namespace": "ns", "name": "p", "uid": "u1", "finishedAt": "2026-05-01T12:01:00Z"}}
+REPORT = ReportDocument.parse(
+    {"pod": {"namespace": "ns", "name": "p", "uid": "u1", "finishedAt": "2026-05-01T12:01:00Z"}}
+)
 SAMPLES = [
     MemorySample(at=T0 + timedelta(seconds=10 * i), usage_bytes=(100 + i) * MIB, limit_bytes=200 * MIB,
                  processes=[ProcessMemory(pid=3, name="python3", pss_bytes=90 * MIB),
@@ -54,7 +57,8 @@ async def test_filed_in_the_pods_directory_naming_the_pod(tmp_path: Path, log_st
     assert report_timeline.load(log_store, namespace="ns", job="job", pod="p") == doc
     assert report_timeline.load(log_store, namespace="ns", job="job", pod="other-pod") is None
     assert report_timeline.belongs_to(doc, REPORT)
-    assert not report_timeline.belongs_to(doc, {"pod": {"name": "p", "uid": "u2"}})  # a new pod, same name
+    new_pod = ReportDocument.parse({"pod": {"name": "p", "uid": "u2"}})  # a new pod, same name
+    assert not report_timeline.belongs_to(doc, new_pod)
     svg = (job_dir / stored_timeline.SVG_NAME).read_text()
     assert 'data-process="trainer"' in svg and 'data-process="workers"' in svg and 'class="restart"' in svg
 
@@ -87,7 +91,7 @@ async def test_never_written_or_read_through_a_link_in_the_store(tmp_path: Path,
     assert not await report_timeline.save(log_store, namespace="ns", job="job", pod="p", report=REPORT,
                                           samples=SAMPLES)
     assert list(elsewhere.iterdir()) == []
-    (elsewhere / stored_timeline.JSON_NAME).write_text(json.dumps({"pod": REPORT["pod"]}))
+    (elsewhere / stored_timeline.JSON_NAME).write_text(json.dumps({"pod": REPORT.pod_json()}))
     assert report_timeline.load(log_store, namespace="ns", job="job", pod="p") is None
     # A planted file link inside the real directory is not read either.
     real = tmp_path / "ns" / "job2" / "p"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from podmortem.reports import page
+from podmortem.reports.document import ReportDocument
 
 from .test_page import stored_report
 
@@ -19,12 +20,12 @@ from .test_page import stored_report
      None, 5, ["Europe/Berlin"]],
 )
 def test_a_tz_that_is_no_zone_is_none(tz: object) -> None:
-    assert page.pod_zone({"pod": {"timeZone": tz}}) is None
+    assert page.pod_zone(ReportDocument.parse({"pod": {"timeZone": tz}})) is None
 
 
 def test_zones_still_read() -> None:
     for name in ("Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+1", "Asia/Kolkata"):
-        zone = page.pod_zone({"pod": {"timeZone": name}})
+        zone = page.pod_zone(ReportDocument.parse({"pod": {"timeZone": name}}))
         assert zone is not None and zone.key == name
 
 
@@ -52,11 +53,11 @@ def test_any_field_of_the_wrong_type_renders() -> None:
             for key in path[:-1]:
                 parent = parent[key]
             parent[path[-1]] = value
-            html = page.render(page.PageInput(title="ns/job", report=doc))
+            html = page.render(page.PageInput(title="ns/job", report=ReportDocument.parse(doc)))
             assert html.endswith("</body></html>"), (path, value)
 
 
 def test_a_huge_title_is_cut() -> None:
-    html = page.render(page.PageInput(title="t" * 100_000, report={}))
+    html = page.render(page.PageInput(title="t" * 100_000, report=ReportDocument.parse({})))
     # one word longer than the limit: cut inside it, the ellipsis within the limit
     assert "t" * (page.TITLE_MAX_CHARS - 1) + "…" in html and "t" * page.TITLE_MAX_CHARS not in html

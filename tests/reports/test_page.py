@@ -12,6 +12,7 @@ from typing import Any
 from podmortem.diagnosis import from_record
 from podmortem.kernel import oom_parser
 from podmortem.reports import page, timeline
+from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.units import GIB, MIB
 
@@ -73,7 +74,7 @@ def parsed(doc: str) -> list[tuple[str, dict[str, str | None]]]:
 
 def test_page_shows_verdict_findings_and_kill_at_its_time() -> None:
     report = stored_report()
-    doc = page.render(page.PageInput(title="ml/train", report=report))
+    doc = page.render(page.PageInput(title="ml/train", report=ReportDocument.parse(report)))
     assert doc.startswith("<!DOCTYPE html>")
     cause = next(f for f in report["findings"] if f["code"] == report["verdict"])
     assert page.esc(cause["message"]) in doc
@@ -104,7 +105,7 @@ def test_html_in_log_lines_comm_and_pod_names_is_escaped() -> None:
     report["pod"]["name"] = '"><script>alert(3)</script>'
     report["evidence"]["log"]["url"] = "javascript:alert(4)"
     lines = [page.LogLine(at=KILL - timedelta(seconds=3), text="<script>alert(5)</script>")]
-    doc = page.render(page.PageInput(title="<b>x</b>", report=report, log_lines=lines))
+    doc = page.render(page.PageInput(title="<b>x</b>", report=ReportDocument.parse(report), log_lines=lines))
     assert "<script" not in doc
     assert "javascript:" not in doc
     assert "&lt;script&gt;alert(1)" in doc and "&lt;script&gt;alert(5)" in doc
@@ -114,7 +115,7 @@ def test_html_in_log_lines_comm_and_pod_names_is_escaped() -> None:
 def test_pending_evidence_says_so_and_refreshes() -> None:
     report = stored_report()
     report["evidence"]["kernelRecord"] = {"state": "pending", "note": "asked again for 15 s"}
-    doc = page.render(page.PageInput(title="ml/train", report=report))
+    doc = page.render(page.PageInput(title="ml/train", report=ReportDocument.parse(report)))
     assert f'<meta http-equiv="refresh" content="{page.REFRESH_S}">' in doc
     assert 'id="pending"' in doc and "the kernel&#x27;s OOM record" in doc
 
@@ -142,7 +143,7 @@ def test_annotation_summary_and_job_rows() -> None:
             ],
         },
     }
-    doc = page.render(page.PageInput(title="ml/ddp", report=summary))
+    doc = page.render(page.PageInput(title="ml/ddp", report=ReportDocument.parse(summary)))
     assert doc.count('<tr class="role-') == 2 and "&lt;NCCL&gt;" in doc
     assert "w-1: memcg-limit. hit its limit" in doc
     assert "the stored report holds no memory series" in doc
@@ -161,18 +162,21 @@ def test_samples_draw_stacked_pss_bands_and_binary_axis() -> None:
         )
         for i in range(10)
     ]
-    doc = page.render(page.PageInput(title="t", report=stored_report(), samples=samples))
+    report = ReportDocument.parse(stored_report())
+    doc = page.render(page.PageInput(title="t", report=report, samples=samples))
     assert doc.count('class="pss"') == 2
     assert re.search(r">4 GiB</text>", doc)
     # the worker's band is zero before it appeared: its upper edge equals the trainer's there
-    tl, _ = page.timeline_of(page.PageInput(title="t", report=stored_report(), samples=samples))
+    tl, _ = page.timeline_of(page.PageInput(title="t", report=report, samples=samples))
     assert tl.processes[0].pss == {"python3 (1)": GIB}
 
 
 def test_no_timeline_reason_is_said() -> None:
     doc = page.render(
         page.PageInput(
-            title="t", report=stored_report(), no_timeline_reason="a pasted record has no timeline"
+            title="t",
+            report=ReportDocument.parse(stored_report()),
+            no_timeline_reason="a pasted record has no timeline",
         )
     )
     assert "<svg" not in doc and "a pasted record has no timeline" in doc
@@ -191,13 +195,13 @@ def test_stored_report_roundtrips_as_json() -> None:
 
 def test_times_in_utc_and_in_the_pods_local_zone_when_it_sets_tz() -> None:
     report = stored_report()
-    assert "Europe/Berlin" not in page.render(page.PageInput(title="ml/train", report=report))
+    assert "Europe/Berlin" not in page.render(page.PageInput(title="ml/train", report=_read(report)))
     report["pod"]["timeZone"] = "Europe/Berlin"
-    doc = page.render(page.PageInput(title="ml/train", report=report))
+    doc = page.render(page.PageInput(title="ml/train", report=ReportDocument.parse(report)))
     assert "ended 2026-05-01 12:00:00 UTC (2026-05-01 14:00:00 Europe/Berlin)" in doc
     assert "the pod's local time (Europe/Berlin, from its TZ)" in doc
     report["pod"]["timeZone"] = "Not/AZone"
-    assert "Not/AZone" not in page.render(page.PageInput(title="ml/train", report=report))
+    assert "Not/AZone" not in page.render(page.PageInput(title="ml/train", report=_read(report)))
 
 
 def test_the_zone_comes_from_the_containers_literal_tz() -> None:
@@ -211,3 +215,7 @@ def test_the_zone_comes_from_the_containers_literal_tz() -> None:
     assert termination.time_zone(pod, "trainer") == "Europe/Berlin"
     assert termination.time_zone(pod, "odd") is None
     assert termination.time_zone(pod, "missing") is None
+
+
+def _read(stored: dict[str, Any]) -> ReportDocument:
+    return ReportDocument.parse(stored)

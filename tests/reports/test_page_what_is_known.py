@@ -13,8 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 from podmortem.reports import page
 from podmortem.reports import timeline as tl_mod
+from podmortem.reports.document import ReportDocument
 
-#: An annotation summary as the operator writes it for a PyTorchJob (`reporting.summary`).
+#: An annotation summary as the operator writes it for a PyTorchJob (`ReportDocument.to_annotation`).
 SUMMARY = {
     "verdict": "memcg-limit",
     "reportedAt": "2024-05-01T12:00:05Z",
@@ -34,7 +35,7 @@ def _text(doc: str) -> str:
 
 
 def test_an_annotation_page_draws_no_empty_timeline_and_counts_no_unknown_lines() -> None:
-    doc = page.render(page.PageInput(title="ml/ddp", report=SUMMARY))
+    doc = page.render(page.PageInput(title="ml/ddp", report=ReportDocument.parse(SUMMARY)))
     assert "<svg" not in doc, "an empty chart is drawn"
     assert ">0 B<" not in doc and ">1 B<" not in doc
     assert "no memory samples" in _text(doc)
@@ -45,7 +46,7 @@ def test_an_annotation_page_draws_no_empty_timeline_and_counts_no_unknown_lines(
 
 def test_a_known_line_count_is_still_said() -> None:
     report = dict(SUMMARY) | {"evidence": {"log": {"url": "/logs/ml/x", "lines": 1038}}}
-    doc = page.render(page.PageInput(title="ml/ddp", report=report))
+    doc = page.render(page.PageInput(title="ml/ddp", report=ReportDocument.parse(report)))
     assert "(1038 lines stored)" in doc
 
 
@@ -74,14 +75,14 @@ def test_lines_within_the_kills_second_come_before_the_kill_marker() -> None:
     """Kill stamped 12:00:03 (whole seconds): every line up to 12:00:03.999 precedes the marker."""
     second = datetime(2024, 5, 1, 12, 0, 3, tzinfo=UTC)
     lines = _lines(*(second + timedelta(milliseconds=100 * i) for i in range(-3, 10)))
-    doc = page.render(page.PageInput(title="ml/ddp", report=SUMMARY, log_lines=lines))
+    doc = page.render(page.PageInput(title="ml/ddp", report=ReportDocument.parse(SUMMARY), log_lines=lines))
     assert _rows(doc) == [f"line {i}" for i in range(13)] + ["kill"]
 
 
 def test_a_line_in_the_next_second_comes_after_the_kill_marker() -> None:
     second = datetime(2024, 5, 1, 12, 0, 3, tzinfo=UTC)
     lines = _lines(second + timedelta(milliseconds=500), second + timedelta(milliseconds=1200))
-    doc = page.render(page.PageInput(title="ml/ddp", report=SUMMARY, log_lines=lines))
+    doc = page.render(page.PageInput(title="ml/ddp", report=ReportDocument.parse(SUMMARY), log_lines=lines))
     assert _rows(doc) == ["line 0", "kill", "line 1"]
 
 
@@ -89,5 +90,5 @@ def test_a_kill_time_with_milliseconds_is_compared_at_milliseconds() -> None:
     report = dict(SUMMARY) | {"pod": dict(SUMMARY["pod"]) | {"finishedAt": "2024-05-01T12:00:03.250Z"}}  # type: ignore[operator]
     second = datetime(2024, 5, 1, 12, 0, 3, tzinfo=UTC)
     lines = _lines(second + timedelta(milliseconds=200), second + timedelta(milliseconds=500))
-    doc = page.render(page.PageInput(title="ml/ddp", report=report, log_lines=lines))
+    doc = page.render(page.PageInput(title="ml/ddp", report=ReportDocument.parse(report), log_lines=lines))
     assert _rows(doc) == ["line 0", "kill", "line 1"]

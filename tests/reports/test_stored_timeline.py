@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from podmortem.reports import page, stored_timeline, times
+from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.timeline import Projection
 
@@ -55,8 +56,8 @@ def test_round_trip_feeds_the_page_bands_restarts_and_projection(tmp_path: Path)
     got_samples, got_restarts, got_projection = stored_timeline.expand(back)
     assert got_restarts == [restart] and got_projection == projection
     assert [s.usage_bytes for s in got_samples] == [(600 + i) * MIB for i in range(10)]
-    tl, _ = page.timeline_of(page.PageInput(title="t", report={}, samples=got_samples, restarts=got_restarts,
-                                            projection=got_projection))
+    tl, _ = page.timeline_of(page.PageInput(title="t", report=ReportDocument(), samples=got_samples,
+                                            restarts=got_restarts, projection=got_projection))
     assert tl.processes[-1].pss == {"trainer": 509 * MIB, "workers": 200 * MIB}
     assert tl.restarts == [restart] and tl.projection == projection and tl.limit_bytes == 2048 * MIB
 

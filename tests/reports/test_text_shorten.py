@@ -11,6 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from podmortem.reports import page
+from podmortem.reports.document import ReportDocument
 from podmortem.reports.text import ELLIPSIS, shorten
 
 _words = st.text(alphabet=st.sampled_from("ab é-(.)\t\n"), max_size=400)
@@ -53,6 +54,6 @@ def test_the_cut_the_user_saw_now_ends_at_a_word() -> None:
 
 def test_a_long_page_title_is_cut_at_a_word() -> None:
     title = "ns/" + "job-name " * 100
-    doc = page.render(page.PageInput(title=title, report={}))
+    doc = page.render(page.PageInput(title=title, report=ReportDocument.parse({})))
     shown = doc.split("<h1>", 1)[1].split("</h1>", 1)[0]
     assert shown.endswith("job-name" + ELLIPSIS) and len(shown) <= page.TITLE_MAX_CHARS

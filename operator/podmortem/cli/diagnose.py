@@ -214,14 +214,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _html(reports: list[FailureReport], label: str) -> int:
     from podmortem.reports import page
+    from podmortem.reports.document import Evidence, KernelRecordEvidence, KernelRecordState, ReportDocument
 
     if len(reports) > 1:
         print(f"podmortem diagnose: {len(reports)} kills; the page shows the last (--json has all)",
               file=sys.stderr)
-    report = reports[-1].model_dump(mode="json")
     # The record is the page's input: it is there, not "unknown" (the header's pod uid, container,
     # host and time come from its kill line: `page.details`).
-    report["evidence"] = {"kernelRecord": {"state": "attached", "note": f"the record is the input: {label}"}}
+    record = KernelRecordEvidence(state=KernelRecordState.ATTACHED, note=f"the record is the input: {label}")
+    report = ReportDocument(report=reports[-1], evidence=Evidence(kernel_record=record))
     doc = page.render(
         page.PageInput(
             title=f"OOM kill in {label}",

@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from podmortem.diagnosis import offline
 from podmortem.diagnosis.offline import Kind
+from podmortem.reports.document import JobSection
 from podmortem.reports.failure import FailureReport
 from podmortem.reports.oom_record import OomKillRecord
 
@@ -428,7 +429,7 @@ def run(inputs: Inputs, args: argparse.Namespace) -> int:
     unused = [(log.label, why) for log, why in combined.unused_logs]
     if args.exit_code is not None and pods:
         unused.append(("--exit-code", "not used: the pod status gives the exit code"))
-    job: dict[str, Any] | None = None
+    job: JobSection | None = None
     if len({id(c.source) for c in cases}) > 1:
         from podmortem.operator import job_report
 
@@ -441,7 +442,7 @@ def run(inputs: Inputs, args: argparse.Namespace) -> int:
             "input": inputs.document(unused),
         }
         if job is not None:
-            doc["job"] = job
+            doc["job"] = job.to_json()
         print(json.dumps(doc, indent=2))
     if not cases and not leftover:
         print(f"podmortem diagnose: {nothing_found(inputs, combined)}", file=sys.stderr)
@@ -490,7 +491,7 @@ def render(
     cases: list[offline.Case],
     leftover: list[FailureReport],
     inputs: Inputs,
-    job: dict[str, Any] | None,
+    job: JobSection | None,
     unused: list[tuple[str, str]],
 ) -> str:
     from podmortem.cli import diagnose
@@ -568,18 +569,18 @@ def _render_case(case: offline.Case, index: int, count: int) -> list[str]:
     return lines
 
 
-def _render_job(job: dict[str, Any]) -> list[str]:
-    roles = ", ".join(f"{n} {role}" for role, n in sorted(job.get("roles", {}).items()))
-    lines = [f"Job: {job.get('pods')} pods ({roles}), as the operator's job report reads them"]
-    root = job.get("rootCause")
-    if root:
-        guess = " (a guess: every failed pod names a peer)" if job.get("guessed") else ""
-        who = f"{root.get('pod')} (rank {root.get('rank')})"
-        lines.append(f"  root cause   {who}, {root.get('verdict') or 'no verdict'}{guess}")
-    for row in job.get("rows", []):
-        if row.get("role") == "root-cause":
+def _render_job(job: JobSection) -> list[str]:
+    roles = ", ".join(f"{n} {role}" for role, n in sorted(job.roles.items()))
+    lines = [f"Job: {job.pods} pods ({roles}), as the operator's job report reads them"]
+    root = job.root_cause
+    if root is not None:
+        guess = " (a guess: every failed pod names a peer)" if job.guessed else ""
+        who = f"{root.pod} (rank {root.rank})"
+        lines.append(f"  root cause   {who}, {root.verdict or 'no verdict'}{guess}")
+    for row in job.rows:
+        if row.role == "root-cause":
             continue
-        text = f"{row.get('role'):<12} {row.get('pod')} (rank {row.get('rank')})"
-        text += f": {row['line']}" if row.get("line") else ""
+        text = f"{row.role:<12} {row.pod} (rank {row.rank})"
+        text += f": {row.line}" if row.line else ""
         lines.extend(textwrap.wrap(text, width=100, initial_indent="  ", subsequent_indent=" " * 15))
     return lines

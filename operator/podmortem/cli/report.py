@@ -67,8 +67,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def find_report(doc: object) -> tuple[str, dict[str, Any]] | None:
-    """The report inside what ``kubectl`` or ``diagnose --json`` prints, and a title for it."""
+def find_report(doc: object) -> tuple[str | None, dict[str, Any]] | None:
+    """The report inside what ``kubectl`` or ``diagnose --json`` prints, and a title for it (None: the
+    report's own pod names it)."""
     if not isinstance(doc, Mapping):
         return None
     meta = doc.get("metadata")
@@ -89,9 +90,7 @@ def find_report(doc: object) -> tuple[str, dict[str, Any]] | None:
     if isinstance(reports, list) and reports and isinstance(reports[-1], dict):
         return "kernel OOM record", reports[-1]
     if "verdict" in doc or "findings" in doc:
-        pod = doc.get("pod") if isinstance(doc.get("pod"), Mapping) else {}
-        assert isinstance(pod, Mapping)
-        return f"{pod.get('namespace', '')}/{pod.get('name', '')}".strip("/") or "failure report", dict(doc)
+        return None, dict(doc)
     return None
 
 
@@ -146,7 +145,8 @@ def read_from_api(args: argparse.Namespace) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
-    from podmortem.reports import page
+    from podmortem.reports import page, stored_bounds
+    from podmortem.reports.document import ReportDocument
 
     source = args.json_file or args.from_status
     try:
@@ -170,7 +170,14 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INPUT
-    title, report = found
+    title, stored = found
+    try:
+        report = ReportDocument.parse(stored_bounds.checked(stored))
+    except stored_bounds.Unreadable as exc:
+        print(f"podmortem report: cannot read the report in {source}: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    if title is None:
+        title = "/".join(p for p in (report.pod.namespace, report.pod.name) if p) or "failure report"
     if isinstance(doc, Mapping) and isinstance(doc.get("reports"), list) and len(doc["reports"]) > 1:
         print(f"podmortem report: {len(doc['reports'])} reports; the page shows the last", file=sys.stderr)
     html = page.render(

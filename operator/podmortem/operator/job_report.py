@@ -5,12 +5,11 @@ event), hands them to `podmortem.diagnosis.job_root_cause`, and writes the resul
 (`section`) next to the root-cause pod's own report. The section must fit the report's size
 cap (an annotation holds 4 KiB by default) even for a thousand pods, so rows are trimmed in
 order of least value (pods that did not fail, then consequences, then long lines) and the
-section says how many were left out. Pure: dicts in, dicts out.
+section says how many were left out. Pure: facts in, a `JobSection` of the report document out.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -19,8 +18,8 @@ from typing import Any
 from podmortem.diagnosis import job_root_cause as jrc
 from podmortem.diagnosis import termination as term_mod
 from podmortem.operator import log_links
+from podmortem.reports.document import JobRow, JobSection
 from podmortem.reports.text import shorten
-from podmortem.reports.times import rfc3339_or_none
 
 #: Characters of a row's line kept before any other trimming (cut at a word: `reports.text.shorten`).
 LINE_CHARS = 240
@@ -81,26 +80,19 @@ def _first_end(t: term_mod.Termination) -> tuple[bool, datetime, bool]:
     return (t.finished_at is None, t.finished_at or datetime.max.replace(tzinfo=UTC), t.reason != "OOMKilled")
 
 
-def _row(r: jrc.PodRow) -> dict[str, Any]:
+def _row(r: jrc.PodRow) -> JobRow:
     p = r.facts
-    row: dict[str, Any] = {"pod": p.pod, "rank": p.rank, "role": r.role}
+    row = JobRow(pod=p.pod, rank=p.rank, role=r.role, log_url=p.log_url, deleted=p.deleted)
     if p.several_containers:  # which of the pod's containers the row is about
-        row["container"] = p.container
+        row.container = p.container
     if p.failed:
-        row.update(exitCode=p.exit_code, reason=p.reason, finishedAt=rfc3339_or_none(p.finished_at))
+        row.exit_code, row.reason, row.finished_at = p.exit_code, p.reason, p.finished_at
     if r.line and r.role != "root-cause":  # the root's line is in ``rootCause``
-        row["line"] = shorten(r.line, LINE_CHARS)
-    row["logUrl"] = p.log_url
-    if p.deleted:  # the pod is gone: the row is what was seen of it before; its log stays in the store
-        row["deleted"] = True
+        row.line = shorten(r.line, LINE_CHARS)
     return row
 
 
-def _size(doc: Mapping[str, Any]) -> int:
-    return len(json.dumps(doc, separators=(",", ":")).encode())
-
-
-def section(result: jrc.JobRootCause, *, max_bytes: int) -> dict[str, Any]:
+def section(result: jrc.JobRootCause, *, max_bytes: int) -> JobSection:
     """The ``job`` section: root cause, counts by role, and one row per pod, within ``max_bytes``.
 
     Rows are sorted by rank. Trimmed when too big: not-failed rows first, then consequences
@@ -108,59 +100,55 @@ def section(result: jrc.JobRootCause, *, max_bytes: int) -> dict[str, Any]:
     and ``note`` say so. The root cause is never cut.
     """
     roles = Counter(r.role for r in result.rows)
-    doc: dict[str, Any] = {"pods": len(result.rows), "roles": dict(sorted(roles.items()))}
+    doc = JobSection(pods=len(result.rows), roles=dict(sorted(roles.items())))
     root = result.root
+    notes = []
     if root is not None:
         root_row = next(r for r in result.rows if r.facts is root)
-        doc["rootCause"] = _row(root_row) | {
+        doc.root_cause = _row(root_row).model_copy(update={
             "container": root.container, "verdict": root.verdict, "line": shorten(root_row.line, LINE_CHARS)
-        }
-        doc["guessed"] = result.guessed
+        })
+        doc.guessed = result.guessed
         if result.guessed:
-            doc["note"] = (
+            notes.append(
                 "no failed pod shows a cause of its own yet (each names a peer's failure): "
                 "the earliest failure is named, a guess"
             )
     gone = sum(1 for r in result.rows if r.facts.deleted)
     if gone:
-        doc["note"] = (str(doc["note"]) + "; " if "note" in doc else "") + (
-            f"{gone} of {len(result.rows)} pods deleted since: their rows are what was seen before"
-        )
+        notes.append(f"{gone} of {len(result.rows)} pods deleted since: their rows are what was seen before")
+    doc.note = "; ".join(notes) or None
     rows = [_row(r) for r in result.rows]
-    doc["rows"] = rows
-    if _size(doc) <= max_bytes:
+    doc.rows = rows
+    if doc.json_size() <= max_bytes:
         return doc
     # Drop rows by least value; keep rank order among the rest.
-    order = sorted(range(len(rows)), key=lambda i: (_KEEP_ORDER[rows[i]["role"]], i))
+    order = sorted(range(len(rows)), key=lambda i: (_KEEP_ORDER[rows[i].role or ""], i))
     lo, hi = 0, len(order)
     # Binary search the most rows that fit (each row's size varies little).
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        trial = _with_rows(doc, rows, order[:mid])
-        if _size(trial) <= max_bytes:
+        if _with_rows(doc, rows, order[:mid]).json_size() <= max_bytes:
             lo = mid
         else:
             hi = mid - 1
     trimmed = _with_rows(doc, rows, order[:lo])
-    if _size(trimmed) > max_bytes:  # even the root alone is too big: drop the lines, then the rows
-        for row in trimmed["rows"]:
-            row.pop("line", None)
-        if "rootCause" in trimmed and "line" in trimmed["rootCause"]:
-            trimmed["rootCause"]["line"] = shorten(trimmed["rootCause"]["line"], ROOT_LINE_CHARS_TIGHT)
-        if _size(trimmed) > max_bytes:
-            trimmed["rows"] = []
+    if trimmed.json_size() > max_bytes:  # even the root alone is too big: drop the lines, then the rows
+        trimmed.rows = [row.model_copy(update={"line": None}) for row in trimmed.rows]
+        if trimmed.root_cause is not None and trimmed.root_cause.line is not None:
+            trimmed.root_cause.line = shorten(trimmed.root_cause.line, ROOT_LINE_CHARS_TIGHT)
+        if trimmed.json_size() > max_bytes:
+            trimmed.rows = []
     return trimmed
 
 
-def _with_rows(doc: Mapping[str, Any], rows: list[dict[str, Any]], picked: Sequence[int]) -> dict[str, Any]:
-    out = dict(doc)
-    out["rows"] = [rows[i] for i in sorted(picked)]
+def _with_rows(doc: JobSection, rows: list[JobRow], picked: Sequence[int]) -> JobSection:
+    out = doc.model_copy(update={"rows": [rows[i] for i in sorted(picked)]})
     omitted = len(rows) - len(picked)
     if omitted:
-        out["rowsOmitted"] = omitted
-        out["note"] = (
-            (str(doc["note"]) + "; " if "note" in doc else "")
-            + f"{omitted} of {len(rows)} rows left out to fit the report's size limit "
+        out.rows_omitted = omitted
+        out.note = (doc.note + "; " if doc.note else "") + (
+            f"{omitted} of {len(rows)} rows left out to fit the report's size limit "
             "(not-failed pods first, then consequences); the role counts cover every pod"
         )
     return out

@@ -13,19 +13,20 @@ node-wide OOM) then reaches the report too.
 from __future__ import annotations
 
 import asyncio
-from typing import Final, Literal
+from typing import Final
 
 from podmortem.diagnosis.termination import SIGKILL_EXIT, Termination
 from podmortem.operator.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.settings import AgentAccessSettings
+from podmortem.reports.document import KernelRecordState
 from podmortem.reports.evidence import PodEvidence
 
 #: Where a report stands with the kernel's record of the kill (``evidence.kernelRecord.state``).
-State = Literal["attached", "pending", "not-found", "not-sought"]
-ATTACHED: Final = "attached"
-PENDING: Final = "pending"
-NOT_FOUND: Final = "not-found"
-NOT_SOUGHT: Final = "not-sought"
+State = KernelRecordState
+ATTACHED: Final = KernelRecordState.ATTACHED
+PENDING: Final = KernelRecordState.PENDING
+NOT_FOUND: Final = KernelRecordState.NOT_FOUND
+NOT_SOUGHT: Final = KernelRecordState.NOT_SOUGHT
 
 
 def worth_seeking(t: Termination, *, settings: AgentAccessSettings) -> bool:

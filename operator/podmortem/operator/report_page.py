@@ -12,7 +12,7 @@ what its reader could not read with ``kubectl logs``.
 A page costs what its log lines and its report cost, and both come from outside: the pod
 prints the lines (one may be megabytes long), and anyone who may edit the object can edit the
 report. So each shown line is clipped to `LINE_BYTES` as it is read, the report is read only
-within `stored_report`'s bounds, the page stays under ``page.PAGE_MAX_BYTES``, it is rendered in
+within `stored_bounds`' bounds, the page stays under ``page.PAGE_MAX_BYTES``, it is rendered in
 a worker thread, and each page request holds one of the log server's reader slots, as a
 ``GET /logs`` does (429 with Retry-After beyond them).
 """
@@ -26,7 +26,6 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -38,11 +37,12 @@ from podmortem.kube import api as kube_mod
 from podmortem.logs import auth, login_limits, read_pool, reading, store
 from podmortem.logs import http as log_http
 from podmortem.logs.events import GapMarker
-from podmortem.operator import jobs, report_timeline, stored_report
+from podmortem.operator import jobs, report_timeline
 from podmortem.operator.log_links import report_url
 from podmortem.operator.reporting import Reporter
-from podmortem.reports import page, stored_timeline
+from podmortem.reports import page, stored_bounds, stored_timeline
 from podmortem.reports import timeline as tl_mod
+from podmortem.reports.document import ReportDocument
 from podmortem.reports.text import shorten
 
 logger = logging.getLogger(__name__)
@@ -70,10 +70,19 @@ _MARKER = memory_line.MARKER.encode()
 
 @dataclass(frozen=True)
 class Found:
-    """A stored report and what kind of object holds it."""
+    """A stored report as stored (``?format=json`` serves it so) and what kind of object holds it."""
 
     document: dict[str, Any]
     where: str
+
+
+@dataclass(frozen=True)
+class Readable:
+    """A stored report within the bounds, read (`ReportDocument.parse`), and who asks for it."""
+
+    found: Found
+    report: ReportDocument
+    caller: str
 
 
 class Missing(Exception):
@@ -220,27 +229,25 @@ async def _take_large(
 
 
 async def log_context(
-    log_store: store.LogStore, report: Mapping[str, Any]
+    log_store: store.LogStore, report: ReportDocument
 ) -> tuple[list[page.LogLine], list[tl_mod.EpochPeak], str]:
     """The last lines up to the kill, the memory lines among the last ``SCANNED_LINES``, and a note.
 
     Lines are clipped to `LINE_BYTES` block by block as they are read: no whole long line is
     kept past the read of its block, and at most ``SHOWN_LINES`` clipped lines are held.
     """
-    pod = report.get("pod")
-    pod = pod if isinstance(pod, Mapping) else {}
-    ns, name, container = pod.get("namespace"), pod.get("name"), pod.get("container")
-    if not (isinstance(ns, str) and isinstance(name, str)):
+    pod = report.pod
+    ns, name, container = pod.namespace, pod.name, pod.container or None
+    if ns is None or name is None:
         return [], [], "the report names no pod, so no log is shown"
-    container = container if isinstance(container, str) and container else None
     try:
         inst = await log_store.find_async(namespace=ns, pod=name, container=container)
-        if pod.get("containerID") and inst.container_id and inst.container_id != pod.get("containerID"):
+        if pod.container_id and inst.container_id and inst.container_id != pod.container_id:
             inst = await log_store.find_async(namespace=ns, pod=name, container=container, previous=True)
     except (store.LogNotFound, store.ContainerRequired, ValueError) as exc:
         return [], [], f"no stored log: {shorten(str(exc), 300)}"
     # Lines up to the kill at its own resolution: all of a whole-second stamp's second, no more.
-    after = page.after_kill(pod.get("finishedAt"))
+    after = page.after_kill(pod.finished_at)
     kill_ns = (after - _EPOCH) // timedelta(microseconds=1) * 1000 - 1 if after is not None else None
     lines: collections.deque[page.LogLine] = collections.deque(maxlen=SHOWN_LINES)
     peaks: list[tuple[datetime, int, int]] = []
@@ -277,13 +284,13 @@ async def get_report(request: web.Request) -> web.StreamResponse:
     answer = await _find(request, namespace, job)
     if isinstance(answer, web.Response):
         return answer
-    found, caller = answer
     headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
     if fmt == "json":
-        return web.Response(text=json.dumps(found.document), content_type="application/json", headers=headers)
+        text = json.dumps(answer.found.document)
+        return web.Response(text=text, content_type="application/json", headers=headers)
     try:
-        with request.app[log_http.SLOTS].hold(caller):
-            doc = await _page(request, namespace, job, found)
+        with request.app[log_http.SLOTS].hold(answer.caller):
+            doc = await _page(request, namespace, job, answer.report)
     except log_http.TooManyReaders as exc:
         return web.Response(status=429, text=f"{exc}\n", headers={"Retry-After": str(exc.retry_after_s)})
     if isinstance(doc, web.Response):
@@ -294,22 +301,22 @@ async def get_report(request: web.Request) -> web.StreamResponse:
     return web.Response(body=body, content_type="text/html", charset="utf-8", headers=headers)
 
 
-async def _page(request: web.Request, namespace: str, job: str, found: Found) -> str | web.Response:
+async def _page(request: web.Request, namespace: str, job: str, report: ReportDocument) -> str | web.Response:
     """The page's HTML: the log read on the loop (a block at a time), the page made in a worker thread."""
     log_store = request.app[log_http.STORE]
     try:
-        lines, epochs, note = await log_context(log_store, found.document)
+        lines, epochs, note = await log_context(log_store, report)
     except store.StoreClosed:
         lines, epochs, note = [], [], "the log store is shutting down"
-    stored = await _stored_timeline(log_store, namespace, job, found.document)
+    stored = await _stored_timeline(log_store, namespace, job, report)
     samples, restarts, projection = (
         stored_timeline.expand(stored)
-        if stored is not None and report_timeline.belongs_to(stored, found.document)
+        if stored is not None and report_timeline.belongs_to(stored, report)
         else ([], [], None)
     )
     data = page.PageInput(
         title=f"{namespace}/{job}",
-        report=found.document,
+        report=report,
         log_lines=lines,
         log_note=note,
         epochs=epochs,
@@ -333,11 +340,11 @@ async def _page(request: web.Request, namespace: str, job: str, found: Found) ->
 
 
 async def _stored_timeline(
-    log_store: store.LogStore, namespace: str, job: str, report: dict[str, Any]
+    log_store: store.LogStore, namespace: str, job: str, report: ReportDocument
 ) -> dict[str, Any] | None:
     """The timeline filed next to the logs of the report's pod (the root cause's, for a multi-pod job)."""
-    pod = report_timeline.pod_of(report)
-    if pod is None:
+    pod = report.pod.name
+    if not pod:
         return None
     return await read_pool.run(report_timeline.load, log_store, namespace=namespace, job=job, pod=pod)
 
@@ -350,15 +357,14 @@ async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
     answer = await _find(request, namespace, job)
     if isinstance(answer, web.Response):
         return answer
-    found, _ = answer
     log_store = request.app[log_http.STORE]
-    stored = await _stored_timeline(log_store, namespace, job, found.document)
+    stored = await _stored_timeline(log_store, namespace, job, answer.report)
     svg = None
-    pod = report_timeline.pod_of(found.document)
-    if stored is not None and pod is not None:
+    pod = answer.report.pod.name
+    if stored is not None and pod:
         svg = await read_pool.run(report_timeline.read, log_store, namespace=namespace, job=job, pod=pod,
                                   name=stored_timeline.SVG_NAME)
-    if svg is None or stored is None or not report_timeline.belongs_to(stored, found.document):
+    if svg is None or stored is None or not report_timeline.belongs_to(stored, answer.report):
         return web.Response(
             status=404, text=f"no timeline of the report of {namespace}/{job} is filed in the log store\n"
         )
@@ -370,7 +376,7 @@ async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
     return web.Response(text=svg, content_type="image/svg+xml", headers=headers)
 
 
-async def _find(request: web.Request, namespace: str, job: str) -> tuple[Found, str] | web.Response:
+async def _find(request: web.Request, namespace: str, job: str) -> Readable | web.Response:
     """The job's report and the caller (as ``/logs`` counts readers) after the log server's access
     checks, or the response that refuses it."""
     try:
@@ -393,23 +399,22 @@ async def _find(request: web.Request, namespace: str, job: str) -> tuple[Found, 
     unreadable = f"the stored report of {namespace}/{job} could not be read"
     try:
         found = await request.app[FINDER].find(namespace, job)
-        stored_report.checked(found.document)
+        stored_bounds.checked(found.document)
     except Missing as exc:
         return web.Response(status=404, text=f"{exc}\n")
     except kube_mod.KubeError as exc:
         return web.Response(status=503, text=f"the Kubernetes API did not answer: {exc}\n")
-    except stored_report.Unreadable as exc:
+    except stored_bounds.Unreadable as exc:
         return web.Response(status=404, text=f"{unreadable}: {exc}\n")
     except RecursionError:  # the API's answer, parsed by the client, nested past Python's limit
         return web.Response(status=404, text=f"{unreadable}: nested deeper than Python parses\n")
     except (ValueError, TypeError) as exc:  # an answer that is no JSON object
         why = shorten(str(exc), 200)
         return web.Response(status=404, text=f"{unreadable}: {type(exc).__name__}: {why}\n")
-    pod = found.document.get("pod")
-    pod_ns = pod.get("namespace") if isinstance(pod, Mapping) else None
-    if pod_ns not in (None, namespace):  # a report never shows another namespace's pod
+    report = ReportDocument.parse(found.document)
+    if report.pod.namespace not in (None, namespace):  # a report never shows another namespace's pod
         return web.Response(status=404, text=f"the report of {namespace}/{job} names another namespace\n")
-    return found, caller
+    return Readable(found=found, report=report, caller=caller)
 
 
 def add_routes(app: web.Application, finder: ReportFinder) -> None:

@@ -25,16 +25,10 @@ from podmortem.files import read_nofollow
 from podmortem.logs.store import LogStore
 from podmortem.reports import page, stored_timeline
 from podmortem.reports import timeline as tl_mod
+from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample
 
 logger = logging.getLogger(__name__)
-
-
-def pod_of(report: Mapping[str, Any]) -> str | None:
-    """The name of the pod a stored report is about."""
-    pod = report.get("pod")
-    name = pod.get("name") if isinstance(pod, Mapping) else None
-    return name if isinstance(name, str) and name else None
 
 
 def restarts_of(t: Termination, earlier: Iterable[Termination]) -> list[datetime]:
@@ -49,7 +43,7 @@ def restarts_of(t: Termination, earlier: Iterable[Termination]) -> list[datetime
 
 
 def build(
-    report: Mapping[str, Any],
+    report: ReportDocument,
     samples: Sequence[MemorySample],
     *,
     restarts: Sequence[datetime] = (),
@@ -57,29 +51,28 @@ def build(
 ) -> tuple[dict[str, Any], str]:
     """The JSON document (naming the report's pod) and the SVG the page would draw from it."""
     doc = stored_timeline.compact(samples, restarts=restarts, projection=projection)
-    pod = report.get("pod") if isinstance(report.get("pod"), Mapping) else {}
-    assert isinstance(pod, Mapping)
-    doc["pod"] = {"namespace": pod.get("namespace"), "name": pod.get("name"), "uid": pod.get("uid")}
+    pod = report.pod
+    doc["pod"] = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
     got, got_restarts, got_projection = stored_timeline.expand(doc)
     tl, _ = page.timeline_of(
         page.PageInput(title="", report=report, samples=got, restarts=got_restarts, projection=got_projection)
     )
-    title = f"memory timeline of {pod.get('namespace')}/{pod.get('name')}"
+    title = f"memory timeline of {pod.namespace}/{pod.name}"
     return doc, tl_mod.svg(tl, title=title)
 
 
-def belongs_to(doc: Mapping[str, Any], report: Mapping[str, Any]) -> bool:
-    """The stored timeline is of the report's pod (not an earlier pod of the same name)."""
+def belongs_to(doc: Mapping[str, Any], report: ReportDocument) -> bool:
+    """The stored timeline (our own file) is of the report's pod (not an earlier pod of the same name)."""
     mine = doc.get("pod") if isinstance(doc.get("pod"), Mapping) else None
-    theirs = report.get("pod") if isinstance(report.get("pod"), Mapping) else None
-    if not isinstance(mine, Mapping) or not isinstance(theirs, Mapping):
+    if not isinstance(mine, Mapping):
         return False
-    if mine.get("uid") and theirs.get("uid"):
-        return bool(mine.get("uid") == theirs.get("uid"))
-    return bool(mine.get("name") and mine.get("name") == theirs.get("name"))
+    theirs = report.pod
+    if mine.get("uid") and theirs.uid:
+        return bool(mine.get("uid") == theirs.uid)
+    return bool(mine.get("name") and mine.get("name") == theirs.name)
 
 
-def _save(log_store: LogStore, where: tuple[str, str, str], report: Mapping[str, Any],
+def _save(log_store: LogStore, where: tuple[str, str, str], report: ReportDocument,
           samples: Sequence[MemorySample], restarts: Sequence[datetime],
           projection: tl_mod.Projection | None) -> bool:
     namespace, job, pod = where
@@ -100,7 +93,7 @@ async def save(
     namespace: str,
     job: str,
     pod: str,
-    report: Mapping[str, Any],
+    report: ReportDocument,
     samples: Sequence[MemorySample],
     restarts: Sequence[datetime] = (),
     projection: tl_mod.Projection | None = None,

@@ -33,15 +33,7 @@ from podmortem.diagnosis import job_root_cause, verdicts
 from podmortem.diagnosis.termination import Termination
 from podmortem.kube import api as kube_mod
 from podmortem.logs.store import LogStore
-from podmortem.operator import (
-    job_report,
-    kernel_record,
-    log_links,
-    metrics,
-    prometheus,
-    report_timeline,
-    stored_report,
-)
+from podmortem.operator import job_report, kernel_record, log_links, metrics, prometheus, report_timeline
 from podmortem.operator.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.annotations import FAILURE_REPORT
 from podmortem.operator.following import PodLogFacts
@@ -50,11 +42,21 @@ from podmortem.operator.jobs import Target
 from podmortem.operator.settings import OperatorSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets, WatchedTarget
+from podmortem.reports.document import (
+    Evidence,
+    KernelRecordEvidence,
+    KernelRecordState,
+    LogEvidence,
+    LogGap,
+    PodContext,
+    ReportDocument,
+    WorkingSetEvidence,
+    merge_patch,
+    with_job,
+)
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.failure import FailureReport
-from podmortem.reports.text import shorten
 from podmortem.reports.timeline import Projection
-from podmortem.reports.times import parse_time, rfc3339_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +70,8 @@ class Outcome:
 
     termination: Termination
     target: Target
-    report: FailureReport
-    document: dict[str, Any]
+    #: The report with its context, as written (and rewritten as evidence comes).
+    document: ReportDocument
     #: Seconds from seeing the termination to the report written.
     latency_s: float
     #: Where it went: "status", "annotation", "event".
@@ -85,47 +87,52 @@ class Outcome:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
-    def kernel_record_state(self) -> str:
-        """``attached``, ``pending``, ``not-found`` or ``not-sought`` (`podmortem.operator.kernel_record`)."""
-        return str(self.document["evidence"]["kernelRecord"]["state"])
+    def report(self) -> FailureReport:
+        return self.document.report
+
+    @report.setter
+    def report(self, report: FailureReport) -> None:
+        self.document.report = report
+
+    @property
+    def kernel_record_state(self) -> KernelRecordState | None:
+        return self.document.kernel_record_state
 
 
-def _ns_iso(ns: int | None) -> str | None:
-    return rfc3339_or_none(datetime.fromtimestamp(ns / 1e9, UTC)) if ns is not None else None
+def _ns_time(ns: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ns // 1_000_000_000, UTC) if ns is not None else None
 
 
-def thin(points: list[tuple[datetime, int]], *, keep: int = SERIES_POINTS) -> list[list[Any]]:
+def thin(points: list[tuple[datetime, int]], *, keep: int = SERIES_POINTS) -> list[tuple[datetime, int]]:
     """At most ``keep`` points, evenly spaced, always with the peak and the last point."""
-    if not points:
-        return []
     if len(points) > keep:
         step = len(points) / keep
         picked = {int(i * step) for i in range(keep)}
         picked.add(len(points) - 1)
         picked.add(max(range(len(points)), key=lambda i: points[i][1]))
         points = [points[i] for i in sorted(picked)]
-    return [[rfc3339_or_none(at), value] for at, value in points]
+    return list(points)
 
 
-def working_set_document(ws: prometheus.WorkingSet) -> dict[str, Any]:
-    doc: dict[str, Any] = {"source": ws.source}
+def working_set_evidence(ws: prometheus.WorkingSet, *, pending: bool = False) -> WorkingSetEvidence:
     peak = ws.peak
-    if peak is not None:
-        doc["peakBytes"] = peak[1]
-        doc["peakAt"] = rfc3339_or_none(peak[0])
-    if ws.note:
-        doc["note"] = ws.note
-    doc["points"] = thin(ws.points)
-    return doc
+    return WorkingSetEvidence(
+        source=ws.source,
+        peak_bytes=peak[1] if peak is not None else None,
+        peak_at=peak[0] if peak is not None else None,
+        note=ws.note or None,
+        points=thin(ws.points),
+        pending=pending,
+    )
 
 
-def agent_fields(evidence: PodEvidence | None) -> dict[str, Any]:
-    """The report's summary of what the agent gave."""
-    return {
-        "agent": "ok" if evidence is not None else "unavailable",
-        "kernelRecords": len(evidence.kernel_records) if evidence is not None else 0,
-        "samples": len(evidence.samples) if evidence is not None else 0,
-    }
+def with_agent(evidence: Evidence, agent: PodEvidence | None) -> Evidence:
+    """``evidence`` with the summary of what the agent gave."""
+    return evidence.model_copy(update={
+        "agent": "ok" if agent is not None else "unavailable",
+        "kernel_records": len(agent.kernel_records) if agent is not None else 0,
+        "samples": len(agent.samples) if agent is not None else 0,
+    })
 
 
 def _no_record_note(evidence: PodEvidence | None, *, waited_s: float) -> str:
@@ -249,11 +256,11 @@ class Reporter:
             log_tail=facts.last_lines(t.container) if facts is not None else (),
         )
         document = self._document(t, agent_evidence, record, errors, working_set, facts, prom_pending)
-        document["reportUrl"] = self.page_url(target)
+        document.report = report
+        document.report_url = self.page_url(target)
         outcome = Outcome(
             termination=t,
             target=target,
-            report=report,
             document=document,
             latency_s=0.0,
             last_line_ns=last_line_ns,
@@ -284,7 +291,7 @@ class Reporter:
             namespace=outcome.target.namespace,
             job=outcome.target.name,
             pod=t.pod,
-            report=outcome.report.model_dump(mode="json") | outcome.document,
+            report=outcome.document,
             samples=evidence.samples if evidence is not None else [],
             restarts=report_timeline.restarts_of(t, (o.termination for o in self.outcomes)),
             projection=self._projection(t.pod_uid),
@@ -333,64 +340,59 @@ class Reporter:
         working_set: prometheus.WorkingSet,
         facts: PodLogFacts | None,
         prom_pending: bool,
-    ) -> dict[str, Any]:
-        log: dict[str, Any] = {"location": f"{t.namespace}/{t.pod}/{t.container}"}
-        log["url"] = log_links.log_url(
-            self.log_url, namespace=t.namespace, pod=t.pod, container=t.container
-        )
+    ) -> ReportDocument:
+        url = log_links.log_url(self.log_url, namespace=t.namespace, pod=t.pod, container=t.container)
+        log = LogEvidence(location=f"{t.namespace}/{t.pod}/{t.container}", url=url)
         if facts is not None:
-            log["lastLineAt"] = _ns_iso(facts.last_line_at_ns(t.container))
-            log["lines"] = facts.lines
-            log["gaps"] = [
-                {"reason": str(g.reason), "after": _ns_iso(g.after_ts_ns), "before": _ns_iso(g.before_ts_ns)}
+            log.last_line_at = _ns_time(facts.last_line_at_ns(t.container))
+            log.lines = facts.lines
+            log.gaps = [
+                LogGap(reason=str(g.reason), after=_ns_time(g.after_ts_ns), before=_ns_time(g.before_ts_ns))
                 for g in facts.gaps
                 if g.container == t.container
             ]
-            if facts.error:
-                log["error"] = facts.error
+            log.error = facts.error or None
         else:
-            log["note"] = "the log of this pod was not followed"
-        kernel: dict[str, Any] = {"state": record}
+            log.note = "the log of this pod was not followed"
+        kernel = KernelRecordEvidence(state=record)
         if record == kernel_record.PENDING:
-            kernel["note"] = (
+            kernel.note = (
                 "the node agent had no kernel record of this kill yet; it is asked again for "
                 f"{self.settings.agent.record_wait_s:g} s and this report is updated when it comes"
             )
         elif record == kernel_record.NOT_FOUND:
-            kernel["note"] = _no_record_note(evidence, waited_s=0)
-        context = {
-            "pod": {
-                "namespace": t.namespace,
-                "name": t.pod,
-                "uid": t.pod_uid,
-                "node": t.node,
-                "container": t.container,
-                "containerID": t.container_id,
-                "exitCode": t.exit_code,
-                "reason": t.reason,
-                "podReason": t.pod_reason,
-                "podMessage": t.pod_message,
-                "startedAt": rfc3339_or_none(t.started_at),
-                "finishedAt": rfc3339_or_none(t.finished_at),
-            }
-            | ({"timeZone": t.time_zone} if t.time_zone else {}),
-            "reportedAt": kube_mod.now_rfc3339(),
-            "evidence": agent_fields(evidence)
-            | {
-                "kernelRecord": kernel,
-                "workingSet": working_set_document(working_set) | ({"pending": True} if prom_pending else {}),
-                "log": log,
-                "errors": errors,
-            },
-        }
-        return context
+            kernel.note = _no_record_note(evidence, waited_s=0)
+        return ReportDocument(
+            pod=PodContext(
+                namespace=t.namespace,
+                name=t.pod,
+                uid=t.pod_uid,
+                node=t.node,
+                container=t.container,
+                container_id=t.container_id,
+                exit_code=t.exit_code,
+                reason=t.reason,
+                pod_reason=t.pod_reason,
+                pod_message=t.pod_message,
+                started_at=t.started_at,
+                finished_at=t.finished_at,
+                time_zone=t.time_zone or None,
+            ),
+            reported_at=datetime.now(UTC),
+            evidence=with_agent(Evidence(
+                kernel_record=kernel,
+                working_set=working_set_evidence(working_set, pending=prom_pending),
+                log=log,
+                errors=errors,
+            ), evidence),
+        )
 
     def status_document(self, outcome: Outcome) -> dict[str, Any]:
         """The report with its context, trimmed to the status budget."""
-        return fit(outcome.report, outcome.document, max_bytes=self.settings.status_report_max_bytes)
+        return outcome.document.to_status(max_bytes=self.settings.status_report_max_bytes)
 
     def annotation_document(self, outcome: Outcome) -> dict[str, Any]:
-        return summary(outcome.report, outcome.document, max_bytes=self.settings.annotation_report_max_bytes)
+        return outcome.document.to_annotation(max_bytes=self.settings.annotation_report_max_bytes)
 
     def _where(self, target: Target) -> str:
         return "status.failureReport" if target.role == "trainingjob" else FAILURE_REPORT
@@ -460,10 +462,9 @@ class Reporter:
         doc = self.annotation_document(shown) if shown is not None else {}
         room = limit - _size(doc) - len(',"job":')
         if room < limit // 3 and shown is not None:
-            doc = summary(shown.report, shown.document, max_bytes=limit // 2)
+            doc = shown.document.to_annotation(max_bytes=limit // 2)
             room = limit - _size(doc) - len(',"job":')
-        doc["job"] = job_report.section(view.result, max_bytes=max(room, 0))
-        return doc
+        return with_job(doc, job_report.section(view.result, max_bytes=max(room, 0)))
 
     async def write_job(
         self, target: Target, view: JobView, *, event: str | None, outcome: Outcome | None,
@@ -547,12 +548,12 @@ class Reporter:
             ws = await prom_task
         except prometheus.PrometheusError as exc:
             metrics.EVIDENCE_FAILURES.labels(source="prometheus").inc()
-            outcome.document["evidence"]["workingSet"]["pending"] = False
-            outcome.document["evidence"]["errors"].append(str(exc))
+            outcome.document.evidence.working_set.pending = False
+            outcome.document.evidence.errors.append(str(exc))
         else:
             if not ws.points:
                 return
-            outcome.document["evidence"]["workingSet"] = working_set_document(ws)
+            outcome.document.evidence.working_set = working_set_evidence(ws)
         await self._patch(outcome, what="the Prometheus working set")
 
     def resume_pending_record(
@@ -561,17 +562,18 @@ class Reporter:
         """Finish the kernel-record follow-up of a report an earlier operator run left ``pending``.
 
         The agent is asked for what is left of ``record_wait_s`` since the report (at least once),
-        and the report is patched as if this run had written it (see `stored_report`).
+        and the report is patched as if this run had written it (`ReportDocument.parse` read it back).
         """
         status = target.role == "trainingjob"
-        document = stored_report.context(stored, status=status)
-        document["reportUrl"] = self.page_url(target)
-        reported = parse_time(document.get("reportedAt"))
+        document = ReportDocument.parse(stored)
+        document.report_url = self.page_url(target)
+        reported = document.reported_at
         elapsed = max(0.0, (datetime.now(UTC) - reported).total_seconds()) if reported is not None else 0.0
-        last_line_ns = stored_report.last_line_ns(document)
-        report = stored_report.failure_report(stored) if status else None
-        if report is None:
-            report = verdicts.diagnose_termination(
+        last_line_ns = document.last_line_ns()
+        empty = document.report.verdict is None and not document.report.findings
+        if document.form == "annotation" or empty:
+            # The summary keeps the findings' messages only: the report is made again from the pod.
+            document.report = verdicts.diagnose_termination(
                 termination=termination,
                 evidence=None,
                 last_line_ns=last_line_ns,
@@ -580,7 +582,6 @@ class Reporter:
         outcome = Outcome(
             termination=termination,
             target=target,
-            report=report,
             document=document,
             latency_s=0.0,
             last_line_ns=last_line_ns,
@@ -589,10 +590,10 @@ class Reporter:
         self.outcomes.append(outcome)
         self.by_pod.setdefault(termination.pod_uid, outcome)
         if not kernel_record.worth_seeking(termination, settings=self.settings.agent):
-            document["evidence"]["kernelRecord"] = {
-                "state": kernel_record.NOT_FOUND,
-                "note": "the operator that resumed this report after a restart has no node agent to ask",
-            }
+            document.evidence.kernel_record = KernelRecordEvidence(
+                state=kernel_record.NOT_FOUND,
+                note="the operator that resumed this report after a restart has no node agent to ask",
+            )
             # The stored findings say the record is pending; they are written again saying it is not there.
             outcome.report = verdicts.diagnose_termination(
                 termination=termination,
@@ -624,11 +625,11 @@ class Reporter:
         )
         waited = waited_before_s + time.monotonic() - began
         found = evidence is not None and bool(evidence.kernel_records)
-        ev = outcome.document["evidence"]
+        document = outcome.document
         if evidence is not None:
-            ev.update(agent_fields(evidence))
-            if outcome.agent_error is not None and outcome.agent_error in ev["errors"]:
-                ev["errors"].remove(outcome.agent_error)  # the agent answered after all
+            document.evidence = with_agent(document.evidence, evidence)
+            if outcome.agent_error is not None and outcome.agent_error in document.evidence.errors:
+                document.evidence.errors.remove(outcome.agent_error)  # the agent answered after all
             outcome.report = verdicts.diagnose_termination(
                 termination=t,
                 evidence=evidence,
@@ -636,18 +637,19 @@ class Reporter:
                 stale_after_s=self.settings.stale_log_threshold_s,
             )
         if found:
-            ev["kernelRecord"] = {"state": kernel_record.ATTACHED, "arrivedAfterS": round(waited, 1)}
+            record = KernelRecordEvidence(state=kernel_record.ATTACHED, arrived_after_s=round(waited, 1))
         else:
-            ev["kernelRecord"] = {
-                "state": kernel_record.NOT_FOUND,
-                "note": _no_record_note(evidence, waited_s=self.settings.agent.record_wait_s),
-            }
-        ev["kernelRecord"]["requests"] = asked
-        outcome.document["updatedAt"] = kube_mod.now_rfc3339()
-        metrics.KERNEL_RECORDS.labels(outcome=ev["kernelRecord"]["state"]).inc()
+            record = KernelRecordEvidence(
+                state=kernel_record.NOT_FOUND,
+                note=_no_record_note(evidence, waited_s=self.settings.agent.record_wait_s),
+            )
+        record.requests = asked
+        document.evidence.kernel_record = record
+        document.updated_at = datetime.now(UTC)
+        metrics.KERNEL_RECORDS.labels(outcome=str(record.state)).inc()
         logger.info(
             "kernel record of %s/%s (%s): %s after %.1f s, %d request(s)",
-            t.namespace, t.pod, t.container, ev["kernelRecord"]["state"], waited, asked,
+            t.namespace, t.pod, t.container, record.state, waited, asked,
         )
         if evidence is not None:
             await self._file_timeline(outcome, evidence)
@@ -721,109 +723,6 @@ def _size(doc: Mapping[str, Any]) -> int:
     return len(json.dumps(doc, separators=(",", ":")).encode())
 
 
-def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: keys gone from ``new`` become null.
-
-    A status patch merges objects key by key, so without the nulls a key of the
-    first report (a "pending" note, a trimmed field) would outlive its update.
-    """
-    patch: dict[str, Any] = {}
-    for key, value in new.items():
-        before = old.get(key)
-        if isinstance(before, Mapping) and isinstance(value, Mapping):
-            patch[key] = merge_patch(before, value)
-        else:
-            patch[key] = value
-    for key in old.keys() - new.keys():
-        patch[key] = None
-    return patch
-
-
 def _reason(verdict: str) -> str:
     """A condition/Event reason (CamelCase) from a verdict code: ``memcg-limit`` -> ``MemcgLimit``."""
     return "".join(part.capitalize() for part in verdict.replace("_", "-").split("-") if part) or "Unknown"
-
-
-def fit(report: FailureReport, context: Mapping[str, Any], *, max_bytes: int) -> dict[str, Any]:
-    """The report plus context in at most ``max_bytes`` of JSON, trimming the bulk first.
-
-    The working-set series goes first (halved until it fits), then the report's own
-    ``trimmed()`` steps. The verdict and findings' messages always stay.
-    """
-    ctx: dict[str, Any] = json.loads(json.dumps(context))
-    series = ctx.get("evidence", {}).get("workingSet", {})
-
-    def size(doc: dict[str, Any]) -> int:
-        return len(json.dumps(doc, separators=(",", ":")).encode())
-
-    doc = report.model_dump(mode="json") | ctx
-    while size(doc) > max_bytes and len(series.get("points") or []) > 2:
-        series["points"] = series["points"][::2]
-        doc = report.model_dump(mode="json") | ctx
-    if size(doc) > max_bytes:
-        budget = max_bytes - size(ctx)
-        trimmed = report.trimmed(max(budget, 0))
-        doc = trimmed.model_dump(mode="json") | ctx
-        if size(doc) > max_bytes and series.get("points"):
-            series["points"] = []
-            series["dropped"] = "series dropped to fit the report size limit"
-            doc = trimmed.model_dump(mode="json") | ctx
-    return doc
-
-
-def summary(report: FailureReport, context: Mapping[str, Any], *, max_bytes: int) -> dict[str, Any]:
-    """The annotation's JSON summary (verdict, pod, kill, findings), within ``max_bytes``."""
-    pod = dict(context.get("pod", {}))
-    evidence = context.get("evidence", {})
-    ws = evidence.get("workingSet", {})
-    doc: dict[str, Any] = {
-        "verdict": report.verdict,
-        "reportedAt": context.get("reportedAt"),
-        "pod": {
-            k: pod.get(k)
-            for k in (
-                "namespace",
-                "name",
-                "uid",
-                "node",
-                "container",
-                "containerID",
-                "exitCode",
-                "reason",
-                "podReason",
-                "finishedAt",
-                "timeZone",
-            )
-        },
-        "findings": [
-            {"code": f.code, "severity": str(f.severity), "message": f.message} for f in report.findings
-        ],
-        "kernelRecord": (evidence.get("kernelRecord") or {}).get("state"),
-        "workingSetPeakBytes": ws.get("peakBytes"),
-        "lastLogLineAt": evidence.get("log", {}).get("lastLineAt"),
-        "logUrl": evidence.get("log", {}).get("url"),
-        "reportUrl": context.get("reportUrl"),
-        "errors": list(evidence.get("errors", [])),
-    }
-    if report.kill is not None:
-        doc["kill"] = {"pid": report.kill.pid, "comm": report.kill.comm, "anonRssKb": report.kill.anon_rss_kb}
-
-    def size() -> int:
-        return len(json.dumps(doc, separators=(",", ":")).encode())
-
-    # Trim in order of least value until it fits: error detail, extra findings, long messages (each cut
-    # at a word, ending with an ellipsis: see `podmortem.reports.text`).
-    steps = (
-        lambda: doc.update(errors=[shorten(str(e), 200) for e in doc["errors"][:2]]),
-        lambda: doc.update(findings=doc["findings"][:3]),
-        lambda: [f.update(message=shorten(f["message"], 300)) for f in doc["findings"]],
-        lambda: doc.update(errors=[]),
-        lambda: doc.update(findings=doc["findings"][:1]),
-        lambda: [f.update(message=shorten(f["message"], 100)) for f in doc["findings"]],
-    )
-    for step in steps:
-        if size() <= max_bytes:
-            break
-        step()
-        doc["truncated"] = True
-    return doc

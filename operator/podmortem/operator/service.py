@@ -27,7 +27,7 @@ from podmortem.diagnosis import job_root_cause, termination
 from podmortem.kube import api as kube_mod
 from podmortem.kube import owners as kube_owners
 from podmortem.operator import annotations as opts
-from podmortem.operator import job_report, jobs, reporting, stored_report
+from podmortem.operator import job_report, jobs, reporting
 from podmortem.operator.early_warning import EarlyWarning
 from podmortem.operator.following import Following, PodLogFacts, log_status_fields
 from podmortem.operator.jobs import Target
@@ -35,6 +35,8 @@ from podmortem.operator.reporting import Reporter
 from podmortem.operator.settings import TRAININGJOB_PLURAL, OperatorSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets, WatchedTarget
+from podmortem.reports import stored_bounds
+from podmortem.reports.document import ReportDocument
 
 logger = logging.getLogger(__name__)
 
@@ -322,8 +324,9 @@ class OperatorService:
             stored = await self._stored_report(known, found)
             if stored is not None:
                 self._reported.add(found.key)
-                if stored_report.pending_record(stored):
-                    self.reporter.resume_pending_record(termination=found, target=known.target, stored=stored)
+                document, raw = stored
+                if document.pending_record:
+                    self.reporter.resume_pending_record(termination=found, target=known.target, stored=raw)
                 continue
             task = self._tasks.start(self._report(found, known, seen_at), name=f"report-{found.pod}")
             self._reporting[found.key] = task
@@ -410,28 +413,29 @@ class OperatorService:
 
     async def _stored_report(
         self, known: WatchedTarget, found: termination.Termination
-    ) -> dict[str, Any] | None:
-        """The report of this very container instance already on the target (operator restarts), or None."""
+    ) -> tuple[ReportDocument, dict[str, Any]] | None:
+        """The report of this very container instance already on the target (operator restarts), and its
+        JSON as stored; None when there is none."""
         target = known.target
         try:
             obj = await self.kube.get(target.path())
             if target.role == "trainingjob":
-                report = stored_report.checked(((obj or {}).get("status") or {}).get("failureReport") or {})
+                raw = stored_bounds.checked(((obj or {}).get("status") or {}).get("failureReport") or {})
             else:
-                raw = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(opts.FAILURE_REPORT)
-                report = stored_report.parse_annotation(raw) if raw else {}
+                text = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(opts.FAILURE_REPORT)
+                raw = stored_bounds.parse_annotation(text) if text else {}
         except (kube_mod.KubeError, ValueError, TypeError, AttributeError, RecursionError):
             # An annotation anyone can write is data: unreadable means "no report yet", never a crash.
             return None
-        pod = report.get("pod")
+        stored = ReportDocument.parse(raw)
+        pod = stored.pod
         same = (
-            isinstance(pod, Mapping)
-            and bool(pod)
-            and pod.get("uid") == found.pod_uid
-            and pod.get("containerID") == found.container_id
-            and pod.get("container") == found.container
+            pod.uid is not None
+            and pod.uid == found.pod_uid
+            and pod.container_id == found.container_id
+            and pod.container == found.container
         )
-        return dict(report) if same else None
+        return (stored, raw) if same else None
 
     async def _trainingjob_pod_status(self, known: WatchedTarget, pod: Mapping[str, Any]) -> None:
         target = known.target

@@ -1,28 +1,27 @@
 """The failure report as one HTML page a person reads: verdict, findings, timeline, kill, processes, log.
 
-Pure: a stored report (the JSON the operator writes into ``status.failureReport`` or the
+Pure: a stored report (a `ReportDocument`, read from ``status.failureReport`` or the
 ``podmortem.io/failure-report`` annotation) and what the caller could add (log lines around
 the kill, per-epoch peaks, samples) in, one self-contained HTML document out. No JavaScript,
 no external fonts, styles or scripts: it opens from a ticket attachment, on a phone and on
 paper the same. Everything that came from a pod, a log or the kernel is escaped; what the
 stored report does not hold is said on the page, never drawn from guesses. A part of the
-report of the wrong type (an edited report) reads as absent, and the page stays under
-`PAGE_MAX_BYTES` whatever the report holds.
+report of the wrong type (an edited report) was read as absent by `ReportDocument.parse`, and
+the page stays under `PAGE_MAX_BYTES` whatever the report holds.
 """
 
 from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from podmortem.reports import timeline as tl_mod
+from podmortem.reports.document import KernelRecordState, ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
-from podmortem.reports.stored_fields import kernel_record_state
 from podmortem.reports.text import shorten
 from podmortem.reports.times import parse_time
 from podmortem.reports.units import human_bytes
@@ -86,7 +85,7 @@ class PageInput:
     """What one page shows; only ``title`` and ``report`` are needed, the rest says what else is known."""
 
     title: str
-    report: Mapping[str, Any]
+    report: ReportDocument
     log_lines: list[LogLine] = field(default_factory=list)
     #: Why the log part is what it is (e.g. "the last 40 of 1,038 stored lines").
     log_note: str = ""
@@ -127,16 +126,15 @@ def _utc(at: datetime | None, zone: ZoneInfo | None = None) -> str:
     return text
 
 
-def pod_zone(report: Mapping[str, Any]) -> ZoneInfo | None:
+def pod_zone(report: ReportDocument) -> ZoneInfo | None:
     """The pod's time zone (``pod.timeZone``, from the container's ``TZ``), if known to this system.
 
     The pod sets its ``TZ``: anything but a zone this system knows (a tzdata directory such as
     ``Europe``, a path, a huge or binary string, a file that is no zone) is None, and the page
     shows UTC only. ``ZoneInfo`` raises OSError for a directory or an overlong name.
     """
-    pod = report.get("pod")
-    name = pod.get("timeZone") if isinstance(pod, Mapping) else None
-    if not isinstance(name, str) or name == "UTC" or not _ZONE_NAME.fullmatch(name):
+    name = report.pod.time_zone
+    if name is None or name == "UTC" or not _ZONE_NAME.fullmatch(name):
         return None
     try:
         return ZoneInfo(name)
@@ -144,67 +142,52 @@ def pod_zone(report: Mapping[str, Any]) -> ZoneInfo | None:
         return None
 
 
-def _list(value: object) -> list[Any]:
-    """``value`` when it is a list, else empty: a stored report's lists may have been edited."""
-    return value if isinstance(value, list) else []
-
-
-def _evidence(report: Mapping[str, Any]) -> Mapping[str, Any]:
-    ev = report.get("evidence")
-    return ev if isinstance(ev, Mapping) else {}
-
-
 def _word(value: object) -> str:
-    """A field shown as text: a string or a whole number; anything else (absent, edited) is empty."""
+    """A field shown as text: a string or a whole number; anything else (absent) is empty."""
     if isinstance(value, bool) or not isinstance(value, str | int):
         return ""
     return str(value).strip()
 
 
-def details(report: Mapping[str, Any], zone: ZoneInfo | None = None) -> list[str]:
+def details(report: ReportDocument, zone: ZoneInfo | None = None) -> list[str]:
     """The header's facts about who died and when, each only when the report knows it.
 
     A kernel record alone (``podmortem diagnose --html``) has no pod object, but its kill line
     may name the pod's uid, the container's id, the host and the time as the kernel log printed
     it: those stand in. Unknown fields are left out, not shown as empty or "unknown".
     """
-    pod = report.get("pod") if isinstance(report.get("pod"), Mapping) else {}
-    kill = report.get("kill") if isinstance(report.get("kill"), Mapping) else {}
-    assert isinstance(pod, Mapping) and isinstance(kill, Mapping)
+    pod = report.pod
+    kill = report.report.kill
     out: list[str] = []
-    namespace, name = _word(pod.get("namespace")), _word(pod.get("name"))
-    uid = _word(pod.get("uid")) or _word(kill.get("pod_uid"))
+    namespace, name = _word(pod.namespace), _word(pod.name)
+    uid = _word(pod.uid) or _word(kill.pod_uid if kill else None)
     if name:
         out.append(f"pod {namespace}/{name}" if namespace else f"pod {name}")
     elif uid:
         out.append(f"pod uid {uid}")
-    container = _word(pod.get("container"))
-    container_id = _word(pod.get("containerID")) or _word(kill.get("container_id"))
+    container = _word(pod.container)
+    container_id = _word(pod.container_id) or _word(kill.container_id if kill else None)
     if container:
         out.append(f"container {container}")
     elif container_id:  # as docker and the text output show it: the id's first 12 characters
         out.append(f"container {container_id.split('://', 1)[-1][:12]}")
-    if not name and _word(kill.get("qos")):
-        out.append(f"QoS {_word(kill.get('qos'))}")
-    if _word(pod.get("node")):
-        out.append(f"node {_word(pod.get('node'))}")
-    elif _word(kill.get("host")):
-        out.append(f"host {_word(kill.get('host'))}")
-    reason = pod.get("reason") or pod.get("podReason")
-    ended = " ".join(w for w in (_word(pod.get("exitCode")), _word(reason)) if w)
+    if not name and kill is not None and _word(kill.qos):
+        out.append(f"QoS {_word(kill.qos)}")
+    if _word(pod.node):
+        out.append(f"node {_word(pod.node)}")
+    elif kill is not None and _word(kill.host):
+        out.append(f"host {_word(kill.host)}")
+    ended = " ".join(w for w in (_word(pod.exit_code), _word(pod.ended_by())) if w)
     if ended:
         out.append(f"exit {ended}")
-    finished = parse_time(pod.get("finishedAt"))
-    monotonic = kill.get("monotonic_s")
-    if finished is not None:
-        out.append(f"ended {_utc(finished, zone)}")
-    elif _word(kill.get("time_text")):
-        out.append(f"killed {_word(kill.get('time_text'))} (as the kernel log printed it)")
-    elif isinstance(monotonic, int | float) and not isinstance(monotonic, bool):
-        out.append(f"killed {monotonic:.3f} s after boot")
-    reported = parse_time(report.get("reportedAt"))
-    if reported is not None:
-        out.append(f"reported {_utc(reported, zone)}")
+    if pod.finished_at is not None:
+        out.append(f"ended {_utc(pod.finished_at, zone)}")
+    elif kill is not None and _word(kill.time_text):
+        out.append(f"killed {_word(kill.time_text)} (as the kernel log printed it)")
+    elif kill is not None and kill.monotonic_s is not None:
+        out.append(f"killed {kill.monotonic_s:.3f} s after boot")
+    if report.reported_at is not None:
+        out.append(f"reported {_utc(report.reported_at, zone)}")
     return out
 
 
@@ -230,28 +213,25 @@ def after_kill(value: object) -> datetime | None:
 _FRACTION = re.compile(r"T\d\d:\d\d:\d\d[.,](\d+)")
 
 
-def pending_parts(report: Mapping[str, Any]) -> list[str]:
+def pending_parts(report: ReportDocument) -> list[str]:
     """The evidence still coming: the kernel record, the Prometheus series."""
     out = []
-    if kernel_record_state(report) == "pending":
+    if report.kernel_record_state == KernelRecordState.PENDING:
         out.append("the kernel's OOM record")
-    ws = _evidence(report).get("workingSet")
-    if isinstance(ws, Mapping) and ws.get("pending"):
+    if report.evidence.working_set.pending:
         out.append("the Prometheus working-set series")
     return out
 
 
-def verdict_sentence(report: Mapping[str, Any]) -> str:
+def verdict_sentence(report: ReportDocument) -> str:
     """One sentence: who died, the verdict, and the cause finding's message."""
-    pod = report.get("pod") if isinstance(report.get("pod"), Mapping) else {}
-    assert isinstance(pod, Mapping)
-    who = "/".join(str(p) for p in (pod.get("name"), pod.get("container")) if p) or "the pod"
-    verdict = report.get("verdict")
-    findings = [f for f in _list(report.get("findings")) if isinstance(f, Mapping)]
-    cause = next((f for f in findings if f.get("code") == verdict), None)
+    pod = report.pod
+    who = "/".join(p for p in (pod.name, pod.container) if p) or "the pod"
+    verdict = report.report.verdict
+    cause = report.cause()
     if cause is not None:
-        return f"{who}: {verdict}. {cause.get('message', '')}"
-    exit_code, reason = pod.get("exitCode"), pod.get("reason") or pod.get("podReason")
+        return f"{who}: {verdict}. {cause.message}"
+    exit_code, reason = pod.exit_code, pod.ended_by()
     if verdict:
         return f"{who}: {verdict} (exit {exit_code}, reason {reason})."
     return f"{who} ended with exit {exit_code}, reason {reason}; no verdict was reached."
@@ -265,9 +245,6 @@ def _process_label(p: ProcessMemory) -> str:
 def timeline_of(data: PageInput) -> tuple[tl_mod.Timeline, list[str]]:
     """The timeline from what the report and the caller hold, and notes on what it lacks."""
     report = data.report
-    ev = _evidence(report)
-    pod = report.get("pod") if isinstance(report.get("pod"), Mapping) else {}
-    assert isinstance(pod, Mapping)
     notes: list[str] = []
     tl = tl_mod.Timeline(epochs=list(data.epochs), restarts=list(data.restarts), projection=data.projection)
     if data.samples:
@@ -289,36 +266,30 @@ def timeline_of(data: PageInput) -> tuple[tl_mod.Timeline, list[str]]:
         limits = [s.limit_bytes for s in data.samples if s.limit_bytes]
         tl.limit_bytes = limits[-1] if limits else None
     else:
-        ws = ev.get("workingSet")
-        if isinstance(ws, Mapping):
-            for point in _list(ws.get("points")):
-                at = parse_time(point[0]) if isinstance(point, list) and len(point) == 2 else None
-                if at is not None and isinstance(point[1], int):
-                    tl.usage.append((at, point[1]))
-            tl.usage_source = str(ws.get("source") or "")
-            if ws.get("dropped"):
-                notes.append(str(ws["dropped"]))
-            if ws.get("note"):
-                notes.append(f"working set: {ws['note']}")
+        ws = report.evidence.working_set
+        tl.usage = list(ws.points)
+        tl.usage_source = ws.source or ""
+        if ws.dropped:
+            notes.append(ws.dropped)
+        if ws.note:
+            notes.append(f"working set: {ws.note}")
         if not tl.usage:
             notes.append("the stored report holds no memory series (no samples, no Prometheus points)")
         notes.append(
             "per-process PSS over time is not kept in a stored report (the agent's samples are not "
             "stored with it), so no process bands are drawn"
         )
-    cgroup = report.get("cgroup") if isinstance(report.get("cgroup"), Mapping) else None
-    if tl.limit_bytes is None and cgroup is not None and isinstance(cgroup.get("limit_bytes"), int):
-        tl.limit_bytes = cgroup["limit_bytes"]
+    cgroup = report.report.cgroup
+    if tl.limit_bytes is None and cgroup is not None and cgroup.limit_bytes is not None:
+        tl.limit_bytes = cgroup.limit_bytes
     if not tl.epochs:
         notes.append("no per-epoch memory lines were found in the log read for this page")
     if not data.restarts:
         notes.append("restarts before this one are not recorded in the report")
     if data.projection is None:
         notes.append("no early-warning projection is drawn on this page")
-    tl.kill_at = parse_time(pod.get("finishedAt"))
-    log = ev.get("log") if isinstance(ev.get("log"), Mapping) else {}
-    assert isinstance(log, Mapping)
-    tl.last_line_at = parse_time(log.get("lastLineAt") or report.get("lastLogLineAt"))
+    tl.kill_at = report.pod.finished_at
+    tl.last_line_at = report.evidence.log.last_line_at
     return tl, notes
 
 
@@ -330,37 +301,28 @@ def _legend(tl: tl_mod.Timeline) -> str:
     return f'<div class="legend">{items}</div>'
 
 
-def _findings(report: Mapping[str, Any]) -> str:
+def _findings(report: ReportDocument) -> str:
     out = []
-    for f in _list(report.get("findings")):
-        if not isinstance(f, Mapping):
-            continue
-        sev = str(f.get("severity") or "info")
-        sev_cls = sev if sev in ("critical", "warning", "info") else "info"
+    for f in report.report.findings:
+        sev = str(f.severity)
         parts = [
-            f'<div class="finding" data-code="{esc(f.get("code"))}">'
-            f'<span class="sev {sev_cls}">{esc(sev)}</span> '
-            f"<code>{esc(f.get('code'))}</code><p>{esc(f.get('message'))}</p>"
+            f'<div class="finding" data-code="{esc(f.code)}">'
+            f'<span class="sev {sev}">{esc(sev)}</span> '
+            f"<code>{esc(f.code)}</code><p>{esc(f.message)}</p>"
         ]
-        evidence = f.get("evidence")
-        if isinstance(evidence, Mapping) and evidence:
+        if f.evidence:
             rows = "".join(
-                f"<tr><th>{esc(k)}</th><td>{esc(_value(k, v))}</td></tr>" for k, v in evidence.items()
+                f"<tr><th>{esc(k)}</th><td>{esc(_value(k, v))}</td></tr>" for k, v in f.evidence.items()
             )
             parts.append(
                 '<details><summary>evidence</summary>'
                 f'<div class="scroll"><table>{rows}</table></div></details>'
             )
-        if f.get("action"):
-            parts.append(f'<p class="action"><b>What to do:</b> {esc(f.get("action"))}</p>')
+        if f.action:
+            parts.append(f'<p class="action"><b>What to do:</b> {esc(f.action)}</p>')
         parts.append("</div>")
         out.append("".join(parts))
     return "".join(out) or '<p class="note">no findings</p>'
-
-
-def _whole(value: object) -> int:
-    """An integer field as a number to sort by; 0 when it is not one."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _value(key: str, value: object) -> str:
@@ -371,42 +333,41 @@ def _value(key: str, value: object) -> str:
     return str(value)
 
 
-def _kernel(report: Mapping[str, Any], kernel_text: str | None) -> str:
-    state = kernel_record_state(report) or "unknown"
-    kernel = _evidence(report).get("kernelRecord")
-    note = kernel.get("note") if isinstance(kernel, Mapping) else None
-    kill = report.get("kill") if isinstance(report.get("kill"), Mapping) else None
+def _kernel(report: ReportDocument, kernel_text: str | None) -> str:
+    record = report.evidence.kernel_record
+    state = record.state or "unknown"
+    kill = report.report.kill
     rows = ""
-    if kill:
+    if kill is not None:
         rows = "".join(
             f"<tr><th>{esc(k)}</th><td>{esc(_value(k, v))}</td></tr>"
-            for k, v in kill.items()
-            if v not in (None, [], "")
+            for k, v in kill.model_dump(mode="json").items()
+            if v not in (None, [], "", False)
         )
     body = (
         f'<div class="scroll"><table>{rows}</table></div>' if rows else '<p class="note">no kill summary</p>'
     )
-    if note:
-        body = f'<p class="note">{esc(note)}</p>' + body
+    if record.note:
+        body = f'<p class="note">{esc(record.note)}</p>' + body
     if kernel_text:
         body += f"<h3>as pasted</h3><pre>{esc(kernel_text)}</pre>"
-    missing = _list(report.get("missing"))
-    if report.get("partial"):
-        body += f'<p class="note">the record was cut short; missing: {esc(", ".join(map(str, missing)))}</p>'
+    if report.report.partial:
+        missing = ", ".join(report.report.missing)
+        body += f'<p class="note">the record was cut short; missing: {esc(missing)}</p>'
     return (
         f'<details class="kernel"><summary>kernel OOM record: <b>{esc(state)}</b></summary>{body}</details>'
     )
 
 
-def _cgroup_bar(report: Mapping[str, Any]) -> str:
-    cgroup = report.get("cgroup")
-    if not isinstance(cgroup, Mapping):
+def _cgroup_bar(report: ReportDocument) -> str:
+    cgroup = report.report.cgroup
+    if cgroup is None:
         return '<p class="note">no cgroup numbers at the kill in this report</p>'
-    bd = cgroup.get("breakdown") if isinstance(cgroup.get("breakdown"), Mapping) else {}
-    assert isinstance(bd, Mapping)
-    cats = [(name, bd.get(f"{name}_bytes")) for name in ("anon", "shmem", "kernel", "file")]
-    known = [(n, v) for n, v in cats if isinstance(v, int) and v > 0]
-    limit = cgroup.get("limit_bytes") if isinstance(cgroup.get("limit_bytes"), int) else None
+    bd = cgroup.breakdown
+    cats = [("anon", bd.anon_bytes), ("shmem", bd.shmem_bytes), ("kernel", bd.kernel_bytes),
+            ("file", bd.file_bytes)] if bd is not None else []
+    known = [(n, v) for n, v in cats if v is not None and v > 0]
+    limit = cgroup.limit_bytes
     whole = max(limit or 0, sum(v for _, v in known)) or 1
     blocks = "".join(
         f'<div class="part-{n}" style="width:{v / whole * 100:.2f}%;background:{_BAR_COLOURS[n]}" '
@@ -414,40 +375,40 @@ def _cgroup_bar(report: Mapping[str, Any]) -> str:
         for n, v in known
     )
     words = ", ".join(f"{n} {human_bytes(v)}" for n, v in known) or "no breakdown"
-    head = f"cgroup <code>{esc(cgroup.get('path') or '?')}</code>"
+    head = f"cgroup <code>{esc(cgroup.path or '?')}</code>"
     if limit:
         head += f", limit {human_bytes(limit)}"
-    if isinstance(cgroup.get("usage_bytes"), int):
-        head += f", usage {human_bytes(cgroup['usage_bytes'])}"
+    if cgroup.usage_bytes is not None:
+        head += f", usage {human_bytes(cgroup.usage_bytes)}"
     legend = "".join(f'<span><i style="background:{_BAR_COLOURS[n]}"></i>{n}</span>' for n, _ in known)
     scale = "of the limit" if limit else "of the total (no limit printed)"
+    source = bd.source if bd is not None else ""
     return (
         f'<p>{head}</p><div class="bar" role="img" aria-label="{esc(words)}">{blocks}</div>'
         f'<div class="legend">{legend}</div><p class="meta">{esc(words)}; widths are shares {scale}'
-        f"{'; ' + esc(bd.get('source')) if bd.get('source') else ''}</p>"
+        f"{'; ' + esc(source) if source else ''}</p>"
     )
 
 
-def _tasks(report: Mapping[str, Any]) -> str:
-    tasks = [t for t in _list(report.get("tasks")) if isinstance(t, Mapping)]
+def _tasks(report: ReportDocument) -> str:
+    tasks = report.report.tasks
     if not tasks:
         return '<p class="note">no process table in this report</p>'
-    page = report.get("page_size_bytes") if isinstance(report.get("page_size_bytes"), int) else 4096
-    assert isinstance(page, int)
+    page = report.report.page_size_bytes
 
-    def pages(value: object) -> str:
-        return human_bytes(value * page) if isinstance(value, int) else "?"
+    def pages(value: int | None) -> str:
+        return human_bytes(value * page) if value is not None else "?"
 
     rows = []
-    for t in sorted(tasks, key=lambda t: -_whole(t.get("rss_pages"))):
-        cls = ' class="killed"' if t.get("killed") else ""
+    for t in sorted(tasks, key=lambda t: -(t.rss_pages or 0)):
+        cls = ' class="killed"' if t.killed else ""
         rows.append(
-            f"<tr{cls}><td class=n>{esc(t.get('pid'))}</td><td>{esc(t.get('name'))}</td>"
-            f"<td class=n>{pages(t.get('rss_pages'))}</td><td class=n>{pages(t.get('rss_anon_pages'))}</td>"
-            f"<td class=n>{pages(t.get('rss_file_pages'))}</td>"
-            f"<td class=n>{pages(t.get('rss_shmem_pages'))}</td>"
-            f"<td class=n>{pages(t.get('swapents_pages'))}</td><td class=n>{esc(t.get('oom_score_adj'))}</td>"
-            f"<td>{esc(t.get('sharing'))}{' · killed' if t.get('killed') else ''}</td></tr>"
+            f"<tr{cls}><td class=n>{esc(t.pid)}</td><td>{esc(t.name)}</td>"
+            f"<td class=n>{pages(t.rss_pages)}</td><td class=n>{pages(t.rss_anon_pages)}</td>"
+            f"<td class=n>{pages(t.rss_file_pages)}</td>"
+            f"<td class=n>{pages(t.rss_shmem_pages)}</td>"
+            f"<td class=n>{pages(t.swapents_pages)}</td><td class=n>{esc(t.oom_score_adj)}</td>"
+            f"<td>{esc(t.sharing)}{' · killed' if t.killed else ''}</td></tr>"
         )
     head = (
         "<tr><th>pid</th><th>name</th><th>rss</th><th>anon</th><th>file</th><th>shmem</th><th>swap</th>"
@@ -469,10 +430,8 @@ def _last_line_words(last: datetime, kill_at: datetime, kill_end: datetime | Non
 def _log(data: PageInput, kill_at: datetime | None, kill_end: datetime | None = None) -> str:
     """The last lines, the kill's row after every line up to the kill (``kill_end``: `after_kill`)."""
     kill_end = kill_end or kill_at
-    ev = _evidence(data.report)
-    log = ev.get("log") if isinstance(ev.get("log"), Mapping) else {}
-    assert isinstance(log, Mapping)
-    url = safe_url(log.get("url") or data.report.get("logUrl"))
+    log = data.report.evidence.log
+    url = safe_url(log.url)
     parts = []
     if data.log_note:
         parts.append(f'<p class="meta">{esc(data.log_note)}</p>')
@@ -493,51 +452,47 @@ def _log(data: PageInput, kill_at: datetime | None, kill_end: datetime | None = 
         parts.append(f'<div class="scroll"><table class="log">{"".join(rows)}</table></div>')
     else:
         parts.append('<p class="note">no log lines on this page</p>')
-    gaps = [g for g in _list(log.get("gaps")) if isinstance(g, Mapping)]
-    if gaps:
+    if log.gaps:
         parts.append(
             "<p>gaps in the stored log: "
             + "; ".join(
-                f"{esc(g.get('reason'))} between {esc(g.get('after'))} and {esc(g.get('before'))}"
-                for g in gaps
+                f"{esc(g.reason)} between {esc(_utc(g.after))} and {esc(_utc(g.before))}" for g in log.gaps
             )
             + "</p>"
         )
-    if log.get("note"):
-        parts.append(f'<p class="note">{esc(log.get("note"))}</p>')
+    if log.note:
+        parts.append(f'<p class="note">{esc(log.note)}</p>')
     if url:
-        lines = log.get("lines")
-        count = f" ({lines} lines stored)" if isinstance(lines, int) and not isinstance(lines, bool) else ""
+        count = f" ({log.lines} lines stored)" if log.lines is not None else ""
         parts.append(f'<p><a class="full-log" href="{url}">the full log</a>{count}</p>')
     return "".join(parts)
 
 
-def _job(report: Mapping[str, Any]) -> str:
-    job = report.get("job")
-    if not isinstance(job, Mapping):
+def _job(report: ReportDocument) -> str:
+    job = report.job
+    if job is None:
         return ""
     rows = []
-    for r in _list(job.get("rows")):
-        if not isinstance(r, Mapping):
-            continue
-        link = safe_url(r.get("logUrl"))
-        pod = f'<a href="{link}">{esc(r.get("pod"))}</a>' if link else esc(r.get("pod"))
+    for r in job.rows:
+        link = safe_url(r.log_url)
+        pod = f'<a href="{link}">{esc(r.pod)}</a>' if link else esc(r.pod)
+        ended = _utc(r.finished_at) if r.finished_at is not None else ""
         rows.append(
-            f'<tr class="role-{esc(r.get("role"))}"><td class=n>{esc(r.get("rank"))}</td><td>{pod}</td>'
-            f"<td>{esc(r.get('role'))}</td><td class=n>{esc(r.get('exitCode'))}</td>"
-            f"<td>{esc(r.get('reason'))}</td>"
-            f"<td>{esc(r.get('finishedAt'))}</td><td><code>{esc(r.get('line'))}</code></td></tr>"
+            f'<tr class="role-{esc(r.role)}"><td class=n>{esc(r.rank)}</td><td>{pod}</td>'
+            f"<td>{esc(r.role)}</td><td class=n>{esc(r.exit_code)}</td>"
+            f"<td>{esc(r.reason)}</td>"
+            f"<td>{esc(ended)}</td><td><code>{esc(r.line)}</code></td></tr>"
         )
-    root = job.get("rootCause") if isinstance(job.get("rootCause"), Mapping) else None
-    head = f"<p>{esc(job.get('pods'))} pods; "
+    root = job.root_cause
+    head = f"<p>{esc(job.pods)} pods; "
     if root is not None:
         head += (
-            f"root cause: <b>{esc(root.get('pod'))}</b> (rank {esc(root.get('rank'))}, "
-            f"{esc(root.get('verdict'))}): <code>{esc(root.get('line'))}</code>"
+            f"root cause: <b>{esc(root.pod)}</b> (rank {esc(root.rank)}, "
+            f"{esc(root.verdict)}): <code>{esc(root.line)}</code>"
         )
     head += "</p>"
-    if job.get("note"):
-        head += f'<p class="note">{esc(job.get("note"))}</p>'
+    if job.note:
+        head += f'<p class="note">{esc(job.note)}</p>'
     table = (
         '<div class="scroll"><table class="job"><tr><th>rank</th><th>pod</th><th>role</th><th>exit</th>'
         f"<th>reason</th><th>ended</th><th>line</th></tr>{''.join(rows)}</table></div>"
@@ -549,9 +504,8 @@ def render(data: PageInput, *, max_bytes: int = PAGE_MAX_BYTES) -> str:
     """The whole HTML document, at most ``max_bytes`` of UTF-8 (see `PAGE_MAX_BYTES`)."""
     report = data.report
     pending = pending_parts(report)
-    pod = report.get("pod") if isinstance(report.get("pod"), Mapping) else {}
+    pod = report.pod
     zone = pod_zone(report)
-    assert isinstance(pod, Mapping)
     title = esc(shorten(data.title, TITLE_MAX_CHARS))
     head = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
@@ -573,7 +527,7 @@ def render(data: PageInput, *, max_bytes: int = PAGE_MAX_BYTES) -> str:
             f'<p class="pending" id="pending">Evidence pending: {esc(", ".join(pending))}. '
             f"This page reloads every {REFRESH_S} s until it is in.</p>"
         )))
-    errors = [e for e in _list(_evidence(report).get("errors")) or _list(report.get("errors")) if e]
+    errors = [e for e in report.evidence.errors if e]
     if errors:
         body.append(("the failed evidence", (
             '<p class="note">evidence that failed: ' + "; ".join(esc(e) for e in errors) + "</p>"
@@ -582,10 +536,10 @@ def render(data: PageInput, *, max_bytes: int = PAGE_MAX_BYTES) -> str:
     body.append(("the findings", _findings(report)))
     body.append(("the pods of the job", _job(report)))
     body.append((None, '<h2 id="timeline">Memory timeline</h2>'))
-    kill_end = after_kill(pod.get("finishedAt"))
+    kill_end = after_kill(pod.finished_at)
     if data.no_timeline_reason:
         body.append((None, f'<p class="note" id="no-timeline">{esc(data.no_timeline_reason)}</p>'))
-        kill_at = parse_time(pod.get("finishedAt"))
+        kill_at = pod.finished_at
     else:
         tl, notes = timeline_of(data)
         kill_at = tl.kill_at
@@ -596,7 +550,7 @@ def render(data: PageInput, *, max_bytes: int = PAGE_MAX_BYTES) -> str:
                 "no per-epoch peaks), so no timeline is drawn</p>"
             )
         else:
-            drawn.append(tl_mod.svg(tl, title=f"memory of {pod.get('name') or data.title}"))
+            drawn.append(tl_mod.svg(tl, title=f"memory of {pod.name or data.title}"))
             drawn.append(_legend(tl))
         if tl.kill_at is not None and tl.last_line_at is not None:
             words = _last_line_words(tl.last_line_at, tl.kill_at, kill_end)
@@ -611,7 +565,7 @@ def render(data: PageInput, *, max_bytes: int = PAGE_MAX_BYTES) -> str:
     body.append(("the kernel record", _kernel(report, data.kernel_text)))
     body.append((None, '<h2 id="log">Log around the kill</h2>'))
     body.append(("the log", _log(data, kill_at, kill_end)))
-    dropped = _list(report.get("dropped"))
+    dropped = report.report.dropped
     if dropped:
         body.append(("what was trimmed", (
             '<p class="note">trimmed to fit: ' + "; ".join(esc(d) for d in dropped) + "</p>"

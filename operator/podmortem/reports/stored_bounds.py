@@ -1,35 +1,18 @@
-"""Reading back a report an earlier operator run wrote, to finish what it left pending.
+"""The bounds a stored report is read within, before `ReportDocument.parse` reads it.
 
-A report waits for the kernel's OOM record for ``AgentAccessSettings.record_wait_s``
-(`kernel_record`); an operator that restarts in that window would otherwise
-leave it ``pending`` for good. The new run finds the report on the target (the
-TrainingJob's ``status.failureReport``, or the ``podmortem.io/failure-report``
-annotation's summary), takes its context back, and asks the agent for the rest
-of the window.
-
-Anyone who may edit the object can edit what is stored there, so a stored report is read
-within bounds (:func:`parse_annotation`, :func:`checked`): a document too big, nested too
-deep or not a JSON object is `Unreadable`, never a RecursionError out of a handler, and
-fields of the wrong type read as absent.
+Anyone who may edit an object can edit the report stored on it (a TrainingJob's
+``status.failureReport``, the ``podmortem.io/failure-report`` annotation), and a person may hand
+``podmortem report`` any file. So a document too big, nested too deep or not a JSON object is
+`Unreadable`, never a RecursionError out of a handler or a page of any size.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from podmortem.errors import PodmortemError
-from podmortem.operator import kernel_record
-from podmortem.reports.failure import FailureReport
-from podmortem.reports.stored_fields import kernel_record_state
-from podmortem.reports.times import parse_time
-
-#: Keys of a status report that are its context, not the `FailureReport` (see ``reports.fit``).
-CONTEXT_KEYS = ("pod", "reportedAt", "updatedAt", "evidence", "reportUrl")
 
 #: Bytes of JSON a stored report may take to be read back. The operator writes at most
 #: ``--status-report-max-bytes`` (16 KiB by default, 1 MiB at most) into a status and
@@ -111,55 +94,3 @@ def checked(document: object) -> dict[str, Any]:
         if size > MAX_BYTES:
             raise Unreadable(f"over {MAX_BYTES:,} bytes of JSON, the most a stored report may take")
     return document
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _errors(value: object) -> list[str]:
-    return [e for e in value if isinstance(e, str)] if isinstance(value, list) else []
-
-
-def pending_record(stored: Mapping[str, Any]) -> bool:
-    return kernel_record_state(stored) == kernel_record.PENDING
-
-
-def context(stored: Mapping[str, Any], *, status: bool) -> dict[str, Any]:
-    """The report's context (pod, times, evidence summary), as ``Reporter`` keeps it in an outcome.
-
-    From a status report it is there whole; from an annotation's summary only what the summary
-    keeps: enough to write the summary again. A part of the wrong type (an edited report) reads
-    as absent.
-    """
-    if status:
-        doc = {key: stored[key] for key in CONTEXT_KEYS if key in stored}
-        if "pod" in doc:
-            doc["pod"] = dict(_mapping(doc["pod"]))
-        doc["evidence"] = dict(_mapping(doc.get("evidence")))
-        doc["evidence"]["errors"] = _errors(doc["evidence"].get("errors", []))
-        return doc
-    return {
-        "pod": dict(_mapping(stored.get("pod"))),
-        "reportedAt": stored.get("reportedAt"),
-        "evidence": {
-            "kernelRecord": {"state": kernel_record_state(stored)},
-            "workingSet": {"peakBytes": stored.get("workingSetPeakBytes")},
-            "log": {"lastLineAt": stored.get("lastLogLineAt"), "url": stored.get("logUrl")},
-            "errors": _errors(stored.get("errors")),
-        },
-    }
-
-
-def failure_report(stored: Mapping[str, Any]) -> FailureReport | None:
-    """The `FailureReport` of a status report (perhaps trimmed); None from a summary or when unreadable."""
-    try:
-        return FailureReport.model_validate({k: v for k, v in stored.items() if k not in CONTEXT_KEYS})
-    except ValidationError:
-        return None
-
-
-def last_line_ns(document: Mapping[str, Any]) -> int | None:
-    """The log's last line time from a report's context, in ns (whole seconds, as reports keep it)."""
-    at = parse_time(_mapping(_mapping(document.get("evidence")).get("log")).get("lastLineAt"))
-    return int(at.timestamp()) * 1_000_000_000 if at is not None else None
