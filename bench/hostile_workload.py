@@ -185,14 +185,15 @@ async def server_main(cfg: Config, work: Path) -> None:
     from aiohttp import web
 
     from podmortem import startup_gc
-    from podmortem.logs import auth, timestamps
-    from podmortem.logs import http as log_http
+    from podmortem.logs import timestamps
     from podmortem.logs.cursor import LogCursor
     from podmortem.logs.lines import LineBatch
+    from podmortem.logs.serving import auth
+    from podmortem.logs.serving import http as log_http
     from podmortem.logs.settings import HttpSettings
-    from podmortem.logs.store import LogStore, StoreSettings
-    from podmortem.operator import report_page
+    from podmortem.logs.storage.store import LogStore, StoreSettings
     from podmortem.operator.following import PodLogFacts, WatchingSink
+    from podmortem.operator.reporting import report_page
 
     startup_gc.freeze()  # as `podmortem operator` does after its imports
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from podmortem.diagnosis import job_root_cause as jrc
 from podmortem.diagnosis import training_log
-from podmortem.operator import job_report
+from podmortem.operator.reporting import job_report
 
 LOGS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "training-logs"
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)

@@ -45,11 +45,11 @@ def rss(pid: int) -> int:
 
 async def server_main(store_dir: Path, port_file: Path, *, rate: int, seconds: float, pods: int,
                       phase_file: Path, caps: int) -> None:
-    from podmortem.logs import auth, http
     from podmortem.logs.cursor import LogCursor
     from podmortem.logs.events import LogLine
+    from podmortem.logs.serving import auth, http
     from podmortem.logs.settings import HttpSettings
-    from podmortem.logs.store import LogStore, StoreSettings
+    from podmortem.logs.storage.store import LogStore, StoreSettings
 
     reviewer = auth.Reviewer(api=None, settings=auth.AuthSettings(authenticate=False, authorize=False))
     settings = HttpSettings(host="127.0.0.1", port=0, max_readers=caps, max_readers_per_caller=caps)

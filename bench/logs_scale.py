@@ -36,9 +36,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from podmortem.kube import config as kubeconfig
-from podmortem.logs import follower, kube
+from podmortem.logs import kube
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd, LogLine
+from podmortem.logs.following import follower
 from podmortem.logs.metrics import LogMetrics
 from podmortem.logs.settings import FollowSettings
 

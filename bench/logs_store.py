@@ -23,11 +23,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from podmortem.logs import reading, timestamps
+from podmortem.logs import timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
 from podmortem.logs.lines import LineBatch
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage import reading
+from podmortem.logs.storage.store import LogStore, StoreSettings
 
 
 def make_batches(n_lines: int, batch: int) -> list[tuple[list[LogLine], LogCursor]]:

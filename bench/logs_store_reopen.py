@@ -25,7 +25,7 @@ from pathlib import Path
 
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage.store import LogStore, StoreSettings
 
 BASE = 1_714_564_800 * 10**9
 LINE = b"x" * 200

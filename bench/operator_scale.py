@@ -42,11 +42,11 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from podmortem.logs.settings import FollowSettings
-from podmortem.operator import run as runtime
 
 # Everything the operator runs is imported before the baseline, so the baseline holds the code
 # and the per-pod figure holds only what running and following adds.
 from podmortem.operator.settings import AgentAccessSettings, OperatorSettings
+from podmortem.operator.watching import run as runtime
 from podmortem_demo.threads import OperatorThread
 
 CLUSTER = Path(__file__).resolve().parent / "_operator_cluster.py"

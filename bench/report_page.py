@@ -23,8 +23,8 @@ from pathlib import Path
 
 from podmortem.diagnosis import from_record
 from podmortem.kernel import oom_parser
-from podmortem.reports import page
-from podmortem.reports import timeline as tl_mod
+from podmortem.render import page
+from podmortem.reports import timeline_model as tm
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.units import GIB, MIB
@@ -103,7 +103,7 @@ def main() -> None:
     doc = report(args.pods)
     per_pod = [samples(args.samples) for _ in range(args.pods)]
     epochs = [
-        tl_mod.EpochPeak(at=T0 + timedelta(minutes=12 * e), epoch=e, peak_bytes=(20 + 2 * e) * GIB)
+        tm.EpochPeak(at=T0 + timedelta(minutes=12 * e), epoch=e, peak_bytes=(20 + 2 * e) * GIB)
         for e in range(5)
     ]
     lines = [

@@ -26,15 +26,17 @@ VIOLATIONS: dict[str, tuple[str, str]] = {
     "operator-agent-independent": ("podmortem/agent/node.py", "import podmortem.operator.settings"),
     "pure-core": ("podmortem/kernel/oom_parser.py", "import aiohttp"),
     "sidecar-standalone": ("podmortem/sidecar/sampling.py", "import podmortem.operator.settings"),
-    "kopf-in-handlers": ("podmortem/operator/service.py", "import kopf"),
+    "kopf-in-handlers": ("podmortem/operator/watching/service.py", "import kopf"),
     "kubernetes-asyncio-in-kube": ("podmortem/diagnosis/verdicts.py", "import kubernetes_asyncio"),
     "product-without-demo": ("podmortem/cli/diagnose.py", "import podmortem_demo"),
     "runtime-standalone": ("podmortem_runtime/__init__.py", "import aiohttp"),
-    "logs-following-apart-from-the-store": ("podmortem/logs/follower.py", "import podmortem.logs.store"),
-    "logs-store-apart-from-following": ("podmortem/logs/store.py", "import podmortem.logs.follower"),
+    "logs-following-apart-from-the-store": (
+        "podmortem/logs/following/follower.py", "import podmortem.logs.storage.store"),
+    "logs-store-apart-from-following": (
+        "podmortem/logs/storage/store.py", "import podmortem.logs.following.follower"),
     "operator-reporting-below-watching": (
-        "podmortem/operator/reporting.py", "import podmortem.operator.service"),
-    "report-models-without-renderers": ("podmortem/reports/failure.py", "import podmortem.reports.page"),
+        "podmortem/operator/reporting/reporter.py", "import podmortem.operator.watching.service"),
+    "report-models-without-renderers": ("podmortem/reports/failure.py", "import podmortem.render.page"),
 }
 
 

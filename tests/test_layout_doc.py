@@ -2,9 +2,9 @@
 
 Every ``*.py`` file under ``operator/`` and ``runtime_patch/`` is a module: ``x/y.py`` is ``x.y``,
 and a package's ``__init__.py`` stands for the package itself (``x/__init__.py`` is ``x``). A
-module counts as named when the page has its dotted name (``podmortem.logs.store``) or its path
-from the repository root (``operator/podmortem/logs/store.py``) as a whole word: a longer name it
-begins (``podmortem.logs`` inside ``podmortem.logs.store``) does not count.
+module counts as named when the page has its dotted name (``podmortem.logs.storage.store``) or its path
+from the repository root (``operator/podmortem/logs/storage/store.py``) as a whole word: a longer name it
+begins (``podmortem.logs`` inside ``podmortem.logs.storage.store``) does not count.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def named(text: str, name: str) -> bool:
 
 
 def test_named_matches_whole_dotted_names_only() -> None:
-    text = "`podmortem.logs.store` and operator/podmortem/cli/main.py, then podmortem.kube."
-    assert named(text, "podmortem.logs.store")
+    text = "`podmortem.logs.storage.store` and operator/podmortem/cli/main.py, then podmortem.kube."
+    assert named(text, "podmortem.logs.storage.store")
     assert not named(text, "podmortem.logs")
     assert not named(text, "podmortem.logs.st")
     assert named(text, "operator/podmortem/cli/main.py")
@@ -52,7 +52,7 @@ def test_named_matches_whole_dotted_names_only() -> None:
 def test_modules_are_found() -> None:
     found = modules()
     assert found["podmortem"] == "operator/podmortem/__init__.py"
-    assert found["podmortem.logs.store"] == "operator/podmortem/logs/store.py"
+    assert found["podmortem.logs.storage.store"] == "operator/podmortem/logs/storage/store.py"
     assert found["podmortem_demo.emulated"] == "operator/podmortem_demo/emulated/__init__.py"
     assert found["podmortem_runtime.val_loader"] == "runtime_patch/podmortem_runtime/val_loader.py"
 

@@ -42,7 +42,7 @@ from podmortem_demo.emulated.tls import Pki
 from podmortem_demo.threads import LoopThread, OperatorThread, wait_for
 
 if TYPE_CHECKING:
-    from podmortem.operator import run as runtime
+    from podmortem.operator.watching import run as runtime
 
 T = TypeVar("T")
 NODE = "node-a"

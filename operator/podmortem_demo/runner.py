@@ -41,12 +41,13 @@ import kmock
 from podmortem import memory_line, quantity
 from podmortem.agent.settings import AgentSettings as NodeAgentSettings
 from podmortem.errors import PodmortemError
-from podmortem.logs import reading
 from podmortem.logs.events import LogLine
 from podmortem.logs.settings import FollowSettings
-from podmortem.logs.store import LogNotFound, LogStore
+from podmortem.logs.storage import reading
+from podmortem.logs.storage.store import LogNotFound, LogStore
 from podmortem.memory_line.status import peak_of_limit, short_size
-from podmortem.operator import jobs, kernel_record
+from podmortem.operator import jobs
+from podmortem.operator.reporting import kernel_record
 from podmortem.operator.settings import (
     TRAININGJOB_GROUP,
     TRAININGJOB_KIND,

@@ -23,7 +23,7 @@ from podmortem.logs.settings import FollowSettings
 from podmortem.operator.settings import OperatorSettings
 
 if TYPE_CHECKING:
-    from podmortem.operator import run as runtime
+    from podmortem.operator.watching import run as runtime
 
 T = TypeVar("T")
 
@@ -145,7 +145,7 @@ class OperatorThread:
 
     def _main(self) -> None:
         from podmortem.kube.config import ClusterAccess
-        from podmortem.operator import run as runtime
+        from podmortem.operator.watching import run as runtime
 
         try:
             with asyncio.Runner() as runner:

@@ -18,7 +18,7 @@ import pytest
 from tests.cli import entrypoints as ep
 from tests.cli.entrypoints import Process
 
-from podmortem.logs.http import STOPPING_MARKER
+from podmortem.logs.serving.http import STOPPING_MARKER
 from podmortem_demo.emulated.tls import Pki, make_pki
 from podmortem_demo.harness import Harness, harness, run_pod
 

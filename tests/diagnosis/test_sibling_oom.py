@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from podmortem.diagnosis import job_root_cause, termination, verdicts
-from podmortem.operator import job_report
+from podmortem.operator.reporting import job_report
 
 #: A trainer's last words when the data proxy beside it dies (a reset connection, then the traceback).
 TRAINER_TAIL = [

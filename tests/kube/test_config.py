@@ -18,7 +18,7 @@ import yaml
 from aiohttp import web
 
 from podmortem.kube import config as kubeconfig
-from podmortem.logs import pod_log_api
+from podmortem.logs.following import pod_log_api
 from podmortem.logs.settings import FollowSettings
 
 pytest.importorskip("cryptography")

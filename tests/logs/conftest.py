@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from podmortem.logs import metrics
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd, LogLine
-from podmortem.logs.pod_log_api import PodLogApi
+from podmortem.logs.following.pod_log_api import PodLogApi
 from podmortem.logs.settings import FollowSettings
 from podmortem_demo.emulated import PodLogsApi, running_cluster
 

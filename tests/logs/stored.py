@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from podmortem.logs import reading
 from podmortem.logs.events import GapMarker, LogEnd, LogLine
-from podmortem.logs.store import LogStore
+from podmortem.logs.storage import reading
+from podmortem.logs.storage.store import LogStore
 
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ import pytest
 from tests.cli.entrypoints import free_port
 
 from podmortem.logs.events import EndReason
-from podmortem.logs.store import LogStore
+from podmortem.logs.storage.store import LogStore
 from podmortem_demo.emulated import Pod, PodLogsApi, awkward_text, faults, kubeconfig_for
 
 from .exactly_once import check

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from aiohttp import test_utils
 
-from podmortem.logs import auth, http, timestamps
+from podmortem.logs import timestamps
 from podmortem.logs.events import EndReason, GapMarker, LogLine
-from podmortem.logs.follower import follow_pod
+from podmortem.logs.following.follower import follow_pod
+from podmortem.logs.following.pod_log_api import PodLogApi
 from podmortem.logs.metrics import LogMetrics
-from podmortem.logs.pod_log_api import PodLogApi
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.serving import auth, http
+from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem_demo.emulated import Container, PodLogsApi, awkward_text, faults
 
 from .conftest import FAST

@@ -27,9 +27,9 @@ from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
 from podmortem.logs.events import EndReason
-from podmortem.logs.follower import follow_pod
+from podmortem.logs.following.follower import follow_pod
+from podmortem.logs.following.pod_log_api import PodLogApi
 from podmortem.logs.metrics import LogMetrics
-from podmortem.logs.pod_log_api import PodLogApi
 from podmortem.logs.settings import FollowSettings
 from podmortem_demo.emulated import awkward_text, faults, plain_text, repetitive_text, running_cluster
 

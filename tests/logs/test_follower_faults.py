@@ -8,9 +8,9 @@ import pytest
 
 from podmortem.logs import errors
 from podmortem.logs.events import EndReason, GapReason
-from podmortem.logs.follower import follow_pod
+from podmortem.logs.following.follower import follow_pod
+from podmortem.logs.following.pod_log_api import PodLogApi
 from podmortem.logs.metrics import LogMetrics
-from podmortem.logs.pod_log_api import PodLogApi
 from podmortem_demo.emulated import PodLogsApi, awkward_text, faults
 
 from .conftest import FAST, RecordingSink

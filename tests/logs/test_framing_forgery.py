@@ -21,11 +21,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podmortem.logs import quarantine, reading, segments
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogEnd, LogLine
 from podmortem.logs.lines import LineBatch
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage import quarantine, reading, segments
+from podmortem.logs.storage.store import LogStore, StoreSettings
 
 from .stored import run_sync
 

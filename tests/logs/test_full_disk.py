@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from tests.full_volume import fill, tmpfs
 
-from podmortem.logs import reading
 from podmortem.logs.events import GapMarker, GapReason, LogLine
-from podmortem.logs.pod_log_api import PodLogApi
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.following.pod_log_api import PodLogApi
+from podmortem.logs.storage import reading
+from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem.operator.following import Following, PodLogFacts
 from podmortem_demo.emulated import PodLogsApi, plain_text
 
@@ -174,9 +174,9 @@ async def test_a_follower_that_stopped_on_an_error_is_started_again(
 
 async def test_a_store_budget_frees_finished_logs_before_the_emptydir_limit(tmp_path: Path) -> None:
     """An emptyDir's sizeLimit evicts the pod instead of failing writes: the store keeps under its budget."""
-    from podmortem.logs import retention
     from podmortem.logs.cursor import LogCursor
     from podmortem.logs.events import EndReason, LogEnd
+    from podmortem.logs.storage import retention
 
     budget = 256 << 10
     settings = StoreSettings(fsync_interval_s=None, segment_bytes=8192, max_store_bytes=budget)

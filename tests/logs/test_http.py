@@ -13,10 +13,11 @@ import pytest
 from aiohttp import test_utils
 from kubernetes_asyncio import client as k8s
 
-from podmortem.logs import auth, http, timestamps
+from podmortem.logs import timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd, LogLine
-from podmortem.logs.store import LogStore, PodLogSink, StoreSettings
+from podmortem.logs.serving import auth, http
+from podmortem.logs.storage.store import LogStore, PodLogSink, StoreSettings
 
 BASE = 1_714_564_800 * 10**9
 TOKENS = "POST /apis/authentication.k8s.io/v1/tokenreviews"

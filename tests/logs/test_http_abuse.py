@@ -21,10 +21,10 @@ from kubernetes_asyncio import client as k8s
 from tests.logs import test_http as base
 from tests.logs.test_http import SARS, TOKENS, access_review, token_review, write
 
-from podmortem.logs import auth, http
 from podmortem.logs.cursor import LogCursor
+from podmortem.logs.serving import auth, http
 from podmortem.logs.settings import HttpSettings
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem_demo.emulated.tls import make_pki
 
 api = base.api  # the bare emulated API of the access-review tests

@@ -14,9 +14,9 @@ import random
 from typing import Any
 
 from podmortem.logs.events import EndReason
-from podmortem.logs.follower import follow_pod
+from podmortem.logs.following.follower import follow_pod
+from podmortem.logs.following.pod_log_api import PodLogApi
 from podmortem.logs.metrics import LogMetrics
-from podmortem.logs.pod_log_api import PodLogApi
 from podmortem_demo.emulated import PodLogsApi
 
 from .conftest import FAST, RecordingSink

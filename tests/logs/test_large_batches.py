@@ -17,10 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podmortem.logs import reading, timestamps
+from podmortem.logs import timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage import reading
+from podmortem.logs.storage.store import LogStore, StoreSettings
 
 from .stored import run_sync
 from .test_framing_forgery import raw_batch

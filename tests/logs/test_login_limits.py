@@ -19,11 +19,11 @@ from kubernetes_asyncio import client as k8s
 from tests.logs import test_http as base
 from tests.logs.test_http import SARS, TOKENS, access_review, write
 
-from podmortem.logs import auth, http, login_limits
 from podmortem.logs.cursor import LogCursor
-from podmortem.logs.login_limits import LoginLimits
+from podmortem.logs.serving import auth, http, login_limits
+from podmortem.logs.serving.login_limits import LoginLimits
 from podmortem.logs.settings import HttpSettings
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage.store import LogStore, StoreSettings
 
 api = base.api
 api_client = base.api_client

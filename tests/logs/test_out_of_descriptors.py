@@ -20,8 +20,8 @@ import aiohttp
 import pytest
 
 from podmortem import open_files
-from podmortem.logs.pod_log_api import PodLogApi
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.following.pod_log_api import PodLogApi
+from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem.operator import metrics
 from podmortem.operator.following import Following
 from podmortem_demo.emulated import PodLogsApi, plain_text

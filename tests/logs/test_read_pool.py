@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from podmortem.logs import read_pool
-from podmortem.logs.read_pool import ReadPool
+from podmortem.logs.storage import read_pool
+from podmortem.logs.storage.read_pool import ReadPool
 
 from .stored import run_sync
 

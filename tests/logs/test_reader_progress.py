@@ -16,10 +16,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podmortem.logs import reading
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
-from podmortem.logs.store import Instance, LogStore, StoreSettings
+from podmortem.logs.storage import reading
+from podmortem.logs.storage.store import Instance, LogStore, StoreSettings
 
 from .stored import run_sync, until
 
@@ -101,7 +101,7 @@ async def test_damage_in_the_first_batch_is_told_as_damage_not_retention(tmp_pat
     assert not [i for i in items if isinstance(i, reading.RetentionCut)]
     damage = [i for i in items if isinstance(i, reading.Damaged)]
     assert len(damage) == 1 and damage[0].lines == 100 and damage[0].why == "corrupt"
-    from podmortem.logs import http
+    from podmortem.logs.serving import http
 
     assert b"(corrupt, 100 lines)" in http.render_text(damage[0], with_timestamps=False)
     assert len(texts(items)) == 200

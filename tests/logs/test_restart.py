@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from podmortem.logs.events import EndReason
-from podmortem.logs.follower import follow_pod
+from podmortem.logs.following.follower import follow_pod
+from podmortem.logs.following.pod_log_api import PodLogApi
 from podmortem.logs.metrics import LogMetrics
-from podmortem.logs.pod_log_api import PodLogApi
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem_demo.emulated import PodLogsApi, awkward_text, faults
 
 from .conftest import FAST

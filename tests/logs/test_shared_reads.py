@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from podmortem.logs import reading
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage import reading
+from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem.logs.wakeup import Wakeup
 
 BASE = 1_700_000_000_000_000_000

@@ -15,8 +15,9 @@ from aiohttp import test_utils
 from hypothesis import given
 from hypothesis import strategies as st
 
-from podmortem.logs import auth, http, timestamps
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs import timestamps
+from podmortem.logs.serving import auth, http
+from podmortem.logs.storage.store import LogStore, StoreSettings
 
 NOW = 1_714_564_800 * 10**9
 

@@ -10,9 +10,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from podmortem.logs import timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, GapReason, LogLine
+from podmortem.logs.following.sinks import StdoutSink
 from podmortem.logs.lines import LineBatch
 from podmortem.logs.metrics import StoreCollector
-from podmortem.logs.sinks import StdoutSink
 
 BASE = 1_714_560_000 * timestamps.NS_PER_SECOND
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.logs import quarantine, reading, segments, store
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd, LogLine
 from podmortem.logs.lines import LineBatch
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage import quarantine, reading, segments, store
+from podmortem.logs.storage.store import LogStore, StoreSettings
 
 BASE = 1_714_564_800 * 10**9
 NO_FSYNC = StoreSettings(fsync_interval_s=None)
@@ -161,7 +161,7 @@ async def test_killed_writer_process_loses_nothing_acknowledged(tmp_path: Path) 
     """A real kill -9 of a writing process: the reopened cursor equals the lines on disk."""
     script = f"""
 import asyncio, sys
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
 async def main():

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from podmortem.logs import segments
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, GapReason, LogLine
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage import segments
+from podmortem.logs.storage.store import LogStore, StoreSettings
 
 BASE = 1_714_564_800 * 10**9
 

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podmortem.logs import quarantine, reading, segments
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage import quarantine, reading, segments
+from podmortem.logs.storage.store import LogStore, StoreSettings
 
 from .stored import run_sync
 

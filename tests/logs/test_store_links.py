@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.logs import reading
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
-from podmortem.logs.retention import RetentionSettings
-from podmortem.logs.store import LogNotFound, LogStore, StoreSettings
+from podmortem.logs.storage import reading
+from podmortem.logs.storage.retention import RetentionSettings
+from podmortem.logs.storage.store import LogNotFound, LogStore, StoreSettings
 
 BASE = 1_700_000_000_000_000_000
 NO_FSYNC = StoreSettings(fsync_interval_s=None)

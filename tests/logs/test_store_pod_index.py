@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from podmortem.logs import reading
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
-from podmortem.logs.store import LogNotFound, LogStore, StoreSettings
+from podmortem.logs.storage import reading
+from podmortem.logs.storage.store import LogNotFound, LogStore, StoreSettings
 
 BASE = 1_714_564_800 * 10**9
 NO_FSYNC = StoreSettings(fsync_interval_s=None)

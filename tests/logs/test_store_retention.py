@@ -6,10 +6,10 @@ import os
 import time
 from pathlib import Path
 
-from podmortem.logs import reading, retention
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, LogEnd, LogLine
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage import reading, retention
+from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem.reports import stored_timeline
 
 BASE = 1_714_564_800 * 10**9

@@ -11,10 +11,10 @@ import pytest
 from aiohttp import web
 from tests.logs.test_http import write
 
-from podmortem.logs import auth, http
 from podmortem.logs.cursor import LogCursor
+from podmortem.logs.serving import auth, http
 from podmortem.logs.settings import HttpSettings
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem.logs.tls import ServerCertificate
 from podmortem_demo.emulated.tls import Pki, make_pki
 

@@ -9,7 +9,7 @@ import kmock
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from podmortem.logs.store import LogStore, StoreSettings
+from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem_demo.harness import Harness, harness
 
 

@@ -16,10 +16,10 @@ from kubernetes_asyncio import client as k8s
 from tests.logs.test_http import write
 
 from podmortem.kube import api as kube_mod
-from podmortem.logs import auth, http
 from podmortem.logs.cursor import LogCursor
-from podmortem.logs.store import LogStore
-from podmortem.operator import report_page
+from podmortem.logs.serving import auth, http
+from podmortem.logs.storage.store import LogStore
+from podmortem.operator.reporting import report_page
 from podmortem.reports import stored_bounds
 from podmortem.reports.document import ReportDocument
 

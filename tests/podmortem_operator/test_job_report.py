@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.diagnosis import job_root_cause as jrc
-from podmortem.operator import job_report
+from podmortem.operator.reporting import job_report
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "training-logs"
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)

@@ -20,11 +20,11 @@ import aiohttp
 
 from podmortem.diagnosis.termination import Termination
 from podmortem.kernel import oom_parser
-from podmortem.operator import kernel_record
-from podmortem.operator.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.annotations import FAILURE_REPORT, WatchOptions
 from podmortem.operator.jobs import Target
-from podmortem.operator.reporting import Reporter
+from podmortem.operator.reporting import kernel_record
+from podmortem.operator.reporting.agent_client import AgentClient, AgentUnavailable
+from podmortem.operator.reporting.reporter import Reporter
 from podmortem.operator.settings import AgentAccessSettings, OperatorSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets

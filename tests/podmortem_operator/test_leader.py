@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from podmortem.operator import leadership as leader
-from podmortem.operator.leadership import Action
 from podmortem.operator.log_links import log_url
 from podmortem.operator.settings import LeaderElectionSettings
+from podmortem.operator.watching import leadership as leader
+from podmortem.operator.watching.leadership import Action
 
 WALL = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 

@@ -15,8 +15,8 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from podmortem.kube import api as kube_mod
-from podmortem.operator.leadership import Elector
 from podmortem.operator.settings import LeaderElectionSettings
+from podmortem.operator.watching.leadership import Elector
 from podmortem_demo.harness import Harness, harness
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/podmortem/leases/podmortem-operator"

@@ -17,7 +17,7 @@ import pytest
 from tests.cli.entrypoints import free_port
 
 from podmortem.kernel import oom_parser
-from podmortem.logs.retention import JOB_OVERRIDE
+from podmortem.logs.storage.retention import JOB_OVERRIDE
 from podmortem.operator.settings import PrometheusSettings
 from podmortem.reports.evidence import PodEvidence
 from podmortem_demo import harness as harness_mod

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from podmortem.operator import prometheus
+from podmortem.operator.reporting import prometheus
 from podmortem.operator.settings import PrometheusSettings
 
 START = datetime(2026, 5, 1, 0, 0, tzinfo=UTC)

@@ -26,7 +26,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from tests.cli.entrypoints import free_port
 
-from podmortem.operator import prometheus
+from podmortem.operator.reporting import prometheus
 from podmortem.operator.settings import PrometheusSettings
 
 PROMETHEUS = shutil.which("prometheus")

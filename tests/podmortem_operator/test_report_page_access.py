@@ -13,9 +13,9 @@ from aiohttp import test_utils
 from kubernetes_asyncio import client as k8s
 from tests.logs.test_http import SARS, TOKENS, access_review, token_review
 
-from podmortem.logs import auth, http
-from podmortem.logs.store import LogStore
-from podmortem.operator import report_page, report_timeline
+from podmortem.logs.serving import auth, http
+from podmortem.logs.storage.store import LogStore
+from podmortem.operator.reporting import report_page, report_timeline
 from podmortem.reports import stored_timeline
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory

@@ -16,11 +16,11 @@ import pytest
 from aiohttp import test_utils
 from tests.logs.test_http import write
 
-from podmortem.logs import auth, http
 from podmortem.logs.cursor import LogCursor
-from podmortem.logs.store import LogStore
-from podmortem.operator import report_page
-from podmortem.reports import page
+from podmortem.logs.serving import auth, http
+from podmortem.logs.storage.store import LogStore
+from podmortem.operator.reporting import report_page
+from podmortem.render import page
 from podmortem.reports.document import ReportDocument
 
 from .test_report_page_access import REPORT, Foreign

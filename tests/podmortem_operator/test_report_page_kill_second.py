@@ -16,9 +16,9 @@ import pytest
 
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
-from podmortem.logs.store import LogStore, StoreSettings
-from podmortem.operator import report_page
-from podmortem.reports import page
+from podmortem.logs.storage.store import LogStore, StoreSettings
+from podmortem.operator.reporting import report_page
+from podmortem.render import page
 from podmortem.reports.document import ReportDocument
 
 KILL_SECOND = int(datetime(2024, 5, 1, 12, 0, 3, tzinfo=UTC).timestamp()) * 10**9

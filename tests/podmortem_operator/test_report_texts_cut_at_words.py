@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from podmortem.diagnosis import job_root_cause as jrc
-from podmortem.operator import job_report
+from podmortem.operator.reporting import job_report
 from podmortem.reports.document import Evidence, PodContext, ReportDocument
 from podmortem.reports.failure import FailureReport
 from podmortem.reports.findings import Finding, Severity

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from podmortem.diagnosis.termination import Termination
-from podmortem.logs.store import LogStore, StoreSettings
-from podmortem.operator import report_timeline
+from podmortem.logs.storage.store import LogStore, StoreSettings
+from podmortem.operator.reporting import report_timeline
 from podmortem.reports import stored_timeline
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from podmortem.reports import page
+from podmortem.render import page
 from podmortem.reports.document import ReportDocument
 
 from .test_page import stored_report

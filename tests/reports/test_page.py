@@ -11,7 +11,7 @@ from typing import Any
 
 from podmortem.diagnosis import from_record
 from podmortem.kernel import oom_parser
-from podmortem.reports import page, timeline
+from podmortem.render import page, timeline
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.units import GIB, MIB

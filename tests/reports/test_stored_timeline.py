@@ -6,10 +6,11 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from podmortem.reports import page, stored_timeline, times
+from podmortem.render import page
+from podmortem.reports import stored_timeline, times
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
-from podmortem.reports.timeline import Projection
+from podmortem.reports.timeline_model import Projection
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 MIB = 2**20

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from podmortem.reports import page
+from podmortem.render import page
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.text import ELLIPSIS, shorten
 

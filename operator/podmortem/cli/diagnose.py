@@ -213,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _html(reports: list[FailureReport], label: str) -> int:
-    from podmortem.reports import page
+    from podmortem.render import page
     from podmortem.reports.document import Evidence, KernelRecordEvidence, KernelRecordState, ReportDocument
 
     if len(reports) > 1:

@@ -431,7 +431,7 @@ def run(inputs: Inputs, args: argparse.Namespace) -> int:
         unused.append(("--exit-code", "not used: the pod status gives the exit code"))
     job: JobSection | None = None
     if len({id(c.source) for c in cases}) > 1:
-        from podmortem.operator import job_report
+        from podmortem.operator.reporting import job_report
 
         result = job_root_cause.root_cause(offline.first_failures(cases))
         job = job_report.section(result, max_bytes=JOB_SECTION_MAX_BYTES)

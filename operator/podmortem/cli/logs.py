@@ -168,7 +168,7 @@ def _one_line(exc: BaseException) -> str:
 @contextlib.asynccontextmanager
 async def _transport(access: ClusterAccess) -> AsyncIterator[Any]:
     """Plain aiohttp for the usual kubeconfigs; kubernetes_asyncio's client for auth plugins."""
-    from podmortem.logs import pod_log_api
+    from podmortem.logs.following import pod_log_api
 
     if not access.plugin:
         async with pod_log_api.SessionTransport(access) as transport:
@@ -183,9 +183,10 @@ async def _transport(access: ClusterAccess) -> AsyncIterator[Any]:
 
 
 async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
-    from podmortem.logs import errors, follower, pod_log_api, podstate
+    from podmortem.logs import errors
     from podmortem.logs.events import EndReason
-    from podmortem.logs.sinks import StdoutSink, TeeSink
+    from podmortem.logs.following import follower, pod_log_api, podstate
+    from podmortem.logs.following.sinks import StdoutSink, TeeSink
 
     settings = follow_settings(args)
     namespace = o.Values(args).optional(NAMESPACE) or access.namespace or "default"
@@ -210,7 +211,7 @@ async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
         printer.prefix = len(containers) > 1
         sink: Any = printer
         if args.store:
-            from podmortem.logs import store as store_module
+            from podmortem.logs.storage import store as store_module
 
             log_store = await stack.enter_async_context(store_module.LogStore(args.store))
             sink = TeeSink(log_store.sink(namespace=namespace, pod=args.pod), printer)

@@ -412,7 +412,7 @@ def run(args: argparse.Namespace) -> int:
 
     from podmortem import open_files, startup_gc
     from podmortem.kube import config as kube_config
-    from podmortem.operator import run as runtime
+    from podmortem.operator.watching import run as runtime
 
     logging.basicConfig(
         level=level.upper(),

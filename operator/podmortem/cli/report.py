@@ -145,7 +145,8 @@ def read_from_api(args: argparse.Namespace) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
-    from podmortem.reports import page, stored_bounds
+    from podmortem.render import page
+    from podmortem.reports import stored_bounds
     from podmortem.reports.document import ReportDocument
 
     source = args.json_file or args.from_status

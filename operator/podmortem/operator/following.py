@@ -1,6 +1,6 @@
 """One log-following task per followed pod, and a look at every line as it passes into the store.
 
-The follower (``podmortem.logs.follower``) does the hard part: no line lost or
+The follower (``podmortem.logs.following.follower``) does the hard part: no line lost or
 repeated. This module decides which pods are followed, starts and stops their
 tasks, and wraps the store's sink so that the operator sees the last line's
 time and every per-epoch memory line on the way, without a second read.
@@ -21,13 +21,13 @@ from typing import Any
 
 from podmortem import memory_line, open_files
 from podmortem.logs import errors as log_errors
-from podmortem.logs import follower
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd
+from podmortem.logs.following import follower
+from podmortem.logs.following.pod_log_api import PodLogApi
+from podmortem.logs.following.sinks import LogSink
 from podmortem.logs.lines import LineBatch
-from podmortem.logs.pod_log_api import PodLogApi
 from podmortem.logs.settings import FollowSettings
-from podmortem.logs.sinks import LogSink
 from podmortem.operator import log_links, metrics
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 One object, built before the services that read it (the store's sink, the early warning, the
 service), so none of them reaches into another for it. The kopf handlers change it only through
-`podmortem.operator.service.OperatorService`.
+`podmortem.operator.watching.service.OperatorService`.
 """
 
 from __future__ import annotations

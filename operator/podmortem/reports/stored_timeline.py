@@ -20,7 +20,7 @@ from typing import Any
 
 from podmortem.files import write_json_atomic, write_text_atomic
 from podmortem.reports.memory import MemorySample, ProcessMemory
-from podmortem.reports.timeline import Projection
+from podmortem.reports.timeline_model import Projection
 from podmortem.reports.times import rfc3339
 
 MAX_POINTS = 360

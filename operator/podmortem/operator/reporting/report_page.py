@@ -34,14 +34,17 @@ from aiohttp import web
 
 from podmortem import memory_line
 from podmortem.kube import api as kube_mod
-from podmortem.logs import auth, login_limits, read_pool, reading, store
-from podmortem.logs import http as log_http
 from podmortem.logs.events import GapMarker
-from podmortem.operator import jobs, report_timeline
+from podmortem.logs.serving import auth, login_limits
+from podmortem.logs.serving import http as log_http
+from podmortem.logs.storage import read_pool, reading, store
+from podmortem.operator import jobs
 from podmortem.operator.log_links import report_url
-from podmortem.operator.reporting import Reporter
-from podmortem.reports import page, stored_bounds, stored_timeline
-from podmortem.reports import timeline as tl_mod
+from podmortem.operator.reporting import report_timeline
+from podmortem.operator.reporting.reporter import Reporter
+from podmortem.render import page
+from podmortem.reports import stored_bounds, stored_timeline
+from podmortem.reports import timeline_model as tm
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.text import shorten
 
@@ -230,7 +233,7 @@ async def _take_large(
 
 async def log_context(
     log_store: store.LogStore, report: ReportDocument
-) -> tuple[list[page.LogLine], list[tl_mod.EpochPeak], str]:
+) -> tuple[list[page.LogLine], list[tm.EpochPeak], str]:
     """The last lines up to the kill, the memory lines among the last ``SCANNED_LINES``, and a note.
 
     Lines are clipped to `LINE_BYTES` block by block as they are read: no whole long line is

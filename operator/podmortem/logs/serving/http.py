@@ -45,9 +45,11 @@ from aiohttp import web
 
 from podmortem.background import Background
 from podmortem.errors import PodmortemError
-from podmortem.logs import auth, login_limits, reading, store, timestamps, wakeup
+from podmortem.logs import timestamps, wakeup
 from podmortem.logs.events import GapMarker
+from podmortem.logs.serving import auth, login_limits
 from podmortem.logs.settings import HttpSettings
+from podmortem.logs.storage import reading, store
 from podmortem.logs.wakeup import Wakeup
 
 logger = logging.getLogger(__name__)

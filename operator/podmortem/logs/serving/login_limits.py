@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from podmortem.logs import auth
+from podmortem.logs.serving import auth
 from podmortem.logs.settings import HttpSettings
 
 #: Seconds a 429 asks the client to wait: the budgets are per minute.

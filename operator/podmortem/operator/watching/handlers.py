@@ -1,4 +1,4 @@
-"""The kopf handlers: each one hands its event to :class:`podmortem.operator.service.OperatorService`.
+"""The kopf handlers: each one hands its event to ``watching.service.OperatorService``.
 
 kopf logs in through :func:`build`'s login handler, which takes its credentials
 from :class:`podmortem.kube.connection.Connection` (the one kubeconfig and
@@ -23,13 +23,13 @@ import kopf
 from podmortem.kube import clients, owners
 from podmortem.kube.connection import Connection
 from podmortem.operator import jobs
-from podmortem.operator.service import OperatorService
 from podmortem.operator.settings import (
     TRAININGJOB_GROUP,
     TRAININGJOB_PLURAL,
     TRAININGJOB_VERSION,
     OperatorSettings,
 )
+from podmortem.operator.watching.service import OperatorService
 
 logger = logging.getLogger(__name__)
 

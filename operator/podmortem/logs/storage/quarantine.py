@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from podmortem.logs import retention, segments
+from podmortem.logs.storage import retention, segments
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@
 * A termination with exit 137, OOMKilled or eviction gets one report.
 
 The index of followed owners and pods is `podmortem.operator.targets.Targets`, built before this
-service and shared with the store's sink and the early warning (`podmortem.operator.early_warning`,
+service and shared with the store's sink and the early warning (`podmortem.operator.watching.early_warning`,
 which takes the memory lines); the handlers here are the only ones that change it.
 """
 
@@ -27,14 +27,16 @@ from podmortem.diagnosis import job_root_cause, termination
 from podmortem.kube import api as kube_mod
 from podmortem.kube import owners as kube_owners
 from podmortem.operator import annotations as opts
-from podmortem.operator import job_report, jobs, reporting
-from podmortem.operator.early_warning import EarlyWarning
+from podmortem.operator import jobs
 from podmortem.operator.following import Following, PodLogFacts, log_status_fields
 from podmortem.operator.jobs import Target
-from podmortem.operator.reporting import Reporter
+from podmortem.operator.reporting import job_report
+from podmortem.operator.reporting import reporter as reporting
+from podmortem.operator.reporting.reporter import Reporter
 from podmortem.operator.settings import TRAININGJOB_PLURAL, OperatorSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets, WatchedTarget
+from podmortem.operator.watching.early_warning import EarlyWarning
 from podmortem.reports import stored_bounds
 from podmortem.reports.document import ReportDocument
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from podmortem import files
-from podmortem.logs import segments
+from podmortem.logs.storage import segments
 
 logger = logging.getLogger(__name__)
 

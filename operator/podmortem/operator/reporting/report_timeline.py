@@ -22,9 +22,11 @@ from typing import Any
 
 from podmortem.diagnosis.termination import Termination
 from podmortem.files import read_nofollow
-from podmortem.logs.store import LogStore
-from podmortem.reports import page, stored_timeline
-from podmortem.reports import timeline as tl_mod
+from podmortem.logs.storage.store import LogStore
+from podmortem.render import page
+from podmortem.render import timeline as tl_mod
+from podmortem.reports import stored_timeline
+from podmortem.reports import timeline_model as tm
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample
 
@@ -47,7 +49,7 @@ def build(
     samples: Sequence[MemorySample],
     *,
     restarts: Sequence[datetime] = (),
-    projection: tl_mod.Projection | None = None,
+    projection: tm.Projection | None = None,
 ) -> tuple[dict[str, Any], str]:
     """The JSON document (naming the report's pod) and the SVG the page would draw from it."""
     doc = stored_timeline.compact(samples, restarts=restarts, projection=projection)
@@ -74,7 +76,7 @@ def belongs_to(doc: Mapping[str, Any], report: ReportDocument) -> bool:
 
 def _save(log_store: LogStore, where: tuple[str, str, str], report: ReportDocument,
           samples: Sequence[MemorySample], restarts: Sequence[datetime],
-          projection: tl_mod.Projection | None) -> bool:
+          projection: tm.Projection | None) -> bool:
     namespace, job, pod = where
     directory = log_store.pod_dir(namespace=namespace, job=job, pod=pod)
     if directory is None:
@@ -96,7 +98,7 @@ async def save(
     report: ReportDocument,
     samples: Sequence[MemorySample],
     restarts: Sequence[datetime] = (),
-    projection: tl_mod.Projection | None = None,
+    projection: tm.Projection | None = None,
 ) -> bool:
     """Build and write both files in a worker thread; False (logged) when they were not written."""
     try:

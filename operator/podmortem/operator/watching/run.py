@@ -29,22 +29,18 @@ from podmortem.kube import api as kube_mod
 from podmortem.kube import clients
 from podmortem.kube.config import ClusterAccess
 from podmortem.kube.connection import Connection, Listable, list_path
-from podmortem.logs import auth as log_auth
-from podmortem.logs import http as log_http
-from podmortem.logs import pod_log_api
-from podmortem.logs.pod_log_api import PodLogApi
-from podmortem.logs.retention import RetentionSettings
+from podmortem.logs.following import pod_log_api
+from podmortem.logs.following.pod_log_api import PodLogApi
+from podmortem.logs.serving import auth as log_auth
+from podmortem.logs.serving import http as log_http
 from podmortem.logs.settings import FollowSettings, HttpSettings
-from podmortem.logs.store import LogStore, StoreSettings
-from podmortem.operator import handlers as registry_mod
-from podmortem.operator import report_page
-from podmortem.operator.agent_client import AgentClient
+from podmortem.logs.storage.retention import RetentionSettings
+from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem.operator.annotations import Retention
-from podmortem.operator.early_warning import EarlyWarning
 from podmortem.operator.following import Following
-from podmortem.operator.leadership import Elector
-from podmortem.operator.reporting import Reporter
-from podmortem.operator.service import OperatorService
+from podmortem.operator.reporting import report_page
+from podmortem.operator.reporting.agent_client import AgentClient
+from podmortem.operator.reporting.reporter import Reporter
 from podmortem.operator.settings import (
     TRAININGJOB_GROUP,
     TRAININGJOB_PLURAL,
@@ -53,6 +49,10 @@ from podmortem.operator.settings import (
 )
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets
+from podmortem.operator.watching import handlers as registry_mod
+from podmortem.operator.watching.early_warning import EarlyWarning
+from podmortem.operator.watching.leadership import Elector
+from podmortem.operator.watching.service import OperatorService
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,8 @@
 A follower hands every batch of lines, in order and exactly once, to a
 :class:`LogSink` together with the cursor after them. The sinks:
 
-- :class:`podmortem.logs.store.PodLogSink`: the durable store (the operator's; ``podmortem logs --store``);
+- ``podmortem.logs.storage.store.PodLogSink``: the durable store (the operator's; ``podmortem logs
+  --store``);
 - :class:`StdoutSink`: ``podmortem logs`` printing to the terminal;
 - :class:`TeeSink`: the store and the terminal at once;
 - ``podmortem.operator.following.WatchingSink``: the store, while keeping what the operator's
@@ -22,7 +23,7 @@ from podmortem.logs.events import GapMarker, LogEnd
 from podmortem.logs.lines import LineBatch
 
 if TYPE_CHECKING:
-    from podmortem.logs.follower import Reconnect
+    from podmortem.logs.following.follower import Reconnect
 
 
 class LogSink(Protocol):

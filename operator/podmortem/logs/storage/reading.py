@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podmortem.files import open_nofollow
-from podmortem.logs import read_pool, segments, store, timestamps, wakeup
+from podmortem.logs import timestamps, wakeup
 from podmortem.logs.events import GapMarker, GapReason, LogEnd, LogLine
-from podmortem.logs.store import Instance
+from podmortem.logs.storage import read_pool, segments, store
+from podmortem.logs.storage.store import Instance
 from podmortem.logs.wakeup import Wakeup
 
 logger = logging.getLogger(__name__)

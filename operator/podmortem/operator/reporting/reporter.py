@@ -6,7 +6,7 @@ log facts are in memory already; Prometheus (the working set over the pod's
 whole life) gets a fraction of a second inline. What comes later is patched
 in afterwards: Prometheus' series, and the kernel's OOM record, which the
 agent often holds only a second or more after the kubelet reported the kill
-(see :mod:`podmortem.operator.kernel_record`). Every source that fails is
+(see :mod:`podmortem.operator.reporting.kernel_record`). Every source that fails is
 named in the report instead of failing it.
 
 Why one module of this size: a report's first write, its Event, the kernel-record follow-up and the
@@ -32,13 +32,14 @@ from podmortem.background import Background
 from podmortem.diagnosis import job_root_cause, verdicts
 from podmortem.diagnosis.termination import Termination
 from podmortem.kube import api as kube_mod
-from podmortem.logs.store import LogStore
-from podmortem.operator import job_report, kernel_record, log_links, metrics, prometheus, report_timeline
-from podmortem.operator.agent_client import AgentClient, AgentUnavailable
+from podmortem.logs.storage.store import LogStore
+from podmortem.operator import log_links, metrics
 from podmortem.operator.annotations import FAILURE_REPORT
 from podmortem.operator.following import PodLogFacts
 from podmortem.operator.job_pressure import ProjectionLine
 from podmortem.operator.jobs import Target
+from podmortem.operator.reporting import job_report, kernel_record, prometheus, report_timeline
+from podmortem.operator.reporting.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.settings import OperatorSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets, WatchedTarget
@@ -56,7 +57,7 @@ from podmortem.reports.document import (
 )
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.failure import FailureReport
-from podmortem.reports.timeline import Projection
+from podmortem.reports.timeline_model import Projection
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from podmortem.reports import timeline as tl_mod
+from podmortem.render import timeline as tl_mod
+from podmortem.reports import timeline_model as tm
 from podmortem.reports.document import KernelRecordState, ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.text import shorten
@@ -89,10 +90,10 @@ class PageInput:
     log_lines: list[LogLine] = field(default_factory=list)
     #: Why the log part is what it is (e.g. "the last 40 of 1,038 stored lines").
     log_note: str = ""
-    epochs: list[tl_mod.EpochPeak] = field(default_factory=list)
+    epochs: list[tm.EpochPeak] = field(default_factory=list)
     samples: list[MemorySample] = field(default_factory=list)
     restarts: list[datetime] = field(default_factory=list)
-    projection: tl_mod.Projection | None = None
+    projection: tm.Projection | None = None
     #: A kernel record as pasted (``podmortem diagnose --html``), shown collapsed.
     kernel_text: str | None = None
     #: Said under the timeline when there is none (e.g. "a pasted kernel record has no timeline").
@@ -242,16 +243,16 @@ def _process_label(p: ProcessMemory) -> str:
     return p.name if p.pid <= 0 else f"{p.name} ({p.pid})"
 
 
-def timeline_of(data: PageInput) -> tuple[tl_mod.Timeline, list[str]]:
+def timeline_of(data: PageInput) -> tuple[tm.Timeline, list[str]]:
     """The timeline from what the report and the caller hold, and notes on what it lacks."""
     report = data.report
     notes: list[str] = []
-    tl = tl_mod.Timeline(epochs=list(data.epochs), restarts=list(data.restarts), projection=data.projection)
+    tl = tm.Timeline(epochs=list(data.epochs), restarts=list(data.restarts), projection=data.projection)
     if data.samples:
         tl.usage = [(s.at, s.usage_bytes) for s in data.samples if s.usage_bytes is not None]
         tl.usage_source = "node agent samples"
         tl.processes = [
-            tl_mod.ProcessPoint(
+            tm.ProcessPoint(
                 at=s.at, pss={_process_label(p): p.pss_bytes for p in s.processes if p.pss_bytes}
             )
             for s in data.samples
@@ -293,7 +294,7 @@ def timeline_of(data: PageInput) -> tuple[tl_mod.Timeline, list[str]]:
     return tl, notes
 
 
-def _legend(tl: tl_mod.Timeline) -> str:
+def _legend(tl: tm.Timeline) -> str:
     items = "".join(
         f'<span><i style="background:{colour}"></i>{esc(words)}</span>'
         for colour, words in tl_mod.legend_of(tl)
@@ -606,11 +607,11 @@ def _fit(parts: list[tuple[str | None, str]], *, budget: int, limit: int) -> str
     return "".join(out)
 
 
-def epochs_from(lines: Iterable[tuple[datetime, int, int]]) -> list[tl_mod.EpochPeak]:
+def epochs_from(lines: Iterable[tuple[datetime, int, int]]) -> list[tm.EpochPeak]:
     """Per-epoch peaks from (printed at, epoch, peak bytes) triples, the last per epoch kept."""
-    by_epoch: dict[int, tl_mod.EpochPeak] = {}
+    by_epoch: dict[int, tm.EpochPeak] = {}
     for at, epoch, peak in lines:
-        by_epoch[epoch] = tl_mod.EpochPeak(at=at, epoch=epoch, peak_bytes=peak)
+        by_epoch[epoch] = tm.EpochPeak(at=at, epoch=epoch, peak_bytes=peak)
     return sorted(by_epoch.values(), key=lambda e: e.at)
 
 

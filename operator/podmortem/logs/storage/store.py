@@ -67,11 +67,11 @@ from typing import TYPE_CHECKING, Any, Self
 from podmortem import files
 from podmortem.errors import PodmortemError
 from podmortem.files import open_nofollow, read_nofollow
-from podmortem.logs import quarantine, retention, segments
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.errors import SinkFull
 from podmortem.logs.events import EndReason, GapMarker, LogEnd, LogLine
 from podmortem.logs.lines import LineBatch
+from podmortem.logs.storage import quarantine, retention, segments
 from podmortem.logs.wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -490,7 +490,7 @@ class LogStore:
 
     Use as ``async with LogStore(path) as store``; get a ``LogSink`` for a pod
     with ``store.sink(namespace=..., pod=..., job=...)``; read back with
-    ``podmortem.logs.reading``.
+    ``podmortem.logs.storage.reading``.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, settings: StoreSettings | None = None,

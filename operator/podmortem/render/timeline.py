@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from podmortem.reports.timeline_model import ProcessPoint, Timeline
 from podmortem.reports.times import rfc3339
 from podmortem.reports.units import human_bytes
 
@@ -22,63 +23,6 @@ HEIGHT = 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 40
 #: Colours of the stacked per-process bands (the trainer first, then its workers).
 BAND_COLOURS = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#b279a2", "#9d755d", "#bab0ac")
-
-
-@dataclass(frozen=True)
-class EpochPeak:
-    """One per-epoch memory line: when it was printed and the peak it reported."""
-
-    at: datetime
-    epoch: int
-    peak_bytes: int
-
-
-@dataclass(frozen=True)
-class ProcessPoint:
-    """One sample's per-process PSS (bytes), keyed by a stable label such as ``python3 (6054)``."""
-
-    at: datetime
-    pss: dict[str, int]
-
-
-@dataclass(frozen=True)
-class Projection:
-    """The early warning's line: from the last epoch peak to where it reaches the limit."""
-
-    start: datetime
-    start_bytes: int
-    end: datetime
-    end_bytes: int
-    text: str = ""
-
-
-@dataclass
-class Timeline:
-    """What the picture shows; every part is optional, and the caption says what is missing."""
-
-    usage: list[tuple[datetime, int]] = field(default_factory=list)
-    usage_source: str = ""
-    limit_bytes: int | None = None
-    epochs: list[EpochPeak] = field(default_factory=list)
-    processes: list[ProcessPoint] = field(default_factory=list)
-    kill_at: datetime | None = None
-    restarts: list[datetime] = field(default_factory=list)
-    last_line_at: datetime | None = None
-    projection: Projection | None = None
-
-    def times(self) -> list[datetime]:
-        out = [t for t, _ in self.usage] + [e.at for e in self.epochs] + [p.at for p in self.processes]
-        out += [t for t in (self.kill_at, self.last_line_at) if t is not None] + list(self.restarts)
-        if self.projection is not None:
-            out += [self.projection.start, self.projection.end]
-        return out
-
-    def empty(self) -> bool:
-        return not (self.usage or self.epochs or self.processes)
-
-    def has_bytes(self) -> bool:
-        """Whether anything gives the y axis a scale (a series, a peak, a projection); else no picture."""
-        return not self.empty() or self.projection is not None
 
 
 def axis_label(value: int) -> str:

@@ -69,14 +69,15 @@ from typing import Any
 import aiohttp
 
 from podmortem.errors import PodmortemError
-from podmortem.logs import errors, lines, podstate, timestamps
+from podmortem.logs import errors, lines, timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.errors import SinkFull
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd
+from podmortem.logs.following import podstate
+from podmortem.logs.following.pod_log_api import PodLogApi
+from podmortem.logs.following.sinks import LogSink
 from podmortem.logs.metrics import LogMetrics, for_registry
-from podmortem.logs.pod_log_api import PodLogApi
 from podmortem.logs.settings import FollowSettings
-from podmortem.logs.sinks import LogSink
 
 #: Jitter source of followers not given their own (jitter needs no independence; a
 #: ``random.Random`` holds 2.5 KB of state, too much to keep per idle stream).

@@ -16,7 +16,7 @@ import asyncio
 from typing import Final
 
 from podmortem.diagnosis.termination import SIGKILL_EXIT, Termination
-from podmortem.operator.agent_client import AgentClient, AgentUnavailable
+from podmortem.operator.reporting.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.settings import AgentAccessSettings
 from podmortem.reports.document import KernelRecordState
 from podmortem.reports.evidence import PodEvidence
