@@ -25,6 +25,7 @@ from podmortem.cgroups import hostfs as cgroupfs
 from podmortem.cgroups import paths
 from podmortem.kube import api as kubeapi
 from podmortem.kube import owners
+from podmortem.kube.bodies import Body
 
 TRAINING_JOB_GROUP = "podmortem.io/"
 TRAINING_JOB_KIND = "TrainingJob"
@@ -90,11 +91,10 @@ class StaticPods(FixedPods):
 
 def is_watched(pod: Mapping[str, Any], *, watch_annotation: str) -> bool:
     """A pod (as the API returns it, a JSON dict) is sampled if a TrainingJob owns it or it opts in."""
-    metadata = pod.get("metadata") or {}
-    annotations = metadata.get("annotations") or {}
-    if str(annotations.get(watch_annotation, "")).strip().lower() == "true":
+    body = Body(pod)
+    if body.annotations.get(watch_annotation, "").strip().lower() == "true":
         return True
-    for owner in metadata.get("ownerReferences") or []:
+    for owner in body.owner_references:
         if owner.get("kind") == TRAINING_JOB_KIND and str(owner.get("apiVersion", "")).startswith(
             TRAINING_JOB_GROUP
         ):
@@ -232,8 +232,8 @@ class KubernetesPods:
                 )
                 continue
             for item in items:
-                meta = item.get("metadata") or {}
-                uid = meta.get("uid")
+                body = Body(item)
+                uid = body.uid
                 if not uid:
                     continue
                 why = await self._why_watched(item, resolver)
@@ -242,11 +242,9 @@ class KubernetesPods:
                 known = self._pods.get(uid)
                 if known is None:
                     logger.info(
-                        "watching pod %s/%s (%s): %s", meta.get("namespace"), meta.get("name"), uid, why
+                        "watching pod %s/%s (%s): %s", body.namespace, body.name, uid, why
                     )
-                pods[uid] = known or WatchedPod(
-                    uid=uid, namespace=meta.get("namespace", ""), name=meta.get("name", "")
-                )
+                pods[uid] = known or WatchedPod(uid=uid, namespace=body.namespace, name=body.name)
         resolver.end_round()
         if resolver.last_error:
             errors.append(resolver.last_error)

@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from podmortem.diagnosis import offline
 from podmortem.diagnosis.offline import Kind
+from podmortem.kube.bodies import PodBody
 from podmortem.reports.document import JobSection
 from podmortem.reports.failure import FailureReport
 from podmortem.reports.oom_record import OomKillRecord
@@ -460,7 +461,7 @@ def nothing_found(inputs: Inputs, combined: offline.Combined) -> str:
         if f.kinds and f.kinds[0] in ("pod", "describe"):
             what = "pod object" if f.kinds[0] == "pod" else "kubectl describe pod output"
             if f.pods:
-                names = ", ".join(str((p.pod.get("metadata") or {}).get("name") or "?") for p in f.pods)
+                names = ", ".join(PodBody(p.pod).name or "?" for p in f.pods)
                 parts.append(f"no failed container in {f.label} ({what} of {names})")
             else:
                 parts.append(f"no pod in {f.label} (read as a {what})")

@@ -16,6 +16,7 @@ from typing import Any
 
 from podmortem import quantity
 from podmortem.diagnosis.training_log import LogFacts
+from podmortem.kube.bodies import PodBody
 from podmortem.reports.findings import Finding, Severity
 from podmortem.reports.units import human_bytes
 
@@ -43,9 +44,9 @@ class ShmSize:
 
 def shm_size(pod: Mapping[str, Any], container: str) -> ShmSize:
     """/dev/shm of ``container``: a memory-backed emptyDir mounted there, else the runtime's 64 MiB."""
-    spec = pod.get("spec") or {}
-    volumes = {v.get("name"): v for v in spec.get("volumes") or []}
-    for c in spec.get("containers") or []:
+    body = PodBody(pod)
+    volumes = {v.get("name"): v for v in body.spec.get("volumes") or []}
+    for c in body.containers:
         if c.get("name") != container:
             continue
         for mount in c.get("volumeMounts") or []:
@@ -275,7 +276,7 @@ DISRUPTIONS = {
 
 def disruption_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """The pod's ``DisruptionTarget`` condition, when True: (reason, message)."""
-    for c in (pod.get("status") or {}).get("conditions") or []:
+    for c in PodBody(pod).conditions:
         if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
             return str(c.get("reason") or ""), str(c.get("message") or "")
     return None

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from podmortem.diagnosis import training_log
+from podmortem.kube.bodies import PodBody
 from podmortem.reports import codes
 
 #: Verdicts that are a pod's own death whatever its log says later: every verdict but the two that
@@ -163,9 +164,10 @@ def rank_of(pod: Mapping[str, Any]) -> int | None:
     completion index; a JobSet's pod its ``jobset.sigs.k8s.io/job-index`` (one pod per job, the
     usual one torchrun per node; with more, the env says the rank).
     """
-    meta = pod.get("metadata") or {}
-    labels = {**(meta.get("annotations") or {}), **(meta.get("labels") or {})}
-    for c in (pod.get("spec") or {}).get("containers") or []:
+    body = PodBody(pod)
+    meta = body.metadata
+    labels = {**body.annotations, **body.labels}
+    for c in body.containers:
         env = {e.get("name"): e for e in c.get("env") or []}
         for name in _RANK_ENV:
             value = _env_value(env[name], meta) if name in env else None

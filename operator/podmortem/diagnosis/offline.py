@@ -29,6 +29,7 @@ from podmortem.diagnosis.pod_describe import known_key
 from podmortem.diagnosis.pod_describe import pods_from_describe as pods_from_describe
 from podmortem.diagnosis.pod_documents import pods_from_document as pods_from_document
 from podmortem.diagnosis.termination import Termination
+from podmortem.kube.bodies import PodBody
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.failure import FailureReport, KillSummary
 from podmortem.reports.oom_record import OomKillRecord
@@ -339,11 +340,11 @@ def _container_ids(pod: Mapping[str, Any]) -> list[str]:
 def default_container(pod: Mapping[str, Any]) -> str | None:
     """The container ``kubectl logs POD`` shows: the ``kubectl.kubernetes.io/default-container``
     annotation's, else the first in the spec."""
-    meta = pod.get("metadata") or {}
-    named = (meta.get("annotations") or {}).get("kubectl.kubernetes.io/default-container")
+    body = PodBody(pod)
+    named = body.annotations.get("kubectl.kubernetes.io/default-container")
     if named:
-        return str(named)
-    containers = (pod.get("spec") or {}).get("containers") or []
+        return named
+    containers = body.containers
     return str(containers[0].get("name", "")) if containers else None
 
 
@@ -456,7 +457,7 @@ def combine(
         by_pod.setdefault(id(case.source), []).append(case)
     for group in by_pod.values():
         pod = group[0].source.pod
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        uid = PodBody(pod).uid
         ids = _container_ids(pod)
         mine = [r for r in left if _names(r, (*_uid_forms(uid), *ids))]
         if not mine and not uid and len(by_pod) == 1:
@@ -478,9 +479,9 @@ def _distinct(pods: Sequence[PodInput]) -> list[PodInput]:
     which has its UID, wins)."""
     kept: dict[tuple[str, str] | int, PodInput] = {}
     for source in sorted(pods, key=lambda p: p.kind != "pod"):
-        meta = source.pod.get("metadata") or {}
-        name = str(meta.get("name") or "")
-        key: tuple[str, str] | int = (str(meta.get("namespace") or ""), name) if name else id(source)
+        body = PodBody(source.pod)
+        name = body.name
+        key: tuple[str, str] | int = (body.namespace, name) if name else id(source)
         kept.setdefault(key, source)
     return [p for p in pods if any(p is k for k in kept.values())]
 

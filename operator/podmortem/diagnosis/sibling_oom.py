@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from podmortem.kube.bodies import PodBody
 from podmortem.reports.findings import Finding, Severity
 
 #: How long before a container's end a sibling's OOM kill still counts as its cause. NCCL's and most
@@ -36,7 +37,7 @@ class SiblingOom:
 def find(pod: Mapping[str, Any], container: str, finished_at: datetime | None) -> SiblingOom | None:
     """The earliest other container OOM-killed at most `WINDOW` before ``container`` ended, if any."""
     found: list[SiblingOom] = []
-    for name, init, term in _terminations(pod.get("status") or {}):
+    for name, init, term in _terminations(PodBody(pod).status):
         if name == container or term.get("reason") != "OOMKilled":
             continue
         at = _time(term.get("finishedAt"))

@@ -18,6 +18,7 @@ from typing import Any
 
 from podmortem.diagnosis import exit_causes
 from podmortem.diagnosis import sibling_oom as sibling_oom_mod
+from podmortem.kube.bodies import PodBody
 from podmortem.reports.times import parse_time
 
 SIGKILL_EXIT = 137
@@ -64,8 +65,7 @@ def time_zone(pod: Mapping[str, Any], container: str) -> str | None:
 
     Training logs print local time when the image sets ``TZ``: the report shows both.
     """
-    spec = pod.get("spec") or {}
-    for c in spec.get("containers") or []:
+    for c in PodBody(pod).containers:
         if c.get("name") != container:
             continue
         for env in c.get("env") or []:
@@ -80,12 +80,12 @@ _ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,3}")
 
 def find(pod: Mapping[str, Any]) -> list[Termination]:
     """Every termination in this pod's status that deserves a report."""
-    spec = pod.get("spec", {}) or {}
-    status = pod.get("status", {}) or {}
+    body = PodBody(pod)
+    spec, status = body.spec, body.status
     pod_reason = status.get("reason")
     found: list[Termination] = []
     base = _pod_fields(pod)
-    for cs, term in _terminated_states(status):
+    for cs, term in _terminated_states(body):
         code = term.get("exitCode")
         reason = term.get("reason")
         if code not in (None, 0) or reason == "OOMKilled" or pod_reason == "Evicted":
@@ -117,20 +117,21 @@ def being_disrupted(pod: Mapping[str, Any]) -> Termination | None:
     reports the containers once they end; `podmortem diagnose` reports the pod as it is given."""
     if exit_causes.disruption_of(pod) is None or find(pod):
         return None
-    return _pod_level(pod.get("spec", {}) or {}, pod.get("status", {}) or {}, _pod_fields(pod))
+    body = PodBody(pod)
+    return _pod_level(body.spec, body.status, _pod_fields(pod))
 
 
 def _pod_fields(pod: Mapping[str, Any]) -> dict[str, Any]:
-    meta = pod.get("metadata", {}) or {}
-    status = pod.get("status", {}) or {}
+    body = PodBody(pod)
+    status = body.status
     return {
-        "namespace": meta.get("namespace", ""),
-        "pod": meta.get("name", ""),
-        "pod_uid": meta.get("uid", ""),
-        "node": (pod.get("spec", {}) or {}).get("nodeName"),
+        "namespace": body.namespace,
+        "pod": body.name,
+        "pod_uid": body.uid,
+        "node": body.node_name or None,
         "pod_reason": status.get("reason"),
         "pod_message": status.get("message"),
-        "deleting": bool(meta.get("deletionTimestamp")),
+        "deleting": body.being_deleted,
         "disruption": exit_causes.disruption_of(pod),
     }
 
@@ -149,8 +150,8 @@ def _pod_level(spec: Mapping[str, Any], status: Mapping[str, Any], base: Mapping
     )
 
 
-def _terminated_states(status: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    for cs in status.get("containerStatuses", []) or []:
+def _terminated_states(pod: PodBody) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    for cs in pod.container_statuses:
         for key in ("state", "lastState"):
             term = (cs.get(key) or {}).get("terminated")
             if term:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from podmortem.errors import PodmortemError
+from podmortem.kube.bodies import Body
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
@@ -193,8 +194,8 @@ class Kube:
         Every Event podmortem posts comes here, so its message is capped here, once
         (`event_message`, `EVENT_MESSAGE_MAX_BYTES`).
         """
-        meta = involved.get("metadata", {}) or {}
-        namespace = meta.get("namespace") or "default"
+        meta = Body(involved).metadata
+        namespace = Body(involved).namespace or "default"
         now = now_rfc3339()
         event = {
             "apiVersion": "v1",

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podmortem.kube.api import KubeApi, KubeError
+from podmortem.kube.bodies import Body
 
 logger = logging.getLogger(__name__)
 
@@ -237,11 +238,10 @@ class OwnerResolver:
             logger.warning("%s", self.last_error)
             # The last answer stands while the API is away.
             return (cached[0], cached[1]) if cached is not None else (False, ())
-        meta = owner.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
-        same = str(meta.get("uid") or "") == uid
-        watched = same and str(annotations.get(self.watch_annotation, "")).strip().lower() == "true"
-        parents = tuple(meta.get("ownerReferences") or ()) if same else ()
+        body = Body(owner)
+        same = body.uid == uid
+        watched = same and body.annotations.get(self.watch_annotation, "").strip().lower() == "true"
+        parents = tuple(body.owner_references) if same else ()
         self._cache[key] = (watched, parents, now)
         return watched, parents
 
@@ -251,9 +251,9 @@ class OwnerResolver:
         The chain is followed through objects of configured kinds only, at most
         `MAX_OWNER_DEPTH` owners up (pod → Job → JobSet → TrainJob).
         """
-        meta = pod.get("metadata") or {}
-        namespace = str(meta.get("namespace") or "")
-        level: list[Mapping[str, Any]] = list(meta.get("ownerReferences") or [])
+        body = Body(pod)
+        namespace = body.namespace
+        level: list[Mapping[str, Any]] = body.owner_references
         seen: set[str] = set()
         for _ in range(MAX_OWNER_DEPTH):
             above: list[Mapping[str, Any]] = []

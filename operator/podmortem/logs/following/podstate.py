@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from podmortem.kube.bodies import PodBody
+
 
 class Phase(enum.StrEnum):
     WAITING = "waiting"          # not started yet, or waiting to restart
@@ -28,12 +30,12 @@ class ContainerState:
 
 def container_names(pod: dict[str, Any]) -> list[str]:
     """The pod's (non-init) container names, in spec order."""
-    return [c["name"] for c in pod.get("spec", {}).get("containers", []) if "name" in c]
+    return PodBody(pod).container_names
 
 
 def container_state(pod: dict[str, Any], name: str) -> ContainerState:
     """The named container's state; WAITING without an instance when the status has none yet."""
-    for status in pod.get("status", {}).get("containerStatuses", None) or []:
+    for status in PodBody(pod).container_statuses:
         if status.get("name") != name:
             continue
         state = status.get("state") or {}

@@ -19,6 +19,7 @@ import aiohttp
 import pydantic
 
 from podmortem.kube import api as kube_mod
+from podmortem.kube.bodies import PodBody
 from podmortem.operator.settings import AgentAccessSettings
 from podmortem.reports.evidence import PodEvidence
 
@@ -62,16 +63,14 @@ class AgentClient:
             field_selector=f"spec.nodeName={node}",
         )
         wanted = _parse_selector(self.settings.label_selector)
-        for pod in pods:
-            labels = pod.get("metadata", {}).get("labels") or {}
-            if pod.get("spec", {}).get("nodeName") != node or any(
-                labels.get(k) != v for k, v in wanted.items()
-            ):
+        for item in pods:
+            pod = PodBody(item)
+            labels = pod.labels
+            if pod.node_name != node or any(labels.get(k) != v for k, v in wanted.items()):
                 continue  # the API filters already; this guards against servers that do not
-            ip = (pod.get("status") or {}).get("podIP")
-            if ip and (pod.get("status") or {}).get("phase", "Running") == "Running":
-                self._addresses[node] = (time.monotonic(), ip)
-                return str(ip)
+            if pod.pod_ip and (pod.phase or "Running") == "Running":
+                self._addresses[node] = (time.monotonic(), pod.pod_ip)
+                return pod.pod_ip
         return None
 
     def forget(self, *, node: str) -> None:

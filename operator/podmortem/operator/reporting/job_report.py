@@ -17,6 +17,7 @@ from typing import Any
 
 from podmortem.diagnosis import job_root_cause as jrc
 from podmortem.diagnosis import termination as term_mod
+from podmortem.kube.bodies import PodBody
 from podmortem.operator import log_links
 from podmortem.reports.document import JobRow, JobSection
 from podmortem.reports.text import shorten
@@ -47,11 +48,11 @@ def pod_facts(
     A pod that has not failed keeps no log facts: its row does not need them, and facts that do
     not change at each event let the caller skip recomputing the job.
     """
-    meta = pod.get("metadata") or {}
-    ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    body = PodBody(pod)
+    ns, name = body.namespace, body.name
     found = term_mod.find(pod)
     first = min(found, key=_first_end) if found else None
-    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    containers = body.containers or [{}]
     container = first.container if first is not None else str(containers[0].get("name", ""))
     failed = first is not None
     last_line_ns = last_lines_ns.get(container) if failed else None
@@ -70,7 +71,7 @@ def pod_facts(
         last_lines=tuple(tails.get(container, ())) if failed else (),
         log_url=log_links.log_url(log_base, namespace=ns, pod=name, container=container),
         failed=failed,
-        several_containers=len(containers) + len((pod.get("spec") or {}).get("initContainers") or []) > 1,
+        several_containers=len(containers) + len(body.init_containers) > 1,
         deleted=deleted,
     )
 

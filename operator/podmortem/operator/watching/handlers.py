@@ -21,6 +21,7 @@ from typing import Any
 import kopf
 
 from podmortem.kube import clients, owners
+from podmortem.kube.bodies import Body
 from podmortem.kube.connection import Connection
 from podmortem.operator import jobs
 from podmortem.operator.settings import (
@@ -61,7 +62,7 @@ def build(
     @kopf.on.event(TRAININGJOB_GROUP, TRAININGJOB_VERSION, TRAININGJOB_PLURAL, registry=registry)
     async def trainingjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         if type == "DELETED":
-            service.forget_owner(str(body.get("metadata", {}).get("uid", "")))
+            service.forget_owner(Body(body).uid)
             return
         await service.on_trainingjob(body)
 
@@ -74,7 +75,7 @@ def build(
         @kopf.on.event(*selector, registry=registry, id=f"foreign-{kind.resource}.{kind.group}")
         async def foreign_event(type: str | None, body: kopf.Body, _plural: str = plural, **_: Any) -> None:
             if type == "DELETED":
-                service.forget_owner(str(body.get("metadata", {}).get("uid", "")))
+                service.forget_owner(Body(body).uid)
                 return
             await service.on_foreign(body, plural=_plural)
 
@@ -91,9 +92,9 @@ def build(
 
 def _maybe_followed(body: kopf.Body, **_: Any) -> bool:
     """Cheap pre-filter: a pod is a candidate when it has owners or the watch annotation."""
-    meta = body.get("metadata", {})
+    pod = Body(body)
     return (
-        bool(meta.get("ownerReferences"))
-        or owners.WATCH_ANNOTATION in (meta.get("annotations") or {})
-        or jobs.TRAININGJOB_UID_LABEL in (meta.get("labels") or {})
+        bool(pod.owner_references)
+        or owners.WATCH_ANNOTATION in pod.annotations
+        or jobs.TRAININGJOB_UID_LABEL in pod.labels
     )

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from podmortem.kube import api as kube_mod
+from podmortem.kube.bodies import Body
 from podmortem.operator.settings import LeaderElectionSettings
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class Decision:
 
 
 def _spec(lease: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return (lease or {}).get("spec") or {}
+    return Body(lease).spec
 
 
 def holder_of(lease: Mapping[str, Any] | None) -> str:
@@ -272,8 +273,9 @@ class Elector:
 
 def _conditional(lease: dict[str, Any]) -> dict[str, Any]:
     """A merge patch of the Lease's spec that applies only to the resourceVersion it was read at."""
-    version = (lease.get("metadata") or {}).get("resourceVersion")
-    patch: dict[str, Any] = {"spec": lease.get("spec") or {}}
+    body = Body(lease)
+    version = body.resource_version
+    patch: dict[str, Any] = {"spec": dict(body.spec)}
     if version:
         patch["metadata"] = {"resourceVersion": version}
     return patch

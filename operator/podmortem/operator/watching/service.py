@@ -26,6 +26,7 @@ from podmortem.background import Background
 from podmortem.diagnosis import job_root_cause, termination
 from podmortem.kube import api as kube_mod
 from podmortem.kube import owners as kube_owners
+from podmortem.kube.bodies import Body, PodBody
 from podmortem.operator import annotations as opts
 from podmortem.operator import jobs
 from podmortem.operator.following import Following, PodLogFacts, log_status_fields
@@ -57,7 +58,7 @@ def _slim(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The pod without what anyone who can write it may make big and that a replay does not need
     (managedFields, long annotation values such as last-applied-configuration); short ones stay
     (a JobSet's job index is read from one)."""
-    meta = dict(pod.get("metadata") or {})
+    meta = dict(Body(pod).metadata)
     meta.pop("managedFields", None)
     annotations = meta.get("annotations")
     if isinstance(annotations, Mapping):
@@ -117,12 +118,11 @@ class OperatorService:
     # --- TrainingJobs --------------------------------------------------------------------------
 
     async def on_trainingjob(self, body: Mapping[str, Any]) -> None:
-        meta = body.get("metadata", {}) or {}
-        ns, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
-        if meta.get("deletionTimestamp"):
+        tj = Body(body)
+        ns, name, uid = tj.namespace, tj.name, tj.uid
+        if tj.being_deleted:
             return
-        spec = body.get("spec", {}) or {}
-        status = body.get("status", {}) or {}
+        spec, status = tj.spec, tj.status
         self.status.seed(namespace=ns, name=name, status=status)
         options, problems = opts.from_spec(spec, defaults=self.defaults)
         target = Target.of(body, role="trainingjob", plural=TRAININGJOB_PLURAL, options=options)
@@ -157,14 +157,14 @@ class OperatorService:
         except kube_mod.KubeError as exc:
             if exc.status == 409:
                 existing = await self.kube.get(
-                    kube_mod.resource_path("", "v1", "pods", target.namespace, pod["metadata"]["name"])
+                    kube_mod.resource_path("", "v1", "pods", target.namespace, Body(pod).name)
                 )
                 owner = jobs.trainingjob_owner(existing or {})
                 if owner is not None and owner[1] == target.uid:
                     created = existing or {}
                 else:
                     message = (
-                        f"pod {pod['metadata']['name']} already exists and is not owned by this "
+                        f"pod {Body(pod).name} already exists and is not owned by this "
                         f"TrainingJob; delete it or rename the TrainingJob"
                     )
                     await self._fail_creation(known, "PodNameTaken", message)
@@ -176,16 +176,12 @@ class OperatorService:
                 return
             else:
                 raise  # transient: kopf retries the handler
-        pod_meta = created.get("metadata", {}) or {}
+        made, wanted = Body(created), Body(pod)
         await self.status.patch(
             namespace=target.namespace,
             name=target.name,
-            fields={
-                "phase": "Pending",
-                "podName": pod_meta.get("name", pod["metadata"]["name"]),
-                "podUID": pod_meta.get("uid", ""),
-            },
-            conditions=[("TemplateValid", True, "PodCreated", f"created pod {pod['metadata']['name']}")],
+            fields={"phase": "Pending", "podName": made.name or wanted.name, "podUID": made.uid},
+            conditions=[("TemplateValid", True, "PodCreated", f"created pod {wanted.name}")],
         )
 
     async def _fail_creation(self, known: WatchedTarget, reason: str, message: str) -> None:
@@ -207,21 +203,21 @@ class OperatorService:
     # --- foreign jobs -----------------------------------------------------------------------------
 
     async def on_foreign(self, body: Mapping[str, Any], *, plural: str) -> None:
-        meta = body.get("metadata", {}) or {}
-        uid = str(meta.get("uid", ""))
+        job = Body(body)
+        uid = job.uid
         parents = tuple(owner for owner, _kind, _name in jobs.owner_uids(body))
         learned = parents != self._parents.get(uid, ())
         if parents:
             self._parents[uid] = parents
         else:
             self._parents.pop(uid, None)
-        if not opts.is_watched(meta.get("annotations")) or meta.get("deletionTimestamp"):
+        if not opts.is_watched(job.annotations) or job.being_deleted:
             self.targets.owners.pop(uid, None)
             if learned:
                 await self._replay_unowned()
             return
         learned = learned or uid not in self.targets.owners
-        options, problems = opts.from_annotations(meta.get("annotations"), defaults=self.defaults)
+        options, problems = opts.from_annotations(job.annotations, defaults=self.defaults)
         target = Target.of(body, role="foreign", plural=plural, options=options)
         known = self._remember_owner(uid, target)
         await self._announce(known, problems, involved=target.involved(), trainingjob=False)
@@ -249,8 +245,8 @@ class OperatorService:
 
     async def resolve(self, pod: Mapping[str, Any]) -> WatchedTarget | None:
         """Which followed target this pod belongs to, if any."""
-        meta = pod.get("metadata", {}) or {}
-        pod_uid = str(meta.get("uid", ""))
+        body = PodBody(pod)
+        pod_uid = body.uid
         if pod_uid in self.targets.pods:
             return self.targets.pods[pod_uid]
         watched = self._watched_ancestor([uid for uid, _kind, _name in jobs.owner_uids(pod)])
@@ -258,13 +254,13 @@ class OperatorService:
             return watched
         owner = jobs.trainingjob_owner(pod)
         if owner is not None:
-            tj = await self.kube.get(jobs.trainingjob_path(str(meta.get("namespace", "")), owner[0]))
-            if tj is not None and tj.get("metadata", {}).get("uid") == owner[1]:
+            tj = await self.kube.get(jobs.trainingjob_path(body.namespace, owner[0]))
+            if tj is not None and Body(tj).uid == owner[1]:
                 await self.on_trainingjob(tj)
                 return self.targets.owners.get(owner[1])
             return None
-        if opts.is_watched(meta.get("annotations")):
-            options, problems = opts.from_annotations(meta.get("annotations"), defaults=self.defaults)
+        if opts.is_watched(body.annotations):
+            options, problems = opts.from_annotations(body.annotations, defaults=self.defaults)
             known = WatchedTarget(target=Target.of(pod, role="pod", plural="pods", options=options))
             await self._announce(known, problems, involved=known.target.involved(), trainingjob=False)
             return known
@@ -287,8 +283,8 @@ class OperatorService:
     async def on_pod(self, pod: Mapping[str, Any], *, deleted: bool = False) -> None:
         seen_at = time.monotonic()
         known = await self.resolve(pod)
-        meta = pod.get("metadata", {}) or {}
-        pod_uid = str(meta.get("uid", ""))
+        body = PodBody(pod)
+        pod_uid = body.uid
         if known is None:
             self._unowned.pop(pod_uid, None)
             if not deleted and jobs.owner_uids(pod):
@@ -311,11 +307,11 @@ class OperatorService:
             not deleted
             and self.following is not None
             and target.options.follow_logs
-            and _has_started_containers(pod)
+            and body.has_started_containers()
         ):
             self.following.ensure(
-                namespace=str(meta.get("namespace", "")),
-                pod=str(meta.get("name", "")),
+                namespace=body.namespace,
+                pod=body.name,
                 pod_uid=pod_uid,
                 containers=target.options.containers,
             )
@@ -351,7 +347,7 @@ class OperatorService:
         events do not each cost a root-cause pass. A deleted pod keeps its row, marked deleted:
         a job controller's cleanup must not take the root cause out of the report.
         """
-        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        uid = PodBody(pod).uid
         outcome = self.reporter.by_pod.get(uid)
         verdict, line = self.reporter.headline_of(outcome) if outcome is not None else (None, None)
         log = self.following.facts(uid) if self.following is not None else None
@@ -421,10 +417,11 @@ class OperatorService:
         target = known.target
         try:
             obj = await self.kube.get(target.path())
+            holder = Body(obj)
             if target.role == "trainingjob":
-                raw = stored_bounds.checked(((obj or {}).get("status") or {}).get("failureReport") or {})
+                raw = stored_bounds.checked(holder.status.get("failureReport") or {})
             else:
-                text = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(opts.FAILURE_REPORT)
+                text = holder.annotations.get(opts.FAILURE_REPORT)
                 raw = stored_bounds.parse_annotation(text) if text else {}
         except (kube_mod.KubeError, ValueError, TypeError, AttributeError, RecursionError):
             # An annotation anyone can write is data: unreadable means "no report yet", never a crash.
@@ -442,7 +439,7 @@ class OperatorService:
     async def _trainingjob_pod_status(self, known: WatchedTarget, pod: Mapping[str, Any]) -> None:
         target = known.target
         fields = pod_status_fields(pod)
-        facts = self.following.facts(str(pod.get("metadata", {}).get("uid", ""))) if self.following else None
+        facts = self.following.facts(PodBody(pod).uid) if self.following else None
         if facts is not None:
             fields.update(log_status_fields(facts, log_url=self.reporter.log_url))
         changed = {k: v for k, v in fields.items() if known.written.get(k) != v}
@@ -555,29 +552,19 @@ class OperatorService:
             await self.on_stopped()
 
 
-def _has_started_containers(pod: Mapping[str, Any]) -> bool:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        state = cs.get("state") or {}
-        if "running" in state or "terminated" in state or cs.get("containerID"):
-            return True
-    return False
-
-
 def pod_status_fields(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The TrainingJob status fields that mirror its pod."""
-    meta = pod.get("metadata", {}) or {}
-    status = pod.get("status") or {}
-    phase = status.get("phase") or "Pending"
+    body = PodBody(pod)
+    phase = body.phase or "Pending"
     if phase not in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
         phase = "Unknown"
-    fields: dict[str, Any] = {"phase": phase, "podName": meta.get("name"), "podUID": meta.get("uid")}
-    node = (pod.get("spec") or {}).get("nodeName")
-    if node:
-        fields["nodeName"] = node
-    started = status.get("startTime")
+    fields: dict[str, Any] = {"phase": phase, "podName": body.name or None, "podUID": body.uid or None}
+    if body.node_name:
+        fields["nodeName"] = body.node_name
+    started = body.status.get("startTime")
     finished = None
     exit_code = None
-    for cs in status.get("containerStatuses") or []:
+    for cs in body.container_statuses:
         state = cs.get("state") or {}
         if "running" in state and state["running"].get("startedAt"):
             started = started or state["running"]["startedAt"]
