@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from podmortem.kube import api as kube
+from podmortem.operator import sidecar_injection
 from podmortem.operator.annotations import WatchOptions
 from podmortem.operator.settings import (
     TRAININGJOB_GROUP,
     TRAININGJOB_KIND,
     TRAININGJOB_PLURAL,
     TRAININGJOB_VERSION,
+    SidecarInjectionSettings,
 )
 
 TRAININGJOB_LABEL = "podmortem.io/trainingjob"
@@ -131,19 +133,39 @@ def template_problems(spec: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def build_pod(trainingjob: Mapping[str, Any]) -> dict[str, Any]:
-    """The pod a TrainingJob runs, owned by it (deleting the job deletes the pod)."""
+def wants_sidecar(trainingjob: Mapping[str, Any], settings: SidecarInjectionSettings) -> bool:
+    """Whether the job's pod gets the sidecar: ``spec.sidecar`` if it says, else the operator's default."""
+    asked = (trainingjob.get("spec", {}) or {}).get("sidecar")
+    return asked if isinstance(asked, bool) else settings.trainingjobs
+
+
+def build_pod(
+    trainingjob: Mapping[str, Any], *, sidecar: SidecarInjectionSettings | None = None
+) -> dict[str, Any]:
+    """The pod a TrainingJob runs, owned by it (deleting the job deletes the pod).
+
+    With the sidecar wanted (:func:`wants_sidecar`; ``sidecar`` is the operator's
+    ``OperatorSettings.sidecar``) the pod gets it as :func:`sidecar_injection.plan` says;
+    a job that says ``spec.sidecar: false`` gets the opt-out annotation, so the admission
+    webhook leaves its pod alone too.
+    """
+    sidecar = sidecar or SidecarInjectionSettings()
     meta = trainingjob.get("metadata", {}) or {}
     spec = trainingjob.get("spec", {}) or {}
     template = copy.deepcopy(dict(spec.get("template") or {}))
     tmeta = dict(template.get("metadata") or {})
     labels = dict(tmeta.get("labels") or {})
+    annotations = dict(tmeta.get("annotations") or {})
     name = str(meta.get("name", ""))
     if len(name) <= 63:
         labels[TRAININGJOB_LABEL] = name
     labels[TRAININGJOB_UID_LABEL] = str(meta.get("uid", ""))
     pod_spec = dict(template.get("spec") or {})
     pod_spec.setdefault("restartPolicy", "Never")
+    if spec.get("sidecar") is False:
+        annotations[sidecar_injection.OPT_OUT_KEY] = "false"
+    elif wants_sidecar(trainingjob, sidecar):
+        pod_spec = sidecar_injection.plan({"metadata": tmeta, "spec": pod_spec}, sidecar).spec
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -151,7 +173,7 @@ def build_pod(trainingjob: Mapping[str, Any]) -> dict[str, Any]:
             "name": pod_name(name),
             "namespace": meta.get("namespace"),
             "labels": labels,
-            "annotations": dict(tmeta.get("annotations") or {}),
+            "annotations": annotations,
             "ownerReferences": [
                 {
                     "apiVersion": f"{TRAININGJOB_GROUP}/{TRAININGJOB_VERSION}",

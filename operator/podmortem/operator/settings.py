@@ -6,8 +6,11 @@ says its unit and why its default is what it is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, ForeignKind
 from podmortem.logs.settings import HttpSettings
@@ -124,6 +127,70 @@ class LeaderElectionSettings:
             )
 
 
+#: The sidecar's resources: measured at 36 MiB RSS (docs/sidecar.md, bench/sidecar.py) and under 1% of
+#: a core, so 48 MiB requested and a 64 MiB limit, with room for pydantic's first model at start-up.
+DEFAULT_SIDECAR_RESOURCES: Mapping[str, Any] = MappingProxyType(
+    {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "64Mi"}}
+)
+
+
+@dataclass(frozen=True)
+class SidecarInjectionSettings:
+    """How the operator adds ``podmortem sidecar`` to training pods (docs/sidecar.md).
+
+    Used for the pods it creates from TrainingJobs and by the admission webhook for the pods of
+    other kinds. (Not :class:`podmortem.sidecar.settings.SidecarSettings`: that is the sidecar's
+    own, inside the pod.)
+    """
+
+    #: Add the sidecar to every TrainingJob's pod unless its ``spec.sidecar`` is false (the chart's
+    #: ``sidecar.enabled``). Off by default: the node agent, where it runs, sees more (the kernel's
+    #: own record), and a sidecar is one more container in every training pod.
+    trainingjobs: bool = False
+    #: Image of the sidecar container; the chart sets its own (the operator's) image. Empty: no
+    #: sidecar can be added (a pod that asks for one is created without it, and says why in a log).
+    image: str = ""
+    #: ``imagePullPolicy`` of the sidecar container.
+    pull_policy: str = "IfNotPresent"
+    #: The container's ``resources`` (a core/v1 ResourceRequirements).
+    resources: Mapping[str, Any] = field(default_factory=lambda: DEFAULT_SIDECAR_RESOURCES)
+    #: ``--comm`` for the sidecar: a regular expression the trainer's process name matches (e.g.
+    #: ``python.*|torchrun``), for pods where another container's processes start first (a service
+    #: mesh proxy). None: the sidecar's own rule (the lowest pid outside its cgroup).
+    comm: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.pull_policy not in ("Always", "IfNotPresent", "Never"):
+            raise ValueError(f"the sidecar's pull policy must be Always, IfNotPresent or Never, "
+                             f"got {self.pull_policy!r}")
+        if not isinstance(self.resources, Mapping) or set(self.resources) - {"requests", "limits"}:
+            raise ValueError("the sidecar's resources must be a map with requests and/or limits")
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """The mutating admission webhook that adds the sidecar to pods of other kinds (HTTPS only:
+    the API server calls webhooks over TLS alone)."""
+
+    #: PEM certificate chain and key (the chart's generated Secret or cert-manager's); a renewed
+    #: pair is loaded within 30 s, without a restart.
+    tls_cert_file: Path
+    tls_key_file: Path
+    #: Port it listens on (the chart's ``webhook.port``); 0 picks a free one (tests).
+    port: int = 9443
+    #: Bytes of one AdmissionReview request. The API server sends the whole pod (a few KiB; etcd
+    #: caps an object at 1.5 MiB); 1 MiB refuses anything larger before it is parsed.
+    max_request_bytes: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"the webhook port must be 0..65535, got {self.port}")
+        if self.max_request_bytes < 1024:
+            raise ValueError(
+                f"the webhook request cap must be at least 1024 bytes, got {self.max_request_bytes}"
+            )
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
     """The operator's settings; see ``podmortem operator --help`` for the flags that set them."""
@@ -191,6 +258,10 @@ class OperatorSettings:
     leader_election: LeaderElectionSettings | None = None
     #: Namespaces to watch; empty watches the whole cluster.
     namespaces: tuple[str, ...] = ()
+    #: Adding the sidecar to training pods (TrainingJobs' pods and, with ``webhook``, others').
+    sidecar: SidecarInjectionSettings = field(default_factory=SidecarInjectionSettings)
+    #: The admission webhook; None: not served.
+    webhook: WebhookSettings | None = None
 
     def __post_init__(self) -> None:
         if self.early_warning_epochs < 1:
