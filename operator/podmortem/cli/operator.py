@@ -20,6 +20,7 @@ from typing import Any
 from podmortem.cli import options as o
 from podmortem.kube.owners import ForeignKind
 from podmortem.logs.settings import HttpSettings
+from podmortem.logs.tls import ServerCertificate
 from podmortem.operator import settings as s
 
 _D = s.OperatorSettings()
@@ -244,6 +245,84 @@ FOREIGN_KINDS = o.Option(
     '("version": "" = preferred; [] = none) or jobs.batch,kubeflow.org/v1/pytorchjobs', "KINDS",
     shown_default="batch/v1 jobs and kubeflow.org/v1 pytorchjobs",
 )
+
+
+def _resources(text: str) -> dict[str, Any]:
+    """A core/v1 ResourceRequirements as JSON (the chart's ``toJson .Values.sidecar.resources``)."""
+    import json
+
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except ValueError:
+        raise ValueError('expected JSON such as {"requests":{"memory":"48Mi"},"limits":{"memory":"64Mi"}}'
+                         ) from None
+    def quantities(part: Any) -> bool:
+        return isinstance(part, dict) and all(isinstance(q, str | int) for q in part.values())
+
+    if not isinstance(value, dict) or set(value) - {"requests", "limits"} or not all(
+        quantities(part) for part in value.values()
+    ):
+        raise ValueError("expected a JSON object with requests and/or limits, each a map of quantities")
+    return value
+
+
+def _regex(text: str) -> str | None:
+    import re
+
+    if not text.strip():
+        return None
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"expected a regular expression ({exc})") from None
+    return text
+
+
+SIDECAR = o.Option(
+    ("--sidecar",), "PODMORTEM_INJECT_SIDECAR", o.boolean, "false",
+    "add the podmortem sidecar (docs/sidecar.md) to every TrainingJob's pod unless its spec.sidecar is "
+    "false; a TrainingJob with spec.sidecar: true gets it either way (the variable takes true/false, "
+    "1/0, yes/no)",
+    action=argparse.BooleanOptionalAction,
+)
+SIDECAR_IMAGE = o.Option(
+    ("--sidecar-image",), "PODMORTEM_INJECT_SIDECAR_IMAGE", o.any_text, "",
+    "image of the sidecar container (one with the podmortem command; the chart passes its own image); "
+    "needed by --sidecar, spec.sidecar and --webhook-port", "IMAGE", shown_default="none",
+)
+SIDECAR_PULL_POLICY = o.Option(
+    ("--sidecar-pull-policy",), "PODMORTEM_INJECT_SIDECAR_PULL_POLICY",
+    o.choice("Always", "IfNotPresent", "Never"), _D.sidecar.pull_policy,
+    "imagePullPolicy of the sidecar container", "{Always,IfNotPresent,Never}",
+)
+SIDECAR_RESOURCES = o.Option(
+    ("--sidecar-resources",), "PODMORTEM_INJECT_SIDECAR_RESOURCES", _resources, None,
+    "resources of the sidecar container as JSON, e.g. "
+    '{"requests":{"cpu":"10m","memory":"48Mi"},"limits":{"memory":"64Mi"}}', "JSON",
+    shown_default="requests cpu 10m, memory 48Mi; limit memory 64Mi",
+)
+SIDECAR_COMM = o.Option(
+    ("--sidecar-comm",), "PODMORTEM_INJECT_SIDECAR_COMM", _regex, None,
+    "passed to the sidecar as --comm: a regular expression the trainer's process name matches "
+    "(e.g. 'python.*|torchrun'), for pods whose other containers start processes first", "REGEX",
+    shown_default="none, the sidecar's own rule",
+)
+WEBHOOK_PORT = o.Option(
+    ("--webhook-port",), "PODMORTEM_WEBHOOK_PORT", o.port(), None,
+    "serve the mutating admission webhook (POST /mutate/pods, HTTPS) that adds the sidecar to the pods "
+    "the chart's MutatingWebhookConfiguration selects; needs --webhook-tls-cert-file, "
+    "--webhook-tls-key-file and --sidecar-image; 0 picks a free one", "PORT",
+    shown_default="none, no webhook",
+)
+WEBHOOK_TLS_CERT = o.Option(
+    ("--webhook-tls-cert-file",), "PODMORTEM_WEBHOOK_TLS_CERT_FILE", o.optional_path, None,
+    "PEM certificate (chain) of the webhook, for its Service's DNS name (the chart mounts a generated "
+    "Secret or cert-manager's); reloaded within 30 s when renewed", "FILE", shown_default="none",
+)
+WEBHOOK_TLS_KEY = o.Option(
+    ("--webhook-tls-key-file",), "PODMORTEM_WEBHOOK_TLS_KEY_FILE", o.optional_path, None,
+    "PEM private key of --webhook-tls-cert-file", "FILE", shown_default="none",
+)
 #: Variables with no flag of their own.
 LOG_LEVEL = o.Option((), "PODMORTEM_LOG_LEVEL", o.choice(*o.LOG_LEVELS), "info")
 SERVICE_NAME = o.Option((), "PODMORTEM_SERVICE_NAME", o.dns_label("Service name"), None)
@@ -256,7 +335,8 @@ OPTIONS: tuple[o.Option[Any], ...] = (
     LOG_BASE_URL,
     STATUS_REFRESH, LEADER_ELECTION, LEASE, LEASE_NAMESPACE, IDENTITY, LEASE_DURATION, RENEW_DEADLINE,
     RETRY_PERIOD, METRICS_PORT, HEALTH_PORT, EARLY_WARNING_EPOCHS, MEMORY_WARNING_RATIO, STATUS_MAX_BYTES,
-    ANNOTATION_MAX_BYTES, FOREIGN_KINDS, LOG_LEVEL, SERVICE_NAME,
+    ANNOTATION_MAX_BYTES, FOREIGN_KINDS, SIDECAR, SIDECAR_IMAGE, SIDECAR_PULL_POLICY, SIDECAR_RESOURCES,
+    SIDECAR_COMM, WEBHOOK_PORT, WEBHOOK_TLS_CERT, WEBHOOK_TLS_KEY, LOG_LEVEL, SERVICE_NAME,
 )
 
 
@@ -305,6 +385,34 @@ def _log_server(v: o.Values) -> HttpSettings:
     )
 
 
+def _sidecar(v: o.Values) -> s.SidecarInjectionSettings:
+    resources = v.optional(SIDECAR_RESOURCES)
+    return s.SidecarInjectionSettings(
+        trainingjobs=v.value(SIDECAR),
+        image=v.value(SIDECAR_IMAGE).strip(),
+        pull_policy=v.value(SIDECAR_PULL_POLICY),
+        resources=resources if resources is not None else s.DEFAULT_SIDECAR_RESOURCES,
+        comm=v.optional(SIDECAR_COMM),
+    )
+
+
+def _webhook(v: o.Values, sidecar: s.SidecarInjectionSettings) -> s.WebhookSettings | None:
+    port = v.optional(WEBHOOK_PORT)
+    cert, key = v.optional(WEBHOOK_TLS_CERT), v.optional(WEBHOOK_TLS_KEY)
+    if port is None:
+        if cert is not None or key is not None:
+            raise v.conflict("a webhook certificate without --webhook-port: set the port too (or neither)",
+                             WEBHOOK_PORT, WEBHOOK_TLS_CERT if cert is not None else WEBHOOK_TLS_KEY)
+        return None
+    if cert is None or key is None:
+        raise v.conflict("the webhook is served over HTTPS only (the API server calls nothing else): "
+                         "it needs a certificate and a key", WEBHOOK_PORT, WEBHOOK_TLS_CERT, WEBHOOK_TLS_KEY)
+    if not sidecar.image:
+        raise v.conflict("the webhook adds the sidecar: it needs the sidecar's image", WEBHOOK_PORT,
+                         SIDECAR_IMAGE)
+    return s.WebhookSettings(port=port, tls_cert_file=cert, tls_key_file=key)
+
+
 def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
     """The settings from the command line and the environment.
 
@@ -327,6 +435,10 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
     audiences = tuple(a.strip() for a in v.value(HTTP_TOKEN_AUDIENCE).split(",") if a.strip())
     kinds = v.optional(FOREIGN_KINDS)
     base_url = v.optional(LOG_BASE_URL)
+    sidecar = _sidecar(v)
+    if sidecar.trainingjobs and not sidecar.image:
+        raise v.conflict("the sidecar needs its image", SIDECAR, SIDECAR_IMAGE)
+    webhook = _webhook(v, sidecar)
     try:
         return s.OperatorSettings(
             log_retention_s=age if age is not None else _D.log_retention_s,
@@ -369,6 +481,8 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
             metrics_port=v.value(METRICS_PORT),
             health_port=v.value(HEALTH_PORT),
             namespaces=v.value(NAMESPACES),
+            sidecar=sidecar,
+            webhook=webhook,
         )
     except o.SettingError:
         raise
@@ -386,15 +500,20 @@ def check_startup(args: argparse.Namespace, settings: s.OperatorSettings) -> Non
         reason = (exc.strerror or str(exc)) if not isinstance(exc, ssl.SSLError) else (exc.reason or str(exc))
         raise v.conflict(f"cannot load the log API's TLS certificate and key: {reason}",
                          HTTP_TLS_CERT, HTTP_TLS_KEY) from None
-    o.check_listen(
-        v,
-        settings.listen_host,
-        [
-            (HTTP_PORT, settings.log_http_port),
-            (METRICS_PORT, settings.metrics_port),
-            (HEALTH_PORT, settings.health_port),
-        ],
-    )
+    ports = [
+        (HTTP_PORT, settings.log_http_port),
+        (METRICS_PORT, settings.metrics_port),
+        (HEALTH_PORT, settings.health_port),
+    ]
+    if settings.webhook is not None:
+        try:
+            ServerCertificate(settings.webhook.tls_cert_file, settings.webhook.tls_key_file)
+        except (OSError, ssl.SSLError) as exc:
+            reason = (exc.reason or str(exc)) if isinstance(exc, ssl.SSLError) else (exc.strerror or str(exc))
+            raise v.conflict(f"cannot load the webhook's TLS certificate and key: {reason}",
+                             WEBHOOK_TLS_CERT, WEBHOOK_TLS_KEY) from None
+        ports.append((WEBHOOK_PORT, settings.webhook.port))
+    o.check_listen(v, settings.listen_host, ports)
 
 
 def run(args: argparse.Namespace) -> int:

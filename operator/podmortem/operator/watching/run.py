@@ -49,6 +49,7 @@ from podmortem.operator.settings import (
 )
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets
+from podmortem.operator.watching import admission
 from podmortem.operator.watching import handlers as registry_mod
 from podmortem.operator.watching.early_warning import EarlyWarning
 from podmortem.operator.watching.leadership import Elector
@@ -72,6 +73,8 @@ class Running:
     elector: Elector | None = None
     #: The link to the API server (login and its standing checks).
     connection: Connection | None = None
+    #: Where the admission webhook listens (``POST {webhook_url}/mutate/pods``); empty when off.
+    webhook_url: str = ""
 
 
 class LeadershipLost(PodmortemError, RuntimeError):
@@ -165,6 +168,17 @@ async def probe_servers(
     finally:
         await watching.close()
         await Servers("", "", "", runners).stop()
+
+
+@contextlib.asynccontextmanager
+async def _webhook(settings: OperatorSettings) -> AsyncIterator[admission.Serving | None]:
+    """The admission webhook, served on every replica (it keeps no state), when it is configured."""
+    if settings.webhook is None:
+        yield None
+        return
+    async with admission.serve(webhook=settings.webhook, sidecar=settings.sidecar,
+                               host=settings.listen_host) as serving:
+        yield serving
 
 
 def job_retention(asked: Retention, *, settings: OperatorSettings) -> RetentionSettings:
@@ -282,7 +296,10 @@ async def run_operator(
         report_page.add_routes(
             log_app, report_page.ReportFinder(kube=kube, foreign=report_page.ReporterReports(reporter))
         )
-        async with probe_servers(settings, is_ready=is_ready, is_alive=is_alive, log_app=log_app) as servers:
+        async with (
+            probe_servers(settings, is_ready=is_ready, is_alive=is_alive, log_app=log_app) as servers,
+            _webhook(settings) as webhook,
+        ):
             # kopf stops on this; the service sets it when it has stopped (kopf's cleanup, or ours).
             kopf_stop = asyncio.Event()
 
@@ -290,6 +307,8 @@ async def run_operator(
                 # A signal stops kopf by itself; its waiter on our stop flag would hold its exit 5 s.
                 kopf_stop.set()
                 await servers.stop()
+                if webhook is not None:  # the API server's kept-alive connections end now, too
+                    await webhook.stop()
 
             service = OperatorService(
                 kube=kube, settings=settings, following=following, reporter=reporter, status=status,
@@ -299,6 +318,7 @@ async def run_operator(
             handles = Running(
                 service=service, store=store, connection=connection, elector=elector,
                 metrics_url=servers.metrics_url, health_url=servers.health_url, log_url=servers.log_url,
+                webhook_url=webhook.url if webhook is not None else "",
             )
             logger.info("serving stored pod logs on %s/logs/{namespace}/{pod} (auth: %s)",
                         servers.log_url, "kubernetes" if settings.log_http_auth else "none")
