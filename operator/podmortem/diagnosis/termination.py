@@ -23,6 +23,12 @@ from podmortem.reports.times import parse_time
 
 SIGKILL_EXIT = 137
 
+#: The name the operator gives the injected ``podmortem sidecar`` container (see `docs/sidecar.md`).
+SIDECAR_CONTAINER = "podmortem-sidecar"
+#: Characters of a sidecar's termination message kept: the kubelet keeps 4096 bytes; one more
+#: character than that lets the reader tell an overlong (edited) message from a whole one.
+SIDECAR_MESSAGE_MAX = 4097
+
 
 @dataclass(frozen=True)
 class Termination:
@@ -53,6 +59,10 @@ class Termination:
     sibling_oom: sibling_oom_mod.SiblingOom | None = None
     #: The container's ``TZ`` (an IANA zone like ``Europe/Berlin``), for times in the pod's local time.
     time_zone: str | None = None
+    #: The pod runs the ``podmortem sidecar`` (`SIDECAR_CONTAINER`), and what its termination message
+    #: says once it has ended (raw text, untrusted: the operator parses it), None until then.
+    sidecar: bool = False
+    sidecar_message: str | None = None
 
     @property
     def key(self) -> str:
@@ -121,10 +131,28 @@ def being_disrupted(pod: Mapping[str, Any]) -> Termination | None:
     return _pod_level(body.spec, body.status, _pod_fields(pod))
 
 
+def sidecar_message(pod: PodBody) -> tuple[bool, str | None]:
+    """Whether the pod runs the sidecar, and its termination message once it has ended."""
+    present = any(c.get("name") == SIDECAR_CONTAINER for c in (*pod.init_containers, *pod.containers))
+    for cs in (*pod.init_container_statuses, *pod.container_statuses):
+        if cs.get("name") != SIDECAR_CONTAINER:
+            continue
+        for key in ("state", "lastState"):
+            state = cs.get(key)
+            term = state.get("terminated") if isinstance(state, Mapping) else None
+            message = term.get("message") if isinstance(term, Mapping) else None
+            if isinstance(message, str) and message.strip():
+                return True, message[:SIDECAR_MESSAGE_MAX]
+    return present, None
+
+
 def _pod_fields(pod: Mapping[str, Any]) -> dict[str, Any]:
     body = PodBody(pod)
     status = body.status
+    present, message = sidecar_message(body)
     return {
+        "sidecar": present,
+        "sidecar_message": message,
         "namespace": body.namespace,
         "pod": body.name,
         "pod_uid": body.uid,

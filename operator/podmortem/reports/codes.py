@@ -55,6 +55,8 @@ FINDINGS: tuple[str, ...] = (
     "stale-log",
     "cuda-fragmentation",
     "exception-chain",
+    "memory-growing",
+    "sidecar-evidence",
 )
 
 ALL: frozenset[str] = frozenset(VERDICTS + FINDINGS)

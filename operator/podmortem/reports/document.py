@@ -125,6 +125,23 @@ class LogEvidence(_Part):
     note: str | None = None
 
 
+class SidecarEvidenceSummary(_Part):
+    """What the pod's ``podmortem sidecar`` left in its termination message (sidecar mode)."""
+
+    #: "attached" (read), "pending" (the sidecar has not ended yet), "invalid" (not its evidence).
+    state: Literal["attached", "pending", "invalid"] | None = None
+    note: str | None = None
+    victim_pid: int | None = Field(default=None, alias="victimPid")
+    victim_comm: str | None = Field(default=None, alias="victimComm")
+    #: The container's OOM-kill counter at the end.
+    oom_kills: int | None = Field(default=None, alias="oomKills")
+    peak_bytes: int | None = Field(default=None, alias="peakBytes")
+    limit_bytes: int | None = Field(default=None, alias="limitBytes")
+    samples: int | None = None
+    written_at: Time | None = Field(default=None, alias="writtenAt")
+    version: str | None = None
+
+
 class Evidence(_Part):
     """What the report rests on, source by source, and which sources failed."""
 
@@ -135,6 +152,8 @@ class Evidence(_Part):
     kernel_record: KernelRecordEvidence = Field(default_factory=KernelRecordEvidence, alias="kernelRecord")
     working_set: WorkingSetEvidence = Field(default_factory=WorkingSetEvidence, alias="workingSet")
     log: LogEvidence = Field(default_factory=LogEvidence)
+    #: The sidecar's evidence, in a pod that runs one.
+    sidecar: SidecarEvidenceSummary | None = None
     errors: list[str] = Field(default_factory=list)
 
 

@@ -38,7 +38,13 @@ from podmortem.operator.annotations import FAILURE_REPORT
 from podmortem.operator.following import PodLogFacts
 from podmortem.operator.job_pressure import ProjectionLine
 from podmortem.operator.jobs import Target
-from podmortem.operator.reporting import job_report, kernel_record, prometheus, report_timeline
+from podmortem.operator.reporting import (
+    job_report,
+    kernel_record,
+    prometheus,
+    report_timeline,
+    sidecar_report,
+)
 from podmortem.operator.reporting.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.settings import OperatorSettings
 from podmortem.operator.status import StatusWriter
@@ -58,6 +64,7 @@ from podmortem.reports.document import (
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.failure import FailureReport
 from podmortem.reports.timeline_model import Projection
+from podmortem.sidecar.evidence import SidecarEvidence
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +93,10 @@ class Outcome:
     in_status: dict[str, Any] = field(default_factory=dict)
     #: The first report and its patches (Prometheus series, kernel record) are written one at a time.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: The pod's sidecar evidence (sidecar mode), once read; ``sidecar_read``: its message was read
+    #: (or there is no sidecar), so a later pod event does not read it again.
+    sidecar: SidecarEvidence | None = None
+    sidecar_read: bool = True
 
     @property
     def report(self) -> FailureReport:
@@ -256,9 +267,15 @@ class Reporter:
             record_pending=record == kernel_record.PENDING,
             log_tail=facts.last_lines(t.container) if facts is not None else (),
         )
+        sidecar = sidecar_report.read(t)
+        if record != kernel_record.ATTACHED and sidecar.evidence is not None:
+            report = sidecar_report.apply(report, t, sidecar.evidence)
         document = self._document(t, agent_evidence, record, errors, working_set, facts, prom_pending)
         document.report = report
         document.report_url = self.page_url(target)
+        document.evidence.sidecar = sidecar.summary
+        if t.sidecar and not self.settings.agent.enabled:
+            document.evidence.kernel_record.note = "the kernel's record is " + sidecar_report.NO_KERNEL_RECORD
         outcome = Outcome(
             termination=t,
             target=target,
@@ -266,6 +283,8 @@ class Reporter:
             latency_s=0.0,
             last_line_ns=last_line_ns,
             agent_error=agent_error,
+            sidecar=sidecar.evidence,
+            sidecar_read=sidecar.summary is None or sidecar.summary.state != "pending",
         )
         self.by_pod[t.pod_uid] = outcome
         await self._write(outcome)
@@ -637,6 +656,8 @@ class Reporter:
                 last_line_ns=outcome.last_line_ns,
                 stale_after_s=self.settings.stale_log_threshold_s,
             )
+            if not found and outcome.sidecar is not None:
+                outcome.report = sidecar_report.apply(outcome.report, t, outcome.sidecar)
         if found:
             record = KernelRecordEvidence(state=kernel_record.ATTACHED, arrived_after_s=round(waited, 1))
         else:
@@ -655,6 +676,30 @@ class Reporter:
         if evidence is not None:
             await self._file_timeline(outcome, evidence)
         await self._rewrite(outcome, what="the kernel record", announce=found, waited_s=waited)
+
+    def attach_sidecar(self, termination: Termination) -> bool:
+        """Add the sidecar's evidence to the report of ``termination`` once its message is there.
+
+        The sidecar ends after the trainer (it writes its message when the trainer's processes are
+        gone, and the kubelet stops it after the main containers), so its message usually comes in a
+        later pod event than the kill. Without the kernel's record its findings replace the
+        kubelet-only ones, and the report is written again. Returns whether it was taken.
+        """
+        outcome = self.by_pod.get(termination.pod_uid)
+        if outcome is None or outcome.sidecar_read or outcome.termination.key != termination.key:
+            return False
+        read = sidecar_report.read(termination)
+        if read.summary is None or read.summary.state == "pending":
+            return False
+        outcome.sidecar_read = True
+        outcome.sidecar = read.evidence
+        outcome.document.evidence.sidecar = read.summary
+        if read.evidence is not None and outcome.kernel_record_state != kernel_record.ATTACHED:
+            outcome.report = sidecar_report.apply(outcome.report, outcome.termination, read.evidence)
+        outcome.document.updated_at = datetime.now(UTC)
+        self._spawn(self._rewrite(outcome, what="the sidecar's evidence", announce=False),
+                    name=f"sidecar-{termination.pod}")
+        return True
 
     def _refresh_job(self, outcome: Outcome) -> str | None:
         """A pod's report changed after it was written (its kernel record came, or never will): its row and

@@ -317,7 +317,11 @@ class OperatorService:
             )
 
         for found in termination.find(pod):
-            if found.key in self._reported or found.key in self._reporting:
+            if found.key in self._reporting:
+                await asyncio.wait({self._reporting[found.key]})  # its report first, then what came since
+            if found.key in self._reported:
+                if found.sidecar_message is not None:
+                    self.reporter.attach_sidecar(found)
                 continue
             stored = await self._stored_report(known, found)
             if stored is not None:

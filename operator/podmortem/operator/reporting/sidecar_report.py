@@ -1,0 +1,238 @@
+"""A report from the sidecar's evidence, where no node agent hands over the kernel's record.
+
+In sidecar mode (`docs/sidecar.md`) the pod carries ``podmortem sidecar``, which leaves what it saw
+of the trainer container in its termination message: the container's own cgroup counters at the
+kill, the processes by PSS, and the usage trend. The operator reads that text from the pod's
+status as untrusted input (`podmortem.sidecar.evidence.parse`: size, schema, numbers) and makes
+the same kinds of findings a kernel record gives: the verdict (the container's own limit, from its
+OOM-kill counter), what filled it, what the workers held, and the trend. Each finding names the
+figures it rests on and says they are the sidecar's samples: the kernel's record, and so the
+kernel's own choice of victim and the per-task table, are not available in this mode. Where a node
+agent handed over the kernel's record, that record wins and the sidecar's findings are not added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from podmortem.diagnosis.termination import Termination
+from podmortem.reports import codes as verdict_codes
+from podmortem.reports.document import SidecarEvidenceSummary
+from podmortem.reports.failure import FailureReport, KillSummary
+from podmortem.reports.findings import Finding, Severity
+from podmortem.reports.units import human_bytes
+from podmortem.sidecar.evidence import EvidenceInvalid, SidecarEvidence, parse
+
+#: A memory class holding at least this share of the container's charged memory is named.
+DOMINANT_SHARE = 0.5
+#: Workers' PSS worth a finding: at least this much, and at least `WORKERS_MIN_SHARE` of the usage.
+WORKERS_MIN_BYTES = 256 << 20
+WORKERS_MIN_SHARE = 0.2
+#: The usage trend is called growing when its last point is this much above its first.
+GROWTH_RATIO = 1.2
+
+#: What the report says of the kernel's record in sidecar mode.
+NO_KERNEL_RECORD = (
+    "not available in sidecar mode: the sidecar runs in the pod, without the host's kernel log; the "
+    "findings marked source=sidecar rest on its samples alone"
+)
+
+_CLASS_ACTIONS = {
+    "anon": "Find what the trainer keeps in process memory and releases late (per-epoch state, caches, "
+            "accumulated results); the per-epoch memory line (podmortem_runtime) shows when it grows.",
+    "file": "Page cache counts against the limit but is reclaimed first; a kill with page cache this large "
+            "points at memory that could not be reclaimed fast enough (dirty pages): write less at once.",
+    "shmem": "Shared memory (/dev/shm, tmpfs) counts against the limit and is not reclaimed: check "
+             "DataLoader shared-memory tensors and files written to /dev/shm.",
+    "kernel": "Kernel memory (slab, page tables, stacks) grew: many processes or threads, or many open "
+              "files and sockets.",
+    "sock": "Socket buffers filled the limit: check receive queues, connection counts and net.ipv4.tcp_rmem.",
+}
+
+
+@dataclass(frozen=True)
+class SidecarRead:
+    """The sidecar's evidence of a termination: there, still to come, or unreadable (and why)."""
+
+    evidence: SidecarEvidence | None
+    summary: SidecarEvidenceSummary | None
+
+
+def read(t: Termination) -> SidecarRead:
+    """What the pod's sidecar left for this termination; both None when the pod has no sidecar."""
+    if not t.sidecar:
+        return SidecarRead(None, None)
+    if t.sidecar_message is None:
+        return SidecarRead(None, SidecarEvidenceSummary(
+            state="pending",
+            note="the sidecar has not ended yet; its evidence is added to this report when it has",
+        ))
+    try:
+        evidence = parse(t.sidecar_message)
+    except EvidenceInvalid as exc:
+        return SidecarRead(None, SidecarEvidenceSummary(
+            state="invalid", note=f"the sidecar's termination message is not its evidence: {exc}"
+        ))
+    return SidecarRead(evidence, summary(evidence))
+
+
+def summary(ev: SidecarEvidence) -> SidecarEvidenceSummary:
+    kill = ev.kill
+    return SidecarEvidenceSummary(
+        state="attached",
+        victim_pid=kill.victim.pid if kill is not None else None,
+        victim_comm=kill.victim.comm if kill is not None else None,
+        oom_kills=ev.oom.after,
+        peak_bytes=ev.mem.peak if ev.mem is not None else None,
+        limit_bytes=ev.mem.limit if ev.mem is not None else None,
+        samples=ev.samples,
+        written_at=ev.at,
+        version=ev.podmortem,
+    )
+
+
+def apply(report: FailureReport, t: Termination, ev: SidecarEvidence) -> FailureReport:
+    """``report`` (made without a kernel record) with the sidecar's findings; its cause replaces the
+    kubelet-only one when the sidecar saw the kill."""
+    found = findings(t, ev)
+    if not found:
+        return report
+    has_cause = any(f.code in verdict_codes.VERDICTS for f in found)
+    kept = [f for f in report.findings if not (has_cause and f.code in verdict_codes.VERDICTS)]
+    merged = [*[f for f in found if f.code in verdict_codes.VERDICTS], *kept,
+              *[f for f in found if f.code not in verdict_codes.VERDICTS]]
+    kill = report.kill
+    if ev.kill is not None and kill is None:
+        kill = KillSummary(pid=ev.kill.victim.pid, comm=ev.kill.victim.comm, killed_pids=list(ev.kill.gone))
+    return report.model_copy(update={
+        "findings": merged, "verdict": verdict_codes.verdict_of([f.code for f in merged]), "kill": kill,
+    })
+
+
+def findings(t: Termination, ev: SidecarEvidence) -> list[Finding]:
+    """The cause, what filled the container, what the workers held, the trend, and what this rests on."""
+    out = [f for f in (_cause(t, ev), _dominant(ev), _workers(ev), _trend(ev)) if f is not None]
+    if out:
+        out.append(_rests_on(ev, [f.code for f in out]))
+    return out
+
+
+def _cause(t: Termination, ev: SidecarEvidence) -> Finding | None:
+    before, after = ev.oom.before or 0, ev.oom.after or 0
+    if ev.kill is None and after <= before:
+        return None
+    mem = ev.mem
+    limit = mem.limit if mem is not None else None
+    peak = mem.peak if mem is not None else None
+    who = (f"{ev.kill.victim.comm} (pid {ev.kill.victim.pid})" if ev.kill is not None
+           else "a process of the container")
+    limit_words = f" of {human_bytes(limit)}" if limit is not None else ""
+    peak_words = f"; its usage peaked at {human_bytes(peak)}" if peak is not None else ""
+    return Finding(
+        code="memcg-limit",
+        severity=Severity.CRITICAL,
+        message=(
+            f"The kernel OOM-killed {who} because container {t.container!r} reached its own memory "
+            f"limit{limit_words}: the sidecar saw the container's OOM-kill counter go from {before} to "
+            f"{after} and the process vanish{peak_words}."
+        ),
+        evidence={
+            "source": "sidecar",
+            "limit_bytes": limit,
+            "peak_bytes": peak,
+            "limit_hits": mem.limit_hits if mem is not None else None,
+            "oom_kills_before": before,
+            "oom_kills_after": after,
+            "victim_pid": ev.kill.victim.pid if ev.kill is not None else None,
+        },
+        action="Raise the container's memory limit, or lower what the trainer holds: the findings below "
+               "say what filled it.",
+    )
+
+
+def _dominant(ev: SidecarEvidence) -> Finding | None:
+    mem = ev.mem
+    if mem is None:
+        return None
+    classes = {"anon": mem.anon, "file": mem.file, "shmem": mem.shmem, "kernel": mem.kernel, "sock": mem.sock}
+    known = {name: value for name, value in classes.items() if value is not None}
+    total = sum(known.values())
+    if not known or total <= 0:
+        return None
+    name, value = max(known.items(), key=lambda item: item[1])
+    if value < DOMINANT_SHARE * total:
+        return None
+    return Finding(
+        code=f"{name}-dominant",
+        severity=Severity.WARNING,
+        message=(
+            f"{name} memory held {human_bytes(value)} of the container's {human_bytes(total)} "
+            f"({value / total:.0%}) at the sidecar's last sample, {mem.age_s:.1f} s before the kill."
+        ),
+        evidence={"source": "sidecar", f"{name}_bytes": value, "charged_bytes": total,
+                  "sample_age_s": mem.age_s},
+        action=_CLASS_ACTIONS[name],
+    )
+
+
+def _workers(ev: SidecarEvidence) -> Finding | None:
+    trainer = next((p for p in ev.top if p.role == "trainer"), None)
+    workers = [p for p in ev.top if p.role == "worker" and p.pss]
+    held = sum(p.pss or 0 for p in workers)
+    usage = ev.mem.usage if ev.mem is not None and ev.mem.usage else sum(p.pss or 0 for p in ev.top)
+    if not workers or held < WORKERS_MIN_BYTES or held < WORKERS_MIN_SHARE * usage:
+        return None
+    parent = f"{trainer.comm} (pid {trainer.pid})" if trainer is not None else "the trainer"
+    return Finding(
+        code="fork-copies",
+        severity=Severity.WARNING,
+        message=(
+            f"{len(workers)} worker process(es) beside {parent} held {human_bytes(held)} of the container's "
+            f"{human_bytes(usage)} by PSS at the sidecar's last sample: pages each worker has on its own "
+            "(copy-on-write copies of pages rewritten after the fork, or its own allocations: PSS does "
+            "not tell which) plus its share of pages it still maps with the trainer."
+        ),
+        evidence={
+            "source": "sidecar",
+            "measure": "pss",
+            "workers_pss_bytes": held,
+            "trainer_pss_bytes": trainer.pss if trainer is not None else None,
+            "container_bytes": usage,
+            "worker_pids": sorted(p.pid for p in workers),
+        },
+        action="Fork DataLoader workers before the trainer grows (persistent_workers=True, or the "
+               "podmortem_runtime validation loader), or use fewer workers for validation.",
+    )
+
+
+def _trend(ev: SidecarEvidence) -> Finding | None:
+    trend = ev.trend
+    if len(trend) < 3 or trend[0] <= 0 or trend[-1] < GROWTH_RATIO * trend[0]:
+        return None
+    span_s = ev.interval_s * (len(trend) - 1)
+    return Finding(
+        code="memory-growing",
+        severity=Severity.INFO,
+        message=(
+            f"The container's usage grew from {human_bytes(trend[0])} to {human_bytes(trend[-1])} over the "
+            f"sidecar's last {len(trend)} samples ({span_s:.0f} s)."
+        ),
+        evidence={"source": "sidecar", "first_bytes": trend[0], "last_bytes": trend[-1],
+                  "samples": len(trend), "interval_s": ev.interval_s},
+        action="A steady rise to the limit is growth, not a spike: find what is kept from one step or "
+               "epoch to the next.",
+    )
+
+
+def _rests_on(ev: SidecarEvidence, found: list[str]) -> Finding:
+    return Finding(
+        code="sidecar-evidence",
+        severity=Severity.INFO,
+        message=(
+            f"No kernel OOM record ({NO_KERNEL_RECORD}): {', '.join(found)} rest on the sidecar's "
+            f"{ev.samples} sample(s), {ev.interval_s:g} s apart. The victim is the largest process that "
+            "vanished as the OOM-kill counter rose, not the kernel's own word, and no per-task table exists."
+        ),
+        evidence={"source": "sidecar", "samples": ev.samples, "interval_s": ev.interval_s,
+                  "sidecar_version": ev.podmortem},
+    )
