@@ -8,6 +8,9 @@ paper the same. Everything that came from a pod, a log or the kernel is escaped;
 stored report does not hold is said on the page, never drawn from guesses. A part of the
 report of the wrong type (an edited report) was read as absent by `ReportDocument.parse`, and
 the page stays under `PAGE_MAX_BYTES` whatever the report holds.
+
+Why one module of this size: every part of the page shares one byte budget (`_fit` leaves out the
+biggest parts first) and one escaping rule; the SVG timeline is a module of its own.
 """
 
 from __future__ import annotations
