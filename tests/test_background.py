@@ -47,3 +47,86 @@ async def test_close_cancels_and_waits_for_every_task() -> None:
     await tasks.close()
     assert sorted(ended) == ["lease", "log-status"] and all(t.cancelled() for t in started)
     await tasks.close()  # again: nothing left, nothing raised
+
+
+async def test_running_tells_a_named_task_until_it_ends() -> None:
+    tasks = Background("log-store")
+    release = asyncio.Event()
+    task = tasks.start(release.wait(), name="free-early")
+    assert tasks.running("free-early") and not tasks.running("retention-sweep")
+    release.set()
+    await task
+    assert not tasks.running("free-early")
+
+
+async def test_a_task_runs_in_the_context_it_is_given() -> None:
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    var.set("the handler's")
+
+    async def read() -> str:
+        return var.get()
+
+    tasks = Background("follow")
+    assert await tasks.start(read(), name="copied") == "the handler's"
+    assert await tasks.start(read(), name="empty", context=contextvars.Context()) == "unset"
+
+
+async def test_wait_cancels_nothing_and_returns_once_all_ended(caplog: pytest.LogCaptureFixture) -> None:
+    tasks = Background("log-store-quarantine")
+    ended: list[str] = []
+
+    async def copy(name: str, fail: bool) -> None:
+        await asyncio.sleep(0)
+        ended.append(name)
+        if fail:
+            raise OSError("no space")
+
+    with caplog.at_level(logging.ERROR, logger="podmortem.background"):
+        tasks.start(copy("a", False), name="a")
+        tasks.start(copy("b", True), name="b")
+        await tasks.wait()
+    assert sorted(ended) == ["a", "b"] and len(tasks) == 0
+    assert "podmortem-log-store-quarantine-b failed: OSError: no space" in caplog.text
+
+
+async def test_join_returns_when_every_task_ended() -> None:
+    tasks = Background("follow-ns/pod")
+    started = [tasks.start(asyncio.sleep(0, result=n), name=n) for n in ("main", "sidecar")]
+    await tasks.join()
+    assert [t.result() for t in started] == ["main", "sidecar"]
+
+
+async def test_join_raises_the_first_failure_and_cancels_the_rest(caplog: pytest.LogCaptureFixture) -> None:
+    async def fail() -> None:
+        await asyncio.sleep(0)
+        raise LookupError("no such container")
+
+    tasks = Background("follow-ns/pod")
+    with caplog.at_level(logging.ERROR, logger="podmortem.background"):
+        other = tasks.start(asyncio.Event().wait(), name="main")
+        tasks.start(fail(), name="sidecar")
+        with pytest.raises(LookupError, match="no such container"):
+            await tasks.join()
+    assert other.cancelled() and len(tasks) == 0
+    assert caplog.text == ""  # raised to the owner, not logged as well
+
+
+async def test_a_cancelled_join_cancels_and_awaits_its_tasks() -> None:
+    ended: list[str] = []
+
+    async def forever() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append("main")
+
+    tasks = Background("follow-ns/pod")
+    tasks.start(forever(), name="main")
+    joining = asyncio.create_task(tasks.join())
+    await asyncio.sleep(0)
+    joining.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await joining
+    assert ended == ["main"] and len(tasks) == 0

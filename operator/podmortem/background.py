@@ -2,13 +2,15 @@
 
 A task nobody awaits loses its exception silently (asyncio only logs it when the task is garbage
 collected, if ever), and one nobody cancels outlives its owner. Every background task of the
-operator and the agent is started through one of these, so each has a name in a task dump, each
-failure is in the log, and stopping the owner stops them all.
+operator, the agent, the log store and the log followers is started through one of these, so
+each has a name in a task dump, each failure is in the log (or raised to an owner that joins its
+tasks), and stopping the owner stops them all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
@@ -23,26 +25,89 @@ class Background:
     def __init__(self, owner: str) -> None:
         self.owner = owner
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: While `join` waits, failures are collected for it to raise instead of being logged.
+        self._joining = False
+        self._failed: list[BaseException] = []
 
-    def start(self, coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
-        task = asyncio.create_task(coro, name=f"podmortem-{self.owner}-{name}")
+    def start(self, coro: Coroutine[Any, Any, T], *, name: str,
+              context: contextvars.Context | None = None) -> asyncio.Task[T]:
+        """Start ``coro`` as the task ``podmortem-<owner>-<name>``.
+
+        ``context``: the context variables it runs with (default: a copy of the caller's, as
+        ``asyncio.create_task``); an empty ``contextvars.Context()`` keeps a long task from holding
+        what its starter's context refers to.
+        """
+        task = asyncio.create_task(coro, name=self.task_name(name), context=context)
         self._tasks.add(task)
         task.add_done_callback(self._done)
         return task
+
+    def task_name(self, name: str) -> str:
+        """The full name `start` gives a task started as ``name``."""
+        return f"podmortem-{self.owner}-{name}"
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if task.cancelled():
             return
         exc = task.exception()
-        if exc is not None:
+        if exc is None:
+            return
+        if self._joining:
+            self._failed.append(exc)
+        else:
             logger.error("%s failed: %s: %s", task.get_name(), type(exc).__name__, exc, exc_info=exc)
+
+    def running(self, name: str) -> bool:
+        """Whether a task started as ``name`` has not ended yet (a way to start one at most once)."""
+        full = self.task_name(name)
+        return any(task.get_name() == full and not task.done() for task in self._tasks)
 
     def __iter__(self) -> Iterator[asyncio.Task[Any]]:
         return iter(list(self._tasks))
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+    async def wait(self) -> None:
+        """Wait, cancelling nothing, until every task started so far (and meanwhile) has ended.
+
+        For work that must finish rather than stop (a copy in a worker thread, which a cancel
+        would only stop waiting for); failures are logged as always.
+        """
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    async def join(self) -> None:
+        """Wait until every task has ended, as ``asyncio.TaskGroup`` does for its own.
+
+        The first task to fail cancels the others, and its exception is raised here: the owner
+        handles it, so it is not logged as well (any further failure meanwhile is). Cancelling
+        ``join`` cancels the tasks and waits for them.
+        """
+        self._joining = True
+        try:
+            while self._tasks and not self._failed:
+                await asyncio.wait(list(self._tasks), return_when=asyncio.FIRST_EXCEPTION)
+        except BaseException:  # cancelled: the tasks go too, and what failed meanwhile is logged
+            await self._end_join(raising=False)
+            raise
+        failed = await self._end_join(raising=True)
+        if failed:
+            raise failed
+
+    async def _end_join(self, *, raising: bool) -> BaseException | None:
+        """Cancel what still runs; log every failure but the first when ``raising`` (returned)."""
+        try:
+            if self._tasks:
+                await self.close()
+        finally:
+            self._joining = False
+            failed, self._failed = self._failed, []
+        for exc in failed[1 if raising else 0:]:
+            logger.error("podmortem-%s: a task failed: %s: %s", self.owner, type(exc).__name__, exc,
+                         exc_info=exc)
+        return failed[0] if failed and raising else None
 
     async def close(self, *, wait_s: float | None = None) -> None:
         """Cancel every task still running and wait until each has ended (or ``wait_s`` passed)."""
