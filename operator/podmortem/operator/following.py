@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from podmortem import memory_line, open_files
+from podmortem.background import Background
 from podmortem.logs import errors as log_errors
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd
@@ -218,10 +219,11 @@ class Following:
         self.make_sink = make_sink
         self.settings = settings
         self.on_memory_line = on_memory_line
+        #: The follower task of each pod (a done one stays until `forget`, with its facts).
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._facts: dict[str, PodLogFacts] = {}
-        #: Tasks not yet done, kept by a done-callback so that ``len()`` costs nothing per pod.
-        self._live = 0
+        #: Runs the follower tasks: named per pod, failures logged, all cancelled and awaited at `stop`.
+        self._background = Background("follow")
         self._stopping = False
 
     def facts(self, pod_uid: str) -> PodLogFacts | None:
@@ -232,7 +234,7 @@ class Following:
         return task is not None and not task.done()
 
     def __len__(self) -> int:
-        return self._live
+        return len(self._background)
 
     def ensure(self, *, namespace: str, pod: str, pod_uid: str, containers: Sequence[str] | None) -> bool:
         """Follow this pod unless followed now or finished cleanly; True when started now.
@@ -254,20 +256,15 @@ class Following:
             facts.error = None
         # An empty context: a follower started from a kopf handler would otherwise copy kopf's
         # context variables, whose cause object holds the pod's whole body for the follow's life.
-        task = asyncio.create_task(
-            self._run(facts, containers),
-            name=f"podmortem-follow:{namespace}/{pod}",
-            context=contextvars.Context(),
-        )
+        task = self._background.start(self._run(facts, containers), name=f"{namespace}/{pod}",
+                                      context=contextvars.Context())
         self._tasks[pod_uid] = task
-        self._live += 1
         task.add_done_callback(self._task_done)
-        metrics.FOLLOWED_PODS.set(self._live)
+        metrics.FOLLOWED_PODS.set(len(self._background))
         return True
 
     def _task_done(self, _task: asyncio.Task[None]) -> None:
-        self._live -= 1
-        metrics.FOLLOWED_PODS.set(self._live)
+        metrics.FOLLOWED_PODS.set(len(self._background))  # it left the background before this runs
 
     async def _run(self, facts: PodLogFacts, containers: Sequence[str] | None) -> None:
         waits = 0
@@ -328,13 +325,11 @@ class Following:
     async def stop(self) -> None:
         """Cancel every follower. The store persisted each cursor with its lines, so nothing is lost."""
         self._stopping = True
-        tasks = [t for t in self._tasks.values() if not t.done()]
+        running = len(self._background)
         started = time.monotonic()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._background.close()
         metrics.FOLLOWED_PODS.set(0)
-        logger.info("stopped %d log followers in %.2f s", len(tasks), time.monotonic() - started)
+        logger.info("stopped %d log followers in %.2f s", running, time.monotonic() - started)
 
 
 def log_status_fields(facts: PodLogFacts, *, log_url: str) -> dict[str, Any]:

@@ -53,8 +53,9 @@ threads could break that by microseconds; the cursor would then repeat or
 skip the lines involved).
 
 Why one module of this size: it is one state machine (follow_forever > follow_once > one request,
-with the replay check at each reconnect); its pure parts (cursor, lines, timestamps) are modules of
-their own.
+with the replay check at each reconnect) whose levels share one cursor and one back-off; what stands
+apart is in modules of its own: the kubelet checks (``kubelet_checks``), what the levels pass up
+(``outcomes``) and the pure parts (cursor, lines, timestamps).
 """
 
 from __future__ import annotations
@@ -68,12 +69,13 @@ from typing import Any
 
 import aiohttp
 
-from podmortem.errors import PodmortemError
+from podmortem.background import Background
 from podmortem.logs import errors, lines, timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.errors import SinkFull
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd
-from podmortem.logs.following import podstate
+from podmortem.logs.following import kubelet_checks, podstate
+from podmortem.logs.following.outcomes import InstanceChanged, Reconnect, RequestResult
 from podmortem.logs.following.pod_log_api import PodLogApi
 from podmortem.logs.following.sinks import LogSink
 from podmortem.logs.metrics import LogMetrics, for_registry
@@ -90,35 +92,7 @@ _MISSED_READS = 3
 #: How far ``limitBytes`` may grow (as a multiple) when one second's replay alone exceeds it.
 _LIMIT_GROWTH_MAX = 16
 
-
-class InstanceChanged(PodmortemError):
-    """A stream served a newer container instance than the cursor's: drop it, handle the restart."""
-
-
-@dataclass(frozen=True, slots=True)
-class Reconnect:
-    """Why a stream is being reopened, for people watching (the CLI prints these on stderr)."""
-
-    container: str
-    #: The ``reason`` label of ``reconnects_total`` (eof, read-timeout, reset, restart, ...).
-    reason: str
-    #: Seconds the follower waits before the next request.
-    delay_s: float = 0.0
-    detail: str = ""
-
-
-@dataclass
-class RequestResult:
-    """How one log request ended."""
-
-    #: The ``reason`` label for the reconnect metric: eof, read-timeout, reset, limit-bytes.
-    ended: str
-    new_lines: int = 0
-    #: An unfinished last line (not delivered); empty when the stream ended on a line boundary.
-    partial: bytes = b""
-    seconds: float = 0.0
-    #: The stream ended while still replaying, and the replay lacked lines we had delivered.
-    replay_missed: bool = False
+__all__ = ["ContainerFollower", "InstanceChanged", "Reconnect", "RequestResult", "follow_pod", "read_pod"]
 
 
 @dataclass
@@ -343,7 +317,9 @@ class ContainerFollower:
                     await self._backoff(reason=result.ended)
                     continue
                 if not result.replay_missed:
-                    ended = await self._tail_ends_at_cursor(previous=previous)
+                    ended = await kubelet_checks.tail_ends_at_cursor(
+                        self.api, namespace=self.namespace, pod=self.pod, container=self.container,
+                        cursor=self.cursor, previous=previous)
                     if ended is None:
                         unanswered += 1  # an empty answer: an empty log, or a cut before the first byte
                     if ended or unanswered >= _MISSED_READS:
@@ -372,38 +348,6 @@ class ContainerFollower:
             self.metrics.reconnects.labels(result.ended).inc()
             if not result.new_lines and same_partial > 1:
                 await self._backoff(reason=result.ended)
-
-    async def _tail_ends_at_cursor(self, *, previous: bool) -> bool | None:
-        """Whether the log's last lines are the cursor's (True), or lines we lack (False).
-
-        None when the answer is empty or cut: an empty log, or a request cut
-        before its first byte, cannot be told apart.
-        """
-        cursor = self.cursor
-        last = cursor.last_ts_ns
-        try:
-            async with self.api.open_log(
-                namespace=self.namespace, name=self.pod, container=self.container, follow=False,
-                previous=previous, tail_lines=cursor.count_at_last + 1 if last is not None else 1,
-            ) as body:
-                data = await body.read()
-        except (errors.LogApiError, TimeoutError, aiohttp.ClientError, ConnectionError):
-            return None
-        complete = data[:data.rfind(b"\n") + 1]
-        if not complete:
-            return None
-        if last is None:
-            return False  # the log has lines and we have none
-        at_last = 0
-        for line in complete[:-1].split(b"\n"):
-            try:
-                ts = timestamps.parse_ns(line.partition(b" ")[0])
-            except timestamps.BadTimestamp:
-                return None
-            if ts > last:
-                return False
-            at_last += ts == last
-        return at_last <= cursor.count_at_last
 
     async def _confirm_instance(self, *, previous: bool) -> None:
         """Raise :class:`InstanceChanged` unless the pod still shows the cursor's instance there."""
@@ -541,37 +485,9 @@ class ContainerFollower:
             return
         if state is None or state.container_id not in (None, saved.container_id):
             raise InstanceChanged(f"{self.container}: now {state.container_id if state else 'gone'}")
-        if saved.last_ts_ns is not None and await self._previous_holds(saved):
+        if saved.last_ts_ns is not None and await kubelet_checks.previous_holds(
+                self.api, namespace=self.namespace, pod=self.pod, container=self.container, saved=saved):
             raise InstanceChanged(f"{self.container}: the kubelet's previous instance holds our cursor")
-
-    async def _previous_holds(self, saved: LogCursor) -> bool:
-        """Whether the kubelet's ``previous=true`` log holds the cursor's last delivered lines."""
-        assert saved.last_ts_ns is not None
-        last, wanted = saved.last_ts_ns, saved.count_at_last
-        seen = 0
-        partial = b""
-        try:
-            async with self.api.open_log(namespace=self.namespace, name=self.pod, container=self.container,
-                                         follow=False, previous=True, since_time=saved.since_time_param(),
-                                         ) as body:
-                while seen < wanted:
-                    data = await body.readany()
-                    if not data:
-                        return False
-                    data = partial + data
-                    cut = data.rfind(b"\n") + 1
-                    partial = data[cut:]
-                    for line in data[:cut].split(b"\n")[:-1]:
-                        ts = timestamps.parse_ns(line.partition(b" ")[0])
-                        if ts > last:
-                            return False
-                        seen += ts == last
-                return True
-        except (errors.LogNotReady, errors.PodGone):
-            return False  # no previous instance (or no pod): the stream is the cursor's instance
-        except (TimeoutError, aiohttp.ClientError, ConnectionError, timestamps.BadTimestamp) as exc:
-            raise errors.ApiUnavailable(f"{self.container}: asking the kubelet for the previous instance:"
-                                        f" {type(exc).__name__}: {exc}") from exc
 
     async def _after_limit(self, result: RequestResult, parser: lines.StreamParser) -> None:
         """A ``limitBytes`` cut: resume normally, unless one line alone exceeds the limit."""
@@ -710,9 +626,8 @@ async def follow_pod(
                           rng=random.Random(rng.random()) if rng is not None else _JITTER)
         for name in names
     ]
-    try:
-        async with asyncio.TaskGroup() as group:
-            tasks = {f.container: group.create_task(f.follow_forever()) for f in followers}
-    except BaseExceptionGroup as group_error:
-        raise group_error.exceptions[0] from None  # one container failed; the others were cancelled
-    return {name: task.result() for name, task in tasks.items()}
+    # One task per container, as a group: the first to fail stops the others and is raised here.
+    tasks = Background(f"follow-{namespace}/{pod}")
+    started = {f.container: tasks.start(f.follow_forever(), name=f.container) for f in followers}
+    await tasks.join()
+    return {name: task.result() for name, task in started.items()}
