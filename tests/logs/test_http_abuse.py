@@ -58,7 +58,7 @@ async def test_asking_for_an_unknown_container_changes_nothing_for_the_next_requ
         async with s.get(f"{url}/logs/ns/p") as r:
             assert r.status == 200, await r.text()
             assert await r.read() == b"hello\n"
-    assert list(log_store._pod("ns", "p").instances) == ["main"]
+    assert list(log_store._pods.get("ns", "p").instances) == ["main"]
 
 
 @pytest.mark.parametrize(("query", "message"), [

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from podmortem.logs import timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
-from podmortem.logs.storage import reading
+from podmortem.logs.storage import chunks, reading, rendering
 from podmortem.logs.storage.store import LogStore, StoreSettings
 
 from .stored import run_sync
@@ -81,8 +81,8 @@ _text = st.one_of(
 def test_pieces_are_byte_identical_to_whole_rendering(
     monkeypatch: pytest.MonkeyPatch, texts: list[list[bytes]], raw: bool, how: reading.Render, piece: int
 ) -> None:
-    monkeypatch.setattr(reading, "READ_CHUNK", 64)  # every batch is "large"
-    monkeypatch.setattr(reading, "PIECE", piece)
+    monkeypatch.setattr(chunks, "READ_CHUNK", 64)  # every batch is "large"
+    monkeypatch.setattr(rendering, "PIECE", piece)
     if raw:
         texts = [[t.replace(b"\n", b"") for t in batch] for batch in texts]
     batches, n = [], 0
@@ -142,7 +142,7 @@ async def test_clipped_lines_of_a_large_batch_keep_only_the_head(
         read += len(data)
         return data
 
-    monkeypatch.setattr(reading.os, "pread", counting)
+    monkeypatch.setattr(rendering.os, "pread", counting)
     first, second = await block.clipped_lines(2048)
     assert first.text == b"z" * 2048 + b" [podmortem: %d more bytes]" % (len(text) - 2048)
     assert second.text == b"after"

@@ -18,7 +18,7 @@ import pytest
 
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
-from podmortem.logs.storage import reading
+from podmortem.logs.storage import positions, reading
 from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem.logs.wakeup import Wakeup
 
@@ -55,7 +55,7 @@ async def _store_with_lines(root: Path, n: int) -> tuple[LogStore, Any]:
 
 async def _chunk_args(inst: Any) -> tuple[Any, ...]:
     seq = inst.active_seq
-    offset = await asyncio.to_thread(reading._data_start, inst, seq)
+    offset = await asyncio.to_thread(positions.data_start, inst, seq)
     return inst, seq, inst.segment_path(seq), offset, inst.committed_size(seq)
 
 

@@ -14,7 +14,7 @@ import pytest
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd, LogLine
 from podmortem.logs.lines import LineBatch
-from podmortem.logs.storage import quarantine, reading, segments, store
+from podmortem.logs.storage import quarantine, reading, recovery, segments, store
 from podmortem.logs.storage.store import LogStore, StoreSettings
 
 BASE = 1_714_564_800 * 10**9
@@ -68,13 +68,13 @@ async def test_stored_instances_load_off_the_event_loop_once(
     async with LogStore(tmp_path, settings=NO_FSYNC) as st:
         await deliver(st.sink(namespace="ns", pod="pod-1"), lines, LogCursor(container_id="cid-1"))
     loads: list[bool] = []
-    load = store._load_instances
+    load = recovery.load_instances
 
     def recording(*args: object, **kwargs: object) -> list[store.Instance]:
         loads.append(threading.current_thread() is threading.main_thread())
         return load(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(store, "_load_instances", recording)
+    monkeypatch.setattr(recovery, "load_instances", recording)
     async with LogStore(tmp_path, settings=NO_FSYNC) as st:
         sink = st.sink(namespace="ns", pod="pod-1")
         cursors = await asyncio.gather(*(sink.load_cursor("main") for _ in range(5)))
