@@ -135,12 +135,11 @@ class ReporterReports:
         self.reporter = reporter
 
     def foreign_report(self, namespace: str, name: str) -> dict[str, Any] | None:
-        for outcome in reversed(self.reporter.outcomes):
-            t = outcome.target
-            if t.namespace == namespace and t.name == name and t.role != "trainingjob":
-                doc = self.reporter.job_annotation_document(t, outcome)
-                return dict(doc) if doc is not None else None
-        return None
+        outcome = self.reporter.latest_of(namespace, name)
+        if outcome is None:
+            return None
+        doc = self.reporter.job_annotation_document(outcome.target, outcome)
+        return dict(doc) if doc is not None else None
 
 
 FINDER = web.AppKey("podmortem_report_finder", ReportFinder)

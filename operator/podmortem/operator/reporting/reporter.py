@@ -97,6 +97,8 @@ class Outcome:
     #: (or there is no sidecar), so a later pod event does not read it again.
     sidecar: SidecarEvidence | None = None
     sidecar_read: bool = True
+    #: Its place among the reports written (the order of `Reporter.outcomes`).
+    order: int = 0
 
     @property
     def report(self) -> FailureReport:
@@ -214,13 +216,62 @@ class Reporter:
         self._background = Background("reporter")
         self.projection_of = projection_of
         self.targets = targets
-        self.outcomes: list[Outcome] = []
+        #: Every report of a pod still known, by pod uid, in the order written: what a restart count
+        #: and a foreign job's page read. Dropped with the pod (`forget_pod`) or its job (`forget_target`).
+        self._of_pod: dict[str, list[Outcome]] = {}
         #: The latest outcome per pod uid (a job's report shows its root-cause pod's).
         self.by_pod: dict[str, Outcome] = {}
+        #: The latest outcome of each target that is not a TrainingJob, by (namespace, name): its page.
+        self._latest: dict[tuple[str, str], Outcome] = {}
         #: Target uid -> its job-level root cause, for foreign jobs with more than one pod.
         self.jobs: dict[str, JobView] = {}
         #: One annotation write at a time per target, each composed from the state at its turn.
         self._target_locks: dict[str, asyncio.Lock] = {}
+        self._written = 0
+
+    @property
+    def outcomes(self) -> list[Outcome]:
+        """Every report still kept, in the order written (for tests, the bench and the page)."""
+        return sorted((o for kept in self._of_pod.values() for o in kept), key=lambda o: o.order)
+
+    def latest_of(self, namespace: str, name: str) -> Outcome | None:
+        """The latest report of a target that is not a TrainingJob (its page), if still kept."""
+        return self._latest.get((namespace, name))
+
+    def _keep(self, outcome: Outcome) -> None:
+        self._written += 1
+        outcome.order = self._written
+        self._of_pod.setdefault(outcome.termination.pod_uid, []).append(outcome)
+        if outcome.target.role != "trainingjob":
+            self._latest[(outcome.target.namespace, outcome.target.name)] = outcome
+
+    def forget_pod(self, pod_uid: str) -> None:
+        """The pod is deleted: drop its reports, unless a foreign job's section and page still show them
+        (they go with the job, `forget_target`). A TrainingJob's report stays in its status."""
+        kept = self._of_pod.get(pod_uid, [])
+        if any(o.target.role == "foreign" for o in kept):
+            return
+        self._drop(pod_uid)
+
+    def forget_target(self, target_uid: str) -> None:
+        """The job (TrainingJob or a foreign one) is deleted: drop its section and all its pods' reports."""
+        self.jobs.pop(target_uid, None)
+        self._target_locks.pop(target_uid, None)
+        pods = [uid for uid, kept in self._of_pod.items() if any(o.target.uid == target_uid for o in kept)]
+        for uid in pods:
+            self._drop(uid)
+
+    def _drop(self, pod_uid: str) -> None:
+        for outcome in self._of_pod.pop(pod_uid, []):
+            key = (outcome.target.namespace, outcome.target.name)
+            if self._latest.get(key) is outcome:
+                del self._latest[key]
+        self.by_pod.pop(pod_uid, None)
+
+    def kept(self) -> dict[str, int]:
+        """How much per-pod and per-job state is held (for tests and the soak bench)."""
+        return {"pods": len(self._of_pod), "reports": sum(map(len, self._of_pod.values())),
+                "latest": len(self._latest), "jobs": len(self.jobs), "locks": len(self._target_locks)}
 
     async def report(
         self,
@@ -287,11 +338,11 @@ class Reporter:
             sidecar_read=sidecar.summary is None or sidecar.summary.state != "pending",
         )
         self.by_pod[t.pod_uid] = outcome
+        self._keep(outcome)
         await self._write(outcome)
         outcome.latency_s = time.monotonic() - seen_at
         metrics.REPORT_LATENCY.observe(outcome.latency_s)
         metrics.OOM_KILLS.labels(namespace=t.namespace, verdict=report.verdict or "unknown").inc()
-        self.outcomes.append(outcome)
         if prom_pending and prom_task is not None:
             self._spawn(self._patch_working_set_later(outcome, prom_task), name=f"working-set-{t.pod}")
         if record == kernel_record.PENDING:
@@ -313,7 +364,7 @@ class Reporter:
             pod=t.pod,
             report=outcome.document,
             samples=evidence.samples if evidence is not None else [],
-            restarts=report_timeline.restarts_of(t, (o.termination for o in self.outcomes)),
+            restarts=report_timeline.restarts_of(t, (o.termination for o in self._of_pod.get(t.pod_uid, ()))),
             projection=self._projection(t.pod_uid),
         )
 
@@ -607,7 +658,7 @@ class Reporter:
             last_line_ns=last_line_ns,
             in_status=dict(stored) if status else {},
         )
-        self.outcomes.append(outcome)
+        self._keep(outcome)
         self.by_pod.setdefault(termination.pod_uid, outcome)
         if not kernel_record.worth_seeking(termination, settings=self.settings.agent):
             document.evidence.kernel_record = KernelRecordEvidence(

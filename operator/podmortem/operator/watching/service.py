@@ -110,7 +110,8 @@ class OperatorService:
         #: ended during an operator restart would be dropped for good. Replayed when an owner or a
         #: parent link is learned; pod uid -> latest body, at most `MAX_UNOWNED` (oldest dropped).
         self._unowned: dict[str, Mapping[str, Any]] = {}
-        self._reported: set[str] = set()
+        #: Terminations reported (or found reported), by pod uid: dropped with the pod.
+        self._reported: dict[str, set[str]] = {}
         #: Reports being written, by termination key (a second event for it waits for the first).
         self._reporting: dict[str, asyncio.Task[None]] = {}
         self._tasks = Background("service")
@@ -196,6 +197,7 @@ class OperatorService:
 
     def forget_owner(self, uid: str) -> None:
         self._parents.pop(uid, None)
+        self.reporter.forget_target(uid)
         known = self.targets.owners.pop(uid, None)
         if known is not None and known.target.role == "trainingjob":
             self.status.forget(namespace=known.target.namespace, name=known.target.name)
@@ -319,13 +321,13 @@ class OperatorService:
         for found in termination.find(pod):
             if found.key in self._reporting:
                 await asyncio.wait({self._reporting[found.key]})  # its report first, then what came since
-            if found.key in self._reported:
+            if found.key in self._reported.get(found.pod_uid, ()):
                 if found.sidecar_message is not None:
                     self.reporter.attach_sidecar(found)
                 continue
             stored = await self._stored_report(known, found)
             if stored is not None:
-                self._reported.add(found.key)
+                self._reported.setdefault(found.pod_uid, set()).add(found.key)
                 document, raw = stored
                 if document.pending_record:
                     self.reporter.resume_pending_record(termination=found, target=known.target, stored=raw)
@@ -338,9 +340,12 @@ class OperatorService:
             await self._trainingjob_pod_status(known, pod)
         elif target.role == "foreign":
             await self._job_root_cause(known, pod, deleted=deleted)
-        if deleted and self.following is not None:
-            # Only now: the report and the job's row above read this pod's log tail.
-            self.following.forget(pod_uid)
+        if deleted:
+            # Only now: the report and the job's row above read this pod's log tail and report.
+            if self.following is not None:
+                self.following.forget(pod_uid)
+            self._reported.pop(pod_uid, None)
+            self.reporter.forget_pod(pod_uid)
 
     async def _job_root_cause(
         self, known: WatchedTarget, pod: Mapping[str, Any], *, deleted: bool = False
@@ -400,7 +405,7 @@ class OperatorService:
             outcome = await self.reporter.report(
                 termination=found, target=known.target, facts=facts, seen_at=seen_at
             )
-            self._reported.add(found.key)
+            self._reported.setdefault(found.pod_uid, set()).add(found.key)
             logger.info(
                 "report for %s/%s (%s): verdict %s, written to %s in %.3f s",
                 found.namespace,

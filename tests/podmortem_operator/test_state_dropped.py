@@ -1,0 +1,86 @@
+"""What the operator keeps of a pod or a job goes when it is deleted: nothing grows with uptime.
+
+The real operator runs against the emulated cluster: an annotated bare pod and a watched Job's pod
+are OOM-killed and reported, then deleted. The bare pod's reports, reported keys, follower, early
+warning and index entries go with it; a Job's pod's report stays while its Job's page and section
+show it, and goes with the Job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from podmortem_demo.harness import Harness, kill, run_pod
+
+from .test_operator_e2e import evidence_for
+
+RECORD = "02-k8s-v1-syslog-kmem-runc-el7.log"
+
+
+def _held(h: Harness, uid: str) -> dict[str, Any]:
+    running = h.running[0]
+    service, reporter = running.service, running.service.reporter
+
+    def read() -> dict[str, Any]:
+        return {
+            "reported": uid in service._reported,
+            "report": uid in reporter.by_pod,
+            "index": uid in service.targets.pods,
+            "early_warning": uid in service.early_warning.projections
+            or any(key[0] == uid for key in service.early_warning._epoch_times),
+            "kept": reporter.kept(),
+        }
+
+    return h.sync(read)
+
+
+def _report_of(h: Harness, uid: str) -> bool:
+    return bool(h.sync(lambda: uid in h.running[0].service.reporter.by_pod))
+
+
+def test_a_deleted_pod_and_job_take_their_state_with_them(agent_cluster: Harness) -> None:
+    h = agent_cluster
+    h.create("/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "bare", "namespace": "default", "annotations": {"podmortem.io/watch": "true"}},
+        "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+    })
+    bare = run_pod(h, name="bare")
+    job = h.create("/apis/batch/v1/namespaces/default/jobs", {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "gone", "namespace": "default", "annotations": {"podmortem.io/watch": "true"}},
+        "spec": {"template": {"spec": {"containers": [{"name": "trainer", "image": "x"}]}}},
+    })
+    h.create("/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "gone-abcde", "namespace": "default", "ownerReferences": [{
+            "apiVersion": "batch/v1", "kind": "Job", "name": "gone", "uid": job["metadata"]["uid"],
+            "controller": True}]},
+        "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+    })
+    owned = run_pod(h, name="gone-abcde")
+    for uid in (bare, owned):
+        h.sync(lambda uid=uid: h.agent.evidence.__setitem__(uid, evidence_for(uid, RECORD)))  # type: ignore[misc]
+    kill(h, name="bare")
+    kill(h, name="gone-abcde")
+    h.wait(lambda: (_held(h, bare)["reported"] and _held(h, owned)["reported"]) or None, what="both reports")
+    assert _report_of(h, bare) and _report_of(h, owned)
+    before = _held(h, bare)["kept"]
+    assert before["pods"] >= 2 and before["latest"] >= 2
+
+    h.delete("/api/v1/namespaces/default/pods/bare")
+    h.wait(lambda: not _report_of(h, bare) or None, what="the bare pod's report dropped")
+    held = _held(h, bare)
+    assert not any((held["reported"], held["report"], held["index"], held["early_warning"])), held
+
+    h.delete("/api/v1/namespaces/default/pods/gone-abcde")
+    h.wait(lambda: not _held(h, owned)["reported"] or None, what="the Job's pod seen deleted")
+    assert _report_of(h, owned), "the Job's section and page still show its pod's report"
+    status, _ = h.http_get(f"{h.running[0].log_url}/reports/default/gone")
+    assert status == 200
+
+    h.delete("/apis/batch/v1/namespaces/default/jobs/gone")
+    h.wait(lambda: not _report_of(h, owned) or None, what="the Job's reports dropped with it")
+    after = _held(h, owned)["kept"]
+    assert after["pods"] == before["pods"] - 2 and after["latest"] == before["latest"] - 2, (before, after)
+    assert after["jobs"] <= before["jobs"] and after["locks"] <= before["locks"]
