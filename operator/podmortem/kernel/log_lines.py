@@ -1,8 +1,10 @@
 """One kernel log line as people paste it, split into its prefix (time, host, kmsg header) and message.
 
 Why one module of this size: the prefix forms compose in any order people's tools stack them, so
-each form is tried in one ordered loop beside all the others. Why a module of its own: the forms a line reaches us in (``dmesg``, ``dmesg -T`` in any locale,
-raw ``/dev/kmsg``, ``journalctl -k`` and syslog in any locale, mail quotes, terminal and mail
+each form is tried in one ordered loop beside all the others.
+
+Why a module of its own: the forms a line reaches us in (``dmesg``, ``dmesg -T`` in any locale, raw
+``/dev/kmsg``, ``journalctl -k`` and syslog in any locale, mail quotes, terminal and mail
 wraps, pager cuts) are independent of what the OOM parser reads in the message, and each needs
 its own care to stay linear on hostile input: every regex here is anchored and bounded.
 
