@@ -154,6 +154,12 @@ cannot express.
 {{- if and .Values.operator.http.tls.certManager.enabled (not .Values.operator.http.tls.certManager.issuerRef.name) }}
 {{- fail "operator.http.tls.certManager.enabled=true needs operator.http.tls.certManager.issuerRef.name: the cert-manager issuer that signs the log API's certificate." }}
 {{- end }}
+{{- if and .Values.webhook.enabled (not .Values.operator.enabled) }}
+{{- fail "webhook.enabled=true needs operator.enabled=true: the operator serves the webhook." }}
+{{- end }}
+{{- if and .Values.webhook.enabled .Values.webhook.certManager.enabled (not .Values.webhook.certManager.issuerRef.name) }}
+{{- fail "webhook.certManager.enabled=true needs webhook.certManager.issuerRef.name: the cert-manager issuer that signs the webhook's certificate." }}
+{{- end }}
 {{- if and .Values.agent.enabled (eq .Values.agent.kernelLog.source "kmsg") (not .Values.agent.kernelLog.mountDevKmsg) }}
 {{- fail "agent.kernelLog.source=kmsg needs agent.kernelLog.mountDevKmsg=true (or use source auto or syslog)." }}
 {{- end }}
@@ -195,4 +201,42 @@ The scheme of the log API: https with a certificate.
 */}}
 {{- define "podmortem.httpScheme" -}}
 {{- if include "podmortem.httpTlsSecret" . }}https{{ else }}http{{ end }}
+{{- end }}
+
+{{/*
+The sidecar's image: its own repository if set, else the operator's image (which has the command).
+*/}}
+{{- define "podmortem.sidecarImage" -}}
+{{- $image := .Values.sidecar.image }}
+{{- if not $image.repository }}
+{{- include "podmortem.image" . }}
+{{- else if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The webhook's Service (its certificate is for this name), its TLS Secret and where the operator reads it.
+*/}}
+{{- define "podmortem.webhookServiceName" -}}
+{{- include "podmortem.componentName" (dict "root" . "suffix" "webhook") }}
+{{- end }}
+
+{{- define "podmortem.webhookTlsSecret" -}}
+{{- include "podmortem.componentName" (dict "root" . "suffix" "webhook-tls") }}
+{{- end }}
+
+{{- define "podmortem.webhookTlsDir" -}}
+/etc/podmortem/webhook-tls
+{{- end }}
+
+{{/*
+The DNS names the API server may call the webhook Service by.
+*/}}
+{{- define "podmortem.webhookDnsNames" -}}
+{{- $svc := include "podmortem.webhookServiceName" . }}
+{{- $ns := .Release.Namespace }}
+{{- toJson (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) }}
 {{- end }}
