@@ -348,7 +348,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Run the podmortem operator. It creates and follows TrainingJob pods, follows pods and jobs "
             'annotated podmortem.io/watch: "true", keeps their logs in a durable store, and on exit 137, '
             "OOMKilled or eviction writes a failure report (TrainingJob status, or the "
-            "podmortem.io/failure-report annotation plus an Event). Flags default to the PODMORTEM_* "
+            "podmortem.io/failure-report annotation plus an Event). With --sidecar (or a TrainingJob's "
+            "spec.sidecar) its pods get the podmortem sidecar; with --webhook-port it also serves the "
+            "admission webhook that adds the sidecar to other labelled pods. Flags default to the "
+            "PODMORTEM_* "
             "environment variables the Helm chart sets, shown as [env ...]; an empty variable counts as "
             "unset. PODMORTEM_LOG_LEVEL (debug, info, warning, error, critical) sets the log level. A bad "
             "value stops the operator at once with one line naming the flag and the variable (exit 2)."
