@@ -1,4 +1,4 @@
-"""``podmortem operator`` reads the sidecar and webhook settings the chart passes; refuses what cannot work."""
+"""`podmortem operator` reads the sidecar and webhook settings the chart passes; refuses what cannot work."""
 
 from __future__ import annotations
 
