@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from podmortem.diagnosis.forks import FORK_COPIES_MIN_BYTES, FORK_COPIES_MIN_SHARE
 from podmortem.diagnosis.termination import Termination
 from podmortem.reports import codes as verdict_codes
 from podmortem.reports.document import SidecarEvidenceSummary
@@ -25,9 +26,10 @@ from podmortem.sidecar.evidence import EvidenceInvalid, SidecarEvidence, parse
 
 #: A memory class holding at least this share of the container's charged memory is named.
 DOMINANT_SHARE = 0.5
-#: Workers' PSS worth a finding: at least this much, and at least `WORKERS_MIN_SHARE` of the usage.
-WORKERS_MIN_BYTES = 256 << 20
-WORKERS_MIN_SHARE = 0.2
+#: Workers' PSS worth a finding: at least this much, and at least `WORKERS_MIN_SHARE` of the usage
+#: (the kernel record's fork-copies rule's own thresholds, `podmortem.diagnosis.forks`).
+WORKERS_MIN_BYTES = FORK_COPIES_MIN_BYTES
+WORKERS_MIN_SHARE = FORK_COPIES_MIN_SHARE
 #: The usage trend is called growing when its last point is this much above its first.
 GROWTH_RATIO = 1.2
 
