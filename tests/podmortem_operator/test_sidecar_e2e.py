@@ -23,9 +23,11 @@ import pytest
 from tests.sidecar import pod as sidecar_pod
 
 from podmortem.diagnosis.termination import SIDECAR_CONTAINER
-from podmortem.operator.settings import AgentAccessSettings
+from podmortem.operator.settings import AgentAccessSettings, SidecarInjectionSettings
 from podmortem_demo import sandbox
 from podmortem_demo.harness import Harness, harness, run_pod
+
+from .test_operator_e2e import TJ_PATH, trainingjob
 
 pytestmark = pytest.mark.kernel
 
@@ -120,3 +122,53 @@ def test_a_pod_with_the_sidecar_and_no_agent_gets_a_report_of_its_containers_lim
     assert "anon-dominant" in codes and "fork-copies" in codes, codes
     assert summary["kernelRecord"] == "not-sought"
 
+
+
+@pytest.fixture
+def no_agent_sidecar_on(tmp_path: Path) -> Iterator[Harness]:
+    with harness(tmp_path) as h:
+        settings = h.settings(log_http_auth=False, agent=AgentAccessSettings(enabled=False),
+                              sidecar=SidecarInjectionSettings(trainingjobs=True, image="podmortem:test"))
+        h.start_operator(settings)
+        yield h
+        assert h.operator_error is None, h.operator_error
+
+
+def test_a_trainingjob_gets_the_sidecar_and_its_report_names_the_containers_limit(
+    message: str, no_agent_sidecar_on: Harness
+) -> None:
+    """The chart's sidecar.enabled with the agent off: the operator adds the sidecar to the pod it makes,
+    and the job's status gets the report from the sidecar's evidence of a real kill."""
+    h = no_agent_sidecar_on
+    template = {"spec": {"securityContext": {"runAsUser": 1000, "runAsNonRoot": True},
+                         "containers": [{"name": "trainer", "image": "pointgroup:1"}]}}
+    h.create(TJ_PATH, trainingjob("sidecar-tj", template=template))
+    pod = h.wait(lambda: h.get("/api/v1/namespaces/default/pods/sidecar-tj-train"), what="the training pod")
+    [side] = [c for c in pod["spec"].get("initContainers", []) if c["name"] == SIDECAR_CONTAINER]
+    assert pod["spec"]["shareProcessNamespace"] is True and side["restartPolicy"] == "Always"
+    assert side["image"] == "podmortem:test" and side["securityContext"]["runAsUser"] == 1000
+
+    run_pod(h, name="sidecar-tj-train")
+    running = h.get("/api/v1/namespaces/default/pods/sidecar-tj-train") or {}
+    trainer = running["status"]["containerStatuses"][0]
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    h.patch("/api/v1/namespaces/default/pods/sidecar-tj-train", {"status": {
+        "phase": "Failed",
+        "containerStatuses": [{**trainer, "state": {"terminated": {
+            "exitCode": 137, "reason": "OOMKilled", "containerID": trainer["containerID"],
+            "startedAt": "2024-05-01T10:00:00Z", "finishedAt": now}}}],
+        "initContainerStatuses": [{"name": SIDECAR_CONTAINER, "containerID": "containerd://side", "state": {
+            "terminated": {"exitCode": 0, "reason": "Completed", "message": message, "finishedAt": now}}}],
+    }})
+
+    def report() -> dict[str, Any] | None:
+        status = (h.get(f"{TJ_PATH}/sidecar-tj") or {}).get("status") or {}
+        doc = status.get("failureReport")
+        return doc if doc and any(f["code"] == "sidecar-evidence" for f in doc.get("findings", [])) else None
+
+    doc = h.wait(report, what="the TrainingJob's report from the sidecar's evidence", timeout=30)
+    codes = [f["code"] for f in doc["findings"]]
+    assert doc["verdict"] == "memcg-limit" and {"anon-dominant", "fork-copies"} <= set(codes), codes
+    assert doc["findings"][0]["evidence"]["limit_bytes"] == LIMIT
+    assert doc["evidence"]["sidecar"]["state"] == "attached"
+    assert "not available in sidecar mode" in doc["evidence"]["kernelRecord"]["note"]

@@ -28,10 +28,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from podmortem.diagnosis import termination
 from podmortem.operator.settings import SidecarInjectionSettings
 
-#: The sidecar container's name; a pod with a container of this name already has it.
-SIDECAR_CONTAINER = "podmortem-sidecar"
+#: The sidecar container's name (the report reads its termination message by it); a pod with a
+#: container of this name already has it.
+SIDECAR_CONTAINER = termination.SIDECAR_CONTAINER
 #: Label or annotation; ``"false"`` keeps the sidecar out of a pod.
 OPT_OUT_KEY = "podmortem.io/sidecar"
 #: Where the kubelet reads the sidecar's termination message (the sidecar's default ``--termination-log``).

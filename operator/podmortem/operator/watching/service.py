@@ -151,7 +151,7 @@ class OperatorService:
 
     async def _create_pod(self, body: Mapping[str, Any], known: WatchedTarget) -> None:
         target = known.target
-        pod = jobs.build_pod(body)
+        pod = jobs.build_pod(body, sidecar=self.settings.sidecar)
         path = kube_mod.resource_path("", "v1", "pods", target.namespace)
         try:
             created = await self.kube.create(path, pod)
