@@ -16,7 +16,6 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from importlib import metadata
 
 from podmortem import __version__
 
@@ -33,24 +32,34 @@ COMMANDS: tuple[str, ...] = (
 PLUGIN_GROUP = "podmortem.commands"
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Commands whose process must stay small: started alone, they register only themselves (the sidecar
+#: runs in every training pod, and the other commands' imports would double its memory).
+LEAN: tuple[str, ...] = ("sidecar",)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI; ``only``: just that one subcommand (one of `LEAN`), for a lean process."""
     parser = argparse.ArgumentParser(
         prog="podmortem",
         description="Why did my training pod die? OOM forensics, lossless pod logs, failure reports.",
     )
     parser.add_argument("--version", action="version", version=f"podmortem {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in (only,) if only is not None else COMMANDS:
         module = importlib.import_module(f"podmortem.cli.{name}")
         module.register(subparsers)
-    for entry in sorted(metadata.entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
-        entry.load().register(subparsers)
+    if only is None:
+        from importlib import metadata
+
+        for entry in sorted(metadata.entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+            entry.load().register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_in[0] if args_in and args_in[0] in LEAN else None)
+    args = parser.parse_args(args_in)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)

@@ -1,0 +1,39 @@
+"""`podmortem sidecar` stays a small process: it registers only itself, and builds only the models it uses.
+
+The sidecar runs in every training pod, with a 32 MiB goal (bench/sidecar.py measures it); the other
+subcommands' imports and every report model built at import cost it several MiB. Checked in a fresh
+interpreter, the way the console script starts.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+PROBE = """
+import sys
+from podmortem.cli import main
+parser = main.build_parser("sidecar")
+import podmortem.sidecar.main
+loaded = sorted(m for m in sys.modules if m.startswith("podmortem"))
+print("\\n".join(loaded))
+"""
+
+
+def test_the_sidecar_loads_no_other_command_and_no_report_model_it_does_not_use() -> None:
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True).stdout
+    loaded = set(out.split())
+    assert "podmortem.sidecar.main" in loaded
+    others = {f"podmortem.cli.{name}" for name in ("diagnose", "report", "logs", "operator", "agent")}
+    assert not loaded & others, loaded & others
+    assert not {"podmortem.reports.failure", "podmortem.reports.oom_record"} & loaded
+    assert not any(m.startswith(("podmortem.operator", "podmortem.agent", "podmortem.logs")) for m in loaded)
+
+
+def test_the_whole_cli_still_lists_every_command() -> None:
+    cli = [sys.executable, "-m", "podmortem.cli.main"]
+    out = subprocess.run([*cli, "--help"], capture_output=True, text=True, check=True).stdout
+    for name in ("diagnose", "report", "logs", "operator", "agent", "sidecar", "demo"):
+        assert name in out, name
+    side = subprocess.run([*cli, "sidecar", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "--termination-log" in side
