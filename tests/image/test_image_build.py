@@ -131,6 +131,11 @@ def _podman(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def image() -> str:
+    return build_image()
+
+
+def build_image() -> str:
+    """Build the image (podman's layer cache makes a rebuild of an unchanged tree take seconds); its tag."""
     result = subprocess.run(
         [str(BUILD_SCRIPT), "--tag", IMAGE], capture_output=True, text=True, timeout=1100, check=False
     )
