@@ -72,14 +72,16 @@ def find_report(doc: object) -> tuple[str | None, dict[str, Any]] | None:
     report's own pod names it)."""
     if not isinstance(doc, Mapping):
         return None
-    meta = doc.get("metadata")
-    if isinstance(meta, Mapping):  # a whole object: TrainingJob status, or another kind's annotation
-        title = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        report = (doc.get("status") or {}).get("failureReport")
+    from podmortem.kube.bodies import Body
+
+    if isinstance(doc.get("metadata"), Mapping):  # a whole object: TrainingJob status, or another kind's
+        obj = Body(doc)
+        title = f"{obj.namespace}/{obj.name}"
+        report = obj.status.get("failureReport")
         if isinstance(report, dict):
             return title, report
-        text = (meta.get("annotations") or {}).get("podmortem.io/failure-report")
-        if isinstance(text, str):
+        text = obj.annotations.get("podmortem.io/failure-report")
+        if text is not None:
             try:
                 summary = json.loads(text)
             except ValueError:

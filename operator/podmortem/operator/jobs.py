@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from podmortem.kube import api as kube
+from podmortem.kube.bodies import Body
 from podmortem.operator import sidecar_injection
 from podmortem.operator.annotations import WatchOptions
 from podmortem.operator.settings import (
@@ -73,14 +74,14 @@ class Target:
         plural: str,
         options: WatchOptions,
     ) -> Target:
-        meta = body.get("metadata", {}) or {}
+        obj = Body(body)
         return cls(
             role=role,
             api_version=str(body.get("apiVersion", "v1")),
             kind=str(body.get("kind", "Pod")),
-            namespace=str(meta.get("namespace", "")),
-            name=str(meta.get("name", "")),
-            uid=str(meta.get("uid", "")),
+            namespace=obj.namespace,
+            name=obj.name,
+            uid=obj.uid,
             plural=plural,
             options=options,
         )
@@ -150,16 +151,16 @@ def build_pod(
     webhook leaves its pod alone too.
     """
     sidecar = sidecar or SidecarInjectionSettings()
-    meta = trainingjob.get("metadata", {}) or {}
-    spec = trainingjob.get("spec", {}) or {}
+    tj = Body(trainingjob)
+    spec = tj.spec
     template = copy.deepcopy(dict(spec.get("template") or {}))
     tmeta = dict(template.get("metadata") or {})
     labels = dict(tmeta.get("labels") or {})
     annotations = dict(tmeta.get("annotations") or {})
-    name = str(meta.get("name", ""))
+    name = tj.name
     if len(name) <= 63:
         labels[TRAININGJOB_LABEL] = name
-    labels[TRAININGJOB_UID_LABEL] = str(meta.get("uid", ""))
+    labels[TRAININGJOB_UID_LABEL] = tj.uid
     pod_spec = dict(template.get("spec") or {})
     pod_spec.setdefault("restartPolicy", "Never")
     if spec.get("sidecar") is False:
@@ -171,7 +172,7 @@ def build_pod(
         "kind": "Pod",
         "metadata": {
             "name": pod_name(name),
-            "namespace": meta.get("namespace"),
+            "namespace": tj.namespace or None,
             "labels": labels,
             "annotations": annotations,
             "ownerReferences": [
@@ -179,7 +180,7 @@ def build_pod(
                     "apiVersion": f"{TRAININGJOB_GROUP}/{TRAININGJOB_VERSION}",
                     "kind": TRAININGJOB_KIND,
                     "name": name,
-                    "uid": meta.get("uid"),
+                    "uid": tj.uid or None,
                     "controller": True,
                     "blockOwnerDeletion": True,
                 }
@@ -191,14 +192,13 @@ def build_pod(
 
 def owner_uids(pod: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(uid, kind, name) of the pod's owners."""
-    refs = (pod.get("metadata", {}) or {}).get("ownerReferences") or []
+    refs = Body(pod).owner_references
     return [(str(r.get("uid", "")), str(r.get("kind", "")), str(r.get("name", ""))) for r in refs]
 
 
 def trainingjob_owner(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(name, uid) of the owning TrainingJob, if a TrainingJob owns this pod."""
-    refs = (pod.get("metadata", {}) or {}).get("ownerReferences") or []
-    for r in refs:
+    for r in Body(pod).owner_references:
         if r.get("kind") == TRAININGJOB_KIND and str(r.get("apiVersion", "")).startswith(
             TRAININGJOB_GROUP + "/"
         ):
