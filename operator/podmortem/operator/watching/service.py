@@ -29,7 +29,7 @@ from podmortem.kube import owners as kube_owners
 from podmortem.kube.bodies import Body, PodBody
 from podmortem.operator import annotations as opts
 from podmortem.operator import jobs
-from podmortem.operator.following import Following, PodLogFacts, log_status_fields
+from podmortem.operator.following import Following, log_status_fields
 from podmortem.operator.jobs import Target
 from podmortem.operator.reporting import job_report
 from podmortem.operator.reporting import reporter as reporting
@@ -38,6 +38,7 @@ from podmortem.operator.settings import TRAININGJOB_PLURAL, OperatorSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets, WatchedTarget
 from podmortem.operator.watching.early_warning import EarlyWarning
+from podmortem.operator.watching.status_fields import disk_full_condition, pod_status_fields
 from podmortem.reports import stored_bounds
 from podmortem.reports.document import ReportDocument
 
@@ -561,45 +562,5 @@ class OperatorService:
             await self.on_stopped()
 
 
-def pod_status_fields(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The TrainingJob status fields that mirror its pod."""
-    body = PodBody(pod)
-    phase = body.phase or "Pending"
-    if phase not in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
-        phase = "Unknown"
-    fields: dict[str, Any] = {"phase": phase, "podName": body.name or None, "podUID": body.uid or None}
-    if body.node_name:
-        fields["nodeName"] = body.node_name
-    started = body.status.get("startTime")
-    finished = None
-    exit_code = None
-    for cs in body.container_statuses:
-        state = cs.get("state") or {}
-        if "running" in state and state["running"].get("startedAt"):
-            started = started or state["running"]["startedAt"]
-        term = state.get("terminated")
-        if term:
-            finished = max(filter(None, [finished, term.get("finishedAt")]), default=None)
-            if exit_code is None or term.get("exitCode", 0) != 0:
-                exit_code = term.get("exitCode")
-    if started:
-        fields["startedAt"] = started
-    if phase in ("Succeeded", "Failed"):
-        if finished:
-            fields["finishedAt"] = finished
-        if exit_code is not None:
-            fields["exitCode"] = exit_code
-    return fields
-
-
 #: Key in ``written`` for the containers the DiskFull condition last named (not a status field).
 _DISK_FULL = "_diskFull"
-
-
-def disk_full_condition(facts: PodLogFacts, containers: list[str]) -> tuple[str, bool, str, str]:
-    """The ``DiskFull`` condition: whose log is paused because the store's volume is full."""
-    if containers:
-        return ("DiskFull", True, "LogStoreFull",
-                f"the log store's volume is full: following {facts.pod} ({', '.join(containers)}) is "
-                "paused and retries from its cursor; lines the kubelet drops meanwhile are marked as a gap")
-    return ("DiskFull", False, "LogStoreWritable", "the log store takes this job's lines again")
