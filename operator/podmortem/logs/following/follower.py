@@ -63,7 +63,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +114,9 @@ class ContainerFollower:
     on_reconnect: Callable[[Reconnect], None] | None = None
     #: Set while the sink is full (writes fail): the next replay gap is marked ``disk-full``.
     sink_full: bool = False
+    #: The pod as the caller has it already (the operator's watch event): the first state is read
+    #: from it instead of a GET, so starting thousands of followers asks the API nothing per pod.
+    known_pod: Mapping[str, Any] | None = None
     _attempt: int = 0
     _limit_growth: int = 1
 
@@ -521,7 +524,11 @@ class ContainerFollower:
     # -- helpers -------------------------------------------------------------------------------
 
     async def _read_state(self) -> podstate.ContainerState | None:
-        pod = await self.api.read_pod(namespace=self.namespace, name=self.pod)
+        known, self.known_pod = self.known_pod, None
+        if known is not None:
+            pod = dict(known)
+        else:
+            pod = await self.api.read_pod(namespace=self.namespace, name=self.pod)
         if self.container not in podstate.container_names(pod):
             return None
         return podstate.container_state(pod, self.container)
@@ -604,16 +611,19 @@ async def follow_pod(
     follow: bool = True,
     rng: random.Random | None = None,
     on_reconnect: Callable[[Reconnect], None] | None = None,
+    known_pod: Mapping[str, Any] | None = None,
 ) -> dict[str, LogEnd]:
     """Follow the chosen containers of a pod (all by default) until each one's log is over.
 
-    Raises :class:`errors.PodGone` when the pod does not exist at the start, and
-    :class:`errors.ApiFatal` for unknown container names or a refused request.
+    ``known_pod``: the pod as the caller has it (a watch event's body); its containers and their first
+    states are read from it, with no GET. Raises :class:`errors.PodGone` when the pod does not exist
+    at the start, and :class:`errors.ApiFatal` for unknown container names or a refused request.
     """
     settings = settings or FollowSettings()
     metrics = metrics or for_registry()
-    names = podstate.container_names(await read_pod(api=api, namespace=namespace, pod=pod, settings=settings,
-                                                    rng=rng))
+    body = (dict(known_pod) if known_pod is not None
+            else await read_pod(api=api, namespace=namespace, pod=pod, settings=settings, rng=rng))
+    names = podstate.container_names(body)
     if containers:
         unknown = [c for c in containers if c not in names]
         if unknown:
@@ -623,9 +633,11 @@ async def follow_pod(
     followers = [
         ContainerFollower(api=api, namespace=namespace, pod=pod, container=name, sink=sink,
                           settings=settings, metrics=metrics, follow=follow, on_reconnect=on_reconnect,
-                          rng=random.Random(rng.random()) if rng is not None else _JITTER)
+                          rng=random.Random(rng.random()) if rng is not None else _JITTER,
+                          known_pod=known_pod)
         for name in names
     ]
+    del body, known_pod  # the followers hold it until their first look; this frame lives as long as they
     # One task per container, as a group: the first to fail stops the others and is raised here.
     tasks = Background(f"follow-{namespace}/{pod}")
     started = {f.container: tasks.start(f.follow_forever(), name=f.container) for f in followers}

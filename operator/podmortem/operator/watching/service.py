@@ -317,6 +317,7 @@ class OperatorService:
                 pod=body.name,
                 pod_uid=pod_uid,
                 containers=target.options.containers,
+                body=pod,
             )
 
         for found in termination.find(pod):
