@@ -109,9 +109,11 @@ def evidence_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _podman(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """podman, run in ``cwd``: conmon leaves a file named ``oom`` in its working directory when the
+    kernel OOM-kills a container, which must not land in the repository."""
     return subprocess.run(["podman", *args], capture_output=True, text=True, env=podman_env(),
-                          timeout=timeout, check=False)
+                          timeout=timeout, check=False, cwd=cwd)
 
 
 def test_the_operators_pod_with_the_sidecar_under_podman_leaves_the_evidence_of_a_real_kill(
@@ -121,22 +123,22 @@ def test_the_operators_pod_with_the_sidecar_under_podman_leaves_the_evidence_of_
     name = pod["metadata"]["name"]
     spec_file = tmp_path / "pod.yaml"
     spec_file.write_text(json.dumps(pod))  # JSON is YAML, and podman's YAML reader takes it as written
-    played = _podman("kube", "play", str(spec_file))
+    played = _podman("kube", "play", str(spec_file), cwd=tmp_path)
     try:
         if played.returncode != 0:
             pytest.fail(f"podman kube play failed:\n{played.stdout}\n{played.stderr}"[-4000:], pytrace=False)
         message = evidence_dir / "termination-log"
         deadline = time.monotonic() + 120
         while not message.exists() or not message.read_text().strip():
-            assert time.monotonic() < deadline, _podman("pod", "logs", name).stdout[-3000:]
+            assert time.monotonic() < deadline, _podman("pod", "logs", name, cwd=tmp_path).stdout[-3000:]
             time.sleep(0.2)
         doc = ev.parse(message.read_text())
-        trainer = json.loads(_podman("inspect", f"{name}-trainer").stdout)[0]["State"]
+        trainer = json.loads(_podman("inspect", f"{name}-trainer", cwd=tmp_path).stdout)[0]["State"]
         assert trainer["OOMKilled"] or trainer["ExitCode"] == 137, trainer
         assert doc.kill is not None and doc.kill.victim.comm.startswith("python"), doc
         assert doc.oom.after is not None and doc.oom.after >= 1 and (doc.oom.before or 0) < doc.oom.after
         assert doc.mem is not None and doc.mem.limit == LIMIT_MIB << 20
         assert doc.top and any(p.role == "worker" for p in doc.top), doc.top
     finally:
-        _podman("kube", "down", str(spec_file))
-        _podman("pod", "rm", "--force", "--ignore", name)
+        _podman("kube", "down", str(spec_file), cwd=tmp_path)
+        _podman("pod", "rm", "--force", "--ignore", name, cwd=tmp_path)
