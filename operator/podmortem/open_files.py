@@ -94,6 +94,23 @@ def out_of_descriptors(exc: BaseException) -> bool:
     return False
 
 
+#: Headroom below which readiness says the descriptors are running low: this share of the limit, and
+#: at least this many (a follower holds about 2.6 while it streams).
+LOW_SHARE = 0.05
+LOW_MIN = 64
+
+
+def headroom() -> str:
+    """``open files 312 of 524,288``, and ``(low: ...)`` when little is left: readiness shows it."""
+    used, limit = in_use()
+    if used < 0:
+        return "open files unknown (no /proc/self/fd)"
+    text = f"open files {used:,} of {limit:,}"
+    if limit - used < max(LOW_MIN, LOW_SHARE * limit):
+        text += " (low: followers that run out wait and resume; raise the hard limit)"
+    return text
+
+
 def in_use() -> tuple[int, int]:
     """(descriptors open now, the soft limit): the headroom readiness and the log show."""
     try:

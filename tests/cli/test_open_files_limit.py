@@ -58,8 +58,10 @@ def test_the_operator_raises_its_soft_limit_to_the_hard_one(
     p = ep.Process(_limited(soft, HARD, "operator", "--kubeconfig", str(kubeconfig)), env,
                    tmp_path / "operator.log").start()
     try:
-        p.wait_http(f"http://127.0.0.1:{env['PODMORTEM_HEALTH_PORT']}/readyz")
+        _, ready = p.wait_http(f"http://127.0.0.1:{env['PODMORTEM_HEALTH_PORT']}/readyz")
         assert _soft_limit(p.proc.pid) == HARD
+        assert f" of {HARD:,}" in ready and "open files " in ready  # the headroom, in readiness
+        assert "(low" not in ready
         if soft < HARD:
             assert f"open files: soft limit {soft:,} raised to {HARD:,} (hard {HARD:,})" in p.output()
         else:
@@ -83,3 +85,13 @@ def test_the_agent_raises_its_soft_limit_too(cluster: tuple[Harness, Pki], tmp_p
         assert f"open files: soft limit 1,024 raised to {HARD:,} (hard {HARD:,})" in p.output()
     finally:
         assert p.stop() == 0
+
+
+def test_readiness_says_when_descriptors_run_low(monkeypatch: pytest.MonkeyPatch) -> None:
+    from podmortem import open_files
+
+    monkeypatch.setattr(open_files, "in_use", lambda: (1000, 1024))
+    assert open_files.headroom() == (
+        "open files 1,000 of 1,024 (low: followers that run out wait and resume; raise the hard limit)")
+    monkeypatch.setattr(open_files, "in_use", lambda: (300, 524_288))
+    assert open_files.headroom() == "open files 300 of 524,288"

@@ -23,6 +23,7 @@ import kopf
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from podmortem import open_files
 from podmortem.background import Background
 from podmortem.errors import PodmortemError
 from podmortem.kube import api as kube_mod
@@ -277,10 +278,11 @@ async def run_operator(
             if not connection.ok:
                 return False, f"not ready: {connection.describe()}"
             if elector is not None and not elector.is_leader:
-                return True, f"ready: {elector.describe()}"
+                return True, f"ready: {elector.describe()}; {open_files.headroom()}"
             if not ready_flag.is_set():
                 return False, "not ready: kopf is starting its watches"
-            return True, "ready" if elector is None else f"ready: {elector.describe()}"
+            head = "ready" if elector is None else f"ready: {elector.describe()}"
+            return True, f"{head}; {open_files.headroom()}"
 
         def is_alive() -> tuple[bool, str]:
             return (True, "alive") if store.is_open else (False, "log store closed")
