@@ -323,6 +323,15 @@ WEBHOOK_TLS_KEY = o.Option(
     ("--webhook-tls-key-file",), "PODMORTEM_WEBHOOK_TLS_KEY_FILE", o.optional_path, None,
     "PEM private key of --webhook-tls-cert-file", "FILE", shown_default="none",
 )
+API_QPS = o.Option(
+    ("--api-qps",), "PODMORTEM_API_QPS", o.number("requests per second", above=0), str(_D.api_qps),
+    "the log followers' API requests per second on average (pod reads, log streams), as client-go's "
+    "QPS: a restart over many pods opens their streams at this pace", "QPS",
+)
+API_BURST = o.Option(
+    ("--api-burst",), "PODMORTEM_API_BURST", o.whole("a number of requests", low=1), str(_D.api_burst),
+    "how many of those requests may go at once before the pace applies (client-go's burst)", "N",
+)
 #: Variables with no flag of their own.
 LOG_LEVEL = o.Option((), "PODMORTEM_LOG_LEVEL", o.choice(*o.LOG_LEVELS), "info")
 SERVICE_NAME = o.Option((), "PODMORTEM_SERVICE_NAME", o.dns_label("Service name"), None)
@@ -336,7 +345,8 @@ OPTIONS: tuple[o.Option[Any], ...] = (
     STATUS_REFRESH, LEADER_ELECTION, LEASE, LEASE_NAMESPACE, IDENTITY, LEASE_DURATION, RENEW_DEADLINE,
     RETRY_PERIOD, METRICS_PORT, HEALTH_PORT, EARLY_WARNING_EPOCHS, MEMORY_WARNING_RATIO, STATUS_MAX_BYTES,
     ANNOTATION_MAX_BYTES, FOREIGN_KINDS, SIDECAR, SIDECAR_IMAGE, SIDECAR_PULL_POLICY, SIDECAR_RESOURCES,
-    SIDECAR_COMM, WEBHOOK_PORT, WEBHOOK_TLS_CERT, WEBHOOK_TLS_KEY, LOG_LEVEL, SERVICE_NAME,
+    SIDECAR_COMM, WEBHOOK_PORT, WEBHOOK_TLS_CERT, WEBHOOK_TLS_KEY, API_QPS, API_BURST, LOG_LEVEL,
+    SERVICE_NAME,
 )
 
 
@@ -463,6 +473,8 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
             memory_warning_ratio=v.value(MEMORY_WARNING_RATIO),
             status_report_max_bytes=v.value(STATUS_MAX_BYTES),
             annotation_report_max_bytes=v.value(ANNOTATION_MAX_BYTES),
+            api_qps=v.value(API_QPS),
+            api_burst=v.value(API_BURST),
             log_http_port=http_port,
             log_http_auth=v.value(HTTP_AUTH) == "kubernetes",
             log_http_token_audiences=audiences,

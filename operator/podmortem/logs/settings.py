@@ -55,6 +55,13 @@ class FollowSettings:
     #: always retried.
     start_attempts: int | None = None
 
+    #: Requests per second this process's followers make to the API on average (pod reads and log
+    #: requests together), and how many may go at once: client-go's QPS and burst. An operator
+    #: restarting over 10,000 pods then opens their streams over a minute or two instead of all at
+    #: once. None: no limit (the CLI following one pod).
+    api_qps: float | None = 200.0
+    api_burst: int = 400
+
     def __post_init__(self) -> None:
         for name in ("read_timeout_s", "connect_timeout_s", "pod_read_timeout_s"):
             if not getattr(self, name) > 0:
@@ -71,6 +78,9 @@ class FollowSettings:
             raise ValueError(f"tail_lines must be 0 or more, or None, got {self.tail_lines}")
         if self.final_partial_reads < 1:
             raise ValueError(f"final_partial_reads must be at least 1, got {self.final_partial_reads}")
+        if self.api_qps is not None and (not self.api_qps > 0 or self.api_burst < 1):
+            raise ValueError(f"api_qps must be positive (or None) and api_burst at least 1, got "
+                             f"{self.api_qps} and {self.api_burst}")
         if self.start_attempts is not None and self.start_attempts < 1:
             raise ValueError(f"start_attempts must be at least 1, or None, got {self.start_attempts}")
 

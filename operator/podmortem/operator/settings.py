@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, ForeignKind
-from podmortem.logs.settings import HttpSettings
+from podmortem.logs.settings import FollowSettings, HttpSettings
 
 #: The API coordinates of the TrainingJob custom resource.
 TRAININGJOB_GROUP = "podmortem.io"
@@ -219,6 +219,11 @@ class OperatorSettings:
     #: ``status.log`` (lines, bytes, reconnects, gaps) while its pod runs quietly. Each refresh that
     #: changed something is one API write per job; 30 s keeps 1,000 jobs at ~33 writes/s at most.
     last_log_line_interval_s: float = 30.0
+    #: The followers' API requests (pod reads, log requests) per second on average, and how many may
+    #: go at once (client-go's QPS and burst; `podmortem.logs.following.rate_limit`): a restart over
+    #: 10,000 pods opens their streams over a minute or so instead of all at once.
+    api_qps: float = FollowSettings.api_qps or 200.0
+    api_burst: int = FollowSettings.api_burst
     #: Whether logs are followed unless a job says otherwise.
     follow_logs: bool = True
     #: Address the HTTP servers bind (logs, metrics, health).

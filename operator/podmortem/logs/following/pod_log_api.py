@@ -25,6 +25,7 @@ from urllib.parse import quote
 import aiohttp
 
 from podmortem.logs import errors
+from podmortem.logs.following.rate_limit import TokenBucket
 from podmortem.logs.settings import FollowSettings
 
 if TYPE_CHECKING:
@@ -151,12 +152,17 @@ class PodLogApi:
             ApiClientTransport(api) if hasattr(api, "call_api") else api  # type: ignore[arg-type]
         )
         self._settings = settings
+        #: Shared by every follower of this process (one API, one budget): see `rate_limit`.
+        self._limit = (TokenBucket(qps=settings.api_qps, burst=settings.api_burst)
+                       if settings.api_qps is not None else None)
 
     async def _call(
         self, path: str, *, namespace: str, name: str,
         query: list[tuple[str, str]], client_timeout: aiohttp.ClientTimeout, what: str,
     ) -> aiohttp.ClientResponse:
         path = path.format(namespace=quote(namespace, safe=""), name=quote(name, safe=""))
+        if self._limit is not None:
+            await self._limit.acquire()
         try:
             response = await self._transport.get(path, query=query, client_timeout=client_timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

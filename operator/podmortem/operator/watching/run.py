@@ -217,7 +217,9 @@ async def run_operator(
     """
     connection = Connection(access, listables=watched_listables(settings), component="operator")
     api_config = await clients.api_configuration(access)
-    follow_settings = follow_settings or FollowSettings()
+    follow_settings = follow_settings or FollowSettings(
+        api_qps=settings.api_qps, api_burst=settings.api_burst
+    )
     store_settings = StoreSettings(
         retention=RetentionSettings(
             max_age_s=settings.log_retention_s, max_job_bytes=settings.log_retention_bytes
