@@ -197,6 +197,9 @@ def measure(args: argparse.Namespace) -> int:
                   f"{at_start / 2**20:.1f} MiB at once, {after / 2**20:.1f} MiB {SETTLE_S:g} s later "
                   f"-> {(after - base) / pods / 1024:.1f} KiB per followed pod"
                   + (" (tracemalloc on: inflated)" if args.tracemalloc else ""))
+            fds = len(os.listdir("/proc/self/fd"))
+            print(f"open file descriptors with {pods:,} followed, quiet pods: {fds:,} "
+                  f"({fds / pods:.2f} per pod; the store keeps at most 256 segment files open)")
             if args.tracemalloc:
                 _print_traced(traced0, tracemalloc.take_snapshot(), pods)
                 tracemalloc.stop()

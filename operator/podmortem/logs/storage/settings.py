@@ -30,6 +30,11 @@ class StoreSettings:
     #: it the oldest finished logs are deleted early, down to 90%. The chart sets it from the
     #: emptyDir's or the claim's size.
     max_store_bytes: int | None = None
+    #: Segment files kept open for writing at once. Beyond it, the file of the instance written
+    #: longest ago is closed (fsynced first when the policy syncs) and opened again at its next
+    #: write, so a quiet followed pod holds its stream's socket and no file: 10,000 idle pods fit
+    #: a container's 1,024 soft descriptor limit only so (an open file each would need 10,000).
+    max_open_segments: int = 256
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
@@ -38,5 +43,7 @@ class StoreSettings:
             raise ValueError("min_free_ratio must be in [0, 1)")
         if self.max_store_bytes is not None and self.max_store_bytes < 16 * self.segment_bytes:
             raise ValueError("max_store_bytes must hold at least 16 segments")
+        if self.max_open_segments < 1:
+            raise ValueError("max_open_segments must be at least 1")
         if self.fsync_interval_s is not None and self.fsync_interval_s < 0:
             raise ValueError("fsync_interval_s must be >= 0 or None")

@@ -23,6 +23,7 @@ fsync policy (``StoreSettings.fsync_interval_s``):
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -87,6 +88,9 @@ class SegmentWriter:
         self._instances = instances
         #: Directories whose entries changed since the last flush (new segments, new instances).
         self.dirty_dirs: set[Path] = set()
+        #: Instances whose segment is open for writing, written longest ago first (at most
+        #: ``settings.max_open_segments``; `_close_idle`).
+        self._open: collections.OrderedDict[int, Instance] = collections.OrderedDict()
 
     def full(self, exc: OSError) -> StoreFull:
         self._totals.full_since = self._totals.full_since or time.time()
@@ -152,7 +156,36 @@ class SegmentWriter:
             if interval == 0 or (durable and interval is not None):
                 await asyncio.to_thread(os.fsync, inst.fd)
                 inst.dirty = False
+            self._open[id(inst)] = inst
+            self._open.move_to_end(id(inst))
         inst.notify()
+        if len(self._open) > self.settings.max_open_segments:
+            await self._close_idle()
+
+    async def _close_idle(self) -> None:
+        """Close the segment files written longest ago, down to the limit; each reopens at its next write
+        (`roll` appends to an intact tail). One being written now (its lock held) is skipped."""
+        sync = self.settings.fsync_interval_s is not None
+        for key, inst in list(self._open.items()):
+            if len(self._open) <= self.settings.max_open_segments:
+                return
+            if inst.lock.locked():
+                continue
+            async with inst.lock:
+                self._open.pop(key, None)
+                fd, inst.fd = inst.fd, None
+                if fd is None:
+                    continue
+                try:
+                    if sync and inst.dirty:
+                        await asyncio.to_thread(os.fsync, fd)
+                        inst.dirty = False
+                finally:
+                    os.close(fd)
+
+    def forget(self, inst: Instance) -> None:
+        """The instance's file was closed elsewhere (the store closing, a pod deleted)."""
+        self._open.pop(id(inst), None)
 
     async def _moved_under_us(self, job_dir: Path, inst: Instance, *, landed: int, batch: bytes) -> int:
         """The active segment changed size behind the writer: take the batch back and roll.

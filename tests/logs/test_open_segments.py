@@ -1,0 +1,63 @@
+"""A bounded pool of open segment files: a quiet pod's file is closed, and reopened at its next write.
+
+The store may hold at most ``max_open_segments`` segment files open for writing; the one written
+longest ago is closed (fsynced first under a sync policy) and appended to again when its pod writes.
+Counted from the process's own descriptor table, and read back line for line.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from podmortem.logs.cursor import LogCursor
+from podmortem.logs.events import LogLine
+from podmortem.logs.storage import retention
+from podmortem.logs.storage.settings import StoreSettings
+from podmortem.logs.storage.store import LogStore
+
+from .stored import stored_events
+from .test_http import write
+
+PODS = 6
+
+
+def _open_segments(root: Path) -> int:
+    """Segment files of the store under ``root`` this process has open."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(root)) and target.endswith(retention.SEGMENT_SUFFIX):
+            count += 1
+    return count
+
+
+@pytest.mark.parametrize("fsync", [None, 1.0], ids=["no-fsync", "interval-fsync"])
+async def test_at_most_the_pool_is_open_and_every_line_reads_back(
+    tmp_path: Path, fsync: float | None
+) -> None:
+    settings = StoreSettings(max_open_segments=2, fsync_interval_s=fsync)
+    async with LogStore(tmp_path, settings=settings) as store:
+        cursors = {i: LogCursor(container_id="c") for i in range(PODS)}
+        for round_ in range(3):  # every pod writes in turn, three times: each reopens after a close
+            for i in range(PODS):
+                sink = store.sink(namespace="ns", pod=f"p{i}")
+                await write(sink, "main", [b"pod %d line %d" % (i, round_)], cursors[i], start=round_)
+                assert _open_segments(tmp_path) <= 2
+        for i in range(PODS):
+            events = await stored_events(store, namespace="ns", pod=f"p{i}")
+            texts = [e.text for e in events if isinstance(e, LogLine)]
+            assert texts == [b"pod %d line %d" % (i, r) for r in range(3)]
+            [inst] = store.instances(namespace="ns", pod=f"p{i}", container="main")
+            assert inst.segment_seqs() == [0]  # reopened and appended to, not a new segment each time
+    assert _open_segments(tmp_path) == 0
+
+
+def test_the_pool_must_hold_one() -> None:
+    with pytest.raises(ValueError, match="max_open_segments"):
+        StoreSettings(max_open_segments=0)
