@@ -178,20 +178,3 @@ def test_an_annotation_the_operator_wrote_reads_back() -> None:
     doc = {"verdict": "memcg-limit", "pod": {"uid": "u"}, "errors": ["x"], "kernelRecord": "pending"}
     assert stored_bounds.parse_annotation(json.dumps(doc)) == doc
     assert ReportDocument.parse(stored_bounds.parse_annotation(json.dumps(doc))).pending_record
-
-
-@pytest.mark.parametrize(
-    "stored",
-    [
-        {"pod": "p", "errors": 5, "evidence": "x"},
-        {"pod": [1, 2], "errors": "abc", "evidence": [], "kernelRecord": 7},
-        {"pod": None, "errors": None, "evidence": {"kernelRecord": "x", "log": "y", "errors": 3}},
-        {"evidence": {"log": {"lastLineAt": 5}, "kernelRecord": {"state": {}}}},
-    ],
-)
-def test_a_stored_report_of_odd_types_gives_an_empty_context_not_an_exception(stored: dict[str, Any]) -> None:
-    doc = ReportDocument.parse(stored)
-    assert all(isinstance(e, str) for e in doc.evidence.errors)
-    assert doc.last_line_ns() is None
-    assert not doc.pending_record
-    assert doc.pod.name is None

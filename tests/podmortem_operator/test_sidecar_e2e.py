@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,35 +39,29 @@ def message() -> Iterator[str]:
     if reason is not None:
         pytest.skip(reason)
     home = sidecar_pod.user_dir("podmortem-sidecar-e2e-")
-    log, out = home / "sidecar.log", home / "termination-log"
     try:
         with sandbox.MemoryCgroup(limit_bytes=LIMIT, prefix="podmortem-sidecar-e2e") as cgroup:
-            trainer, _ = sidecar_pod.start_trainer(cgroup, trainer_mib=40, worker_mib=24)
-            sidecar: subprocess.Popen[bytes] | None = None
-            try:
-                with log.open("wb") as sink:
-                    sidecar = subprocess.Popen(sidecar_pod.sidecar_args(
-                        termination_log=out, container_cgroup=sidecar_pod.cgroup_line(trainer.pid),
-                        interval=0.2), stdout=sink, stderr=subprocess.STDOUT)
-                deadline = time.monotonic() + 60
-                while "trainer container found" not in log.read_text():
-                    assert sidecar.poll() is None and time.monotonic() < deadline, log.read_text()
-                    time.sleep(0.05)
-                time.sleep(0.5)  # a few samples with both processes holding their memory
-                sidecar_pod.go(trainer)
-                assert trainer.wait(timeout=60) == -9
-                assert sidecar.wait(timeout=60) == 0, log.read_text()
-            finally:
-                for proc in (trainer, sidecar):
-                    if proc is not None and proc.poll() is None:
-                        proc.kill()
-                        proc.wait()
-                for pipe in (trainer.stdin, trainer.stdout):
-                    if pipe is not None:
-                        pipe.close()
-        yield out.read_text()
+            kill = sidecar_pod.kill_watched(cgroup, home, trainer_mib=40, worker_mib=24, interval=0.2,
+                                            settle_s=0.5)  # a few samples with both holding memory
+        yield kill.message
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def oom_killed_with_message(h: Harness, name: str, message: str) -> None:
+    """What the kubelet reports of the pod: the trainer OOMKilled, the sidecar ended with its message."""
+    pod = h.get(f"/api/v1/namespaces/default/pods/{name}") or {}
+    [trainer] = pod["status"]["containerStatuses"]
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    terminated = {"exitCode": 137, "reason": "OOMKilled", "containerID": trainer["containerID"],
+                  "startedAt": "2024-05-01T10:00:00Z", "finishedAt": now}
+    side = {"exitCode": 0, "reason": "Completed", "message": message, "finishedAt": now}
+    h.patch(f"/api/v1/namespaces/default/pods/{name}", {"status": {
+        "phase": "Failed",
+        "containerStatuses": [{**trainer, "state": {"terminated": terminated}}],
+        "initContainerStatuses": [
+            {"name": SIDECAR_CONTAINER, "containerID": "containerd://side", "state": {"terminated": side}}],
+    }})
 
 
 @pytest.fixture
@@ -95,17 +87,7 @@ def test_a_pod_with_the_sidecar_and_no_agent_gets_a_report_of_its_containers_lim
                  "containers": [{"name": "trainer", "image": "x"}]},
     })
     run_pod(h, name="sidecar-mode")
-    pod = h.get("/api/v1/namespaces/default/pods/sidecar-mode") or {}
-    [trainer] = pod["status"]["containerStatuses"]
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    terminated = {"exitCode": 137, "reason": "OOMKilled", "containerID": trainer["containerID"],
-                  "startedAt": "2024-05-01T10:00:00Z", "finishedAt": now}
-    h.patch("/api/v1/namespaces/default/pods/sidecar-mode", {"status": {
-        "phase": "Failed",
-        "containerStatuses": [{**trainer, "state": {"terminated": terminated}}],
-        "initContainerStatuses": [{"name": SIDECAR_CONTAINER, "containerID": "containerd://side", "state": {
-            "terminated": {"exitCode": 0, "reason": "Completed", "message": message, "finishedAt": now}}}],
-    }})
+    oom_killed_with_message(h, "sidecar-mode", message)
 
     def report() -> dict[str, Any] | None:  # the report as its page serves it (the annotation's form)
         status, body = h.http_get(f"{h.running[0].log_url}/reports/default/sidecar-mode?format=json")
@@ -149,17 +131,7 @@ def test_a_trainingjob_gets_the_sidecar_and_its_report_names_the_containers_limi
     assert side["image"] == "podmortem:test" and side["securityContext"]["runAsUser"] == 1000
 
     run_pod(h, name="sidecar-tj-train")
-    running = h.get("/api/v1/namespaces/default/pods/sidecar-tj-train") or {}
-    trainer = running["status"]["containerStatuses"][0]
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    h.patch("/api/v1/namespaces/default/pods/sidecar-tj-train", {"status": {
-        "phase": "Failed",
-        "containerStatuses": [{**trainer, "state": {"terminated": {
-            "exitCode": 137, "reason": "OOMKilled", "containerID": trainer["containerID"],
-            "startedAt": "2024-05-01T10:00:00Z", "finishedAt": now}}}],
-        "initContainerStatuses": [{"name": SIDECAR_CONTAINER, "containerID": "containerd://side", "state": {
-            "terminated": {"exitCode": 0, "reason": "Completed", "message": message, "finishedAt": now}}}],
-    }})
+    oom_killed_with_message(h, "sidecar-tj-train", message)
 
     def report() -> dict[str, Any] | None:
         status = (h.get(f"{TJ_PATH}/sidecar-tj") or {}).get("status") or {}

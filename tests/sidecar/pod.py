@@ -14,6 +14,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from podmortem_demo import sandbox
@@ -121,3 +123,51 @@ def sidecar_args(*, termination_log: Path, container_cgroup: str | None, interva
     if interval is not None:
         args += ["--interval", str(interval)]
     return as_user(args)
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One real OOM kill watched by the sidecar: who was killed, and what the sidecar left."""
+
+    trainer_pid: int
+    worker_pid: int
+    #: The trainer's memory cgroup as /proc/<pid>/cgroup shows it (what the sidecar was given).
+    cgroup_path: str
+    #: The sidecar's termination message, as it wrote it.
+    message: str
+
+
+def kill_watched(cgroup: sandbox.MemoryCgroup, home: Path, *, trainer_mib: int, worker_mib: int,
+                 interval: float | None = None, settle_s: float = 0.0, deadline_s: float = 60.0) -> Kill:
+    """Start the trainer in ``cgroup`` and the sidecar beside it (files in ``home``), let the trainer
+    grow until the kernel kills it, and return once the sidecar has ended by itself.
+
+    ``settle_s``: seconds of sampling after the sidecar found the trainer, before it grows.
+    """
+    message, log = home / "termination-log", home / "sidecar.log"
+    trainer, worker = start_trainer(cgroup, trainer_mib=trainer_mib, worker_mib=worker_mib)
+    sidecar: subprocess.Popen[bytes] | None = None
+    try:
+        path = cgroup_line(trainer.pid)
+        with log.open("wb") as out:
+            sidecar = subprocess.Popen(
+                sidecar_args(termination_log=message, container_cgroup=path, interval=interval),
+                stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + deadline_s
+        while "trainer container found" not in log.read_text():  # found, and sampled once
+            assert sidecar.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        time.sleep(settle_s)
+        go(trainer)
+        assert trainer.wait(timeout=deadline_s) == -9  # SIGKILL: the kernel's OOM kill
+        assert sidecar.wait(timeout=deadline_s) == 0, log.read_text()  # by itself: the trainer is gone
+    finally:
+        for proc in (trainer, sidecar):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for pipe in (trainer.stdin, trainer.stdout):
+            if pipe is not None:
+                pipe.close()
+    return Kill(trainer_pid=trainer.pid, worker_pid=worker, cgroup_path=path, message=message.read_text())

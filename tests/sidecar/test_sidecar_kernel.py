@@ -13,8 +13,6 @@ termination message are checked against the cgroup's own files, read by the test
 from __future__ import annotations
 
 import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,38 +51,15 @@ def _within_1_percent(ours: int | None, theirs: int) -> bool:
 def test_the_termination_message_names_the_victim_and_the_cgroups_own_numbers(
     cgroup: sandbox.MemoryCgroup, user_dir: Path
 ) -> None:
-    message = user_dir / "termination-log"
-    log = user_dir / "sidecar.log"
-    trainer, worker = pod.start_trainer(cgroup, trainer_mib=40, worker_mib=20)
-    sidecar: subprocess.Popen[bytes] | None = None
-    try:
-        path = pod.cgroup_line(trainer.pid)
-        with log.open("wb") as out:
-            sidecar = subprocess.Popen(pod.sidecar_args(termination_log=message, container_cgroup=path),
-                                       stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + DEADLINE_S
-        while "trainer container found" not in log.read_text():  # found, and sampled once
-            assert sidecar.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-        pod.go(trainer)
-        assert trainer.wait(timeout=DEADLINE_S) == -9  # SIGKILL: the kernel's OOM kill
-        assert sidecar.wait(timeout=DEADLINE_S) == 0, log.read_text()  # by itself: the trainer is gone
-    finally:
-        for proc in (trainer, sidecar):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        for pipe in (trainer.stdin, trainer.stdout):
-            if pipe is not None:
-                pipe.close()
-    text = message.read_text()
+    kill = pod.kill_watched(cgroup, user_dir, trainer_mib=40, worker_mib=20, deadline_s=DEADLINE_S)
+    trainer_pid, worker, path = kill.trainer_pid, kill.worker_pid, kill.cgroup_path
+    text = kill.message
     assert len(text.encode()) <= ev.MAX_MESSAGE_BYTES
     doc = ev.parse(text)
     assert doc.reason == "trainer-gone"
     assert doc.cgroup == ev.Cgroup(version=cgroup.version, path=path)
     assert doc.kill is not None, text
-    assert doc.kill.victim.pid == trainer.pid and doc.kill.victim.role == "trainer", text
+    assert doc.kill.victim.pid == trainer_pid and doc.kill.victim.role == "trainer", text
     assert worker in doc.kill.gone
     own_kills = cgroup.oom_kills()
     assert own_kills >= 1
@@ -99,5 +74,5 @@ def test_the_termination_message_names_the_victim_and_the_cgroups_own_numbers(
         hits = int(dict(line.split() for line in cgroup._read("memory.events").splitlines())["max"])
     assert _within_1_percent(doc.mem.limit_hits, hits), (doc.mem, hits)
     assert doc.mem.usage is not None and 0 < doc.mem.usage <= LIMIT
-    assert {p.pid for p in doc.top} == {trainer.pid, worker}
+    assert {p.pid for p in doc.top} == {trainer_pid, worker}
     assert doc.samples >= 1 and doc.interval_s == 2.0
