@@ -267,15 +267,9 @@ def _resources(text: str) -> dict[str, Any]:
 
 
 def _regex(text: str) -> str | None:
-    import re
-
-    if not text.strip():
-        return None
-    try:
-        re.compile(text)
-    except re.error as exc:
-        raise ValueError(f"expected a regular expression ({exc})") from None
-    return text
+    """The expression as written (the sidecar compiles it again), once it compiles."""
+    pattern = o.regex(text)
+    return pattern.pattern if pattern is not None else None
 
 
 SIDECAR = o.Option(

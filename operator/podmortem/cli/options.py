@@ -269,6 +269,16 @@ def whole(
     return parse
 
 
+def regex(text: str) -> re.Pattern[str] | None:
+    """A regular expression, compiled; None when empty."""
+    if not text.strip():
+        return None
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"expected a regular expression ({exc})") from None
+
+
 def port(*, low: int = 0) -> Callable[[str], int]:
     """A TCP port, ``low``..65535 (0 where it means "pick a free one" or "none")."""
     return whole("a port number", low=low, high=65535)

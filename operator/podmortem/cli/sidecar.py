@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 from typing import Any
 
@@ -20,15 +19,6 @@ from podmortem.cli import options as o
 EXIT_USAGE = 2
 
 logger = logging.getLogger("podmortem.sidecar")
-
-
-def _pattern(text: str) -> re.Pattern[str] | None:
-    if not text.strip():
-        return None
-    try:
-        return re.compile(text)
-    except re.error as exc:
-        raise ValueError(f"expected a regular expression ({exc})") from None
 
 
 def _cgroup_path(text: str) -> str | None:
@@ -57,7 +47,7 @@ CONTAINER_CGROUP = o.Option(
     "cgroup (pid 1 'pause' left out)",
 )
 COMM = o.Option(
-    ("--comm",), "PODMORTEM_SIDECAR_COMM", _pattern, None,
+    ("--comm",), "PODMORTEM_SIDECAR_COMM", o.regex, None,
     "regular expression one of the trainer's process names (comm, 15 characters) matches as a whole; "
     "the trainer container is that process's cgroup (e.g. 'python.*|torchrun')", "REGEX",
     shown_default="any process",
