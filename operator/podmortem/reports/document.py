@@ -157,9 +157,6 @@ class Evidence(_Part):
     errors: list[str] = Field(default_factory=list)
 
 
-Role = Literal["root-cause", "consequence", "unrelated", "not-failed"]
-
-
 class JobRow(_Part):
     """One pod of a multi-pod job, as the job's root-cause analysis placed it."""
 
@@ -382,9 +379,6 @@ class ReportDocument(_Part):
             doc["truncated"] = True
         return doc
 
-    def to_json(self) -> dict[str, Any]:
-        """The status form untrimmed (the timeline filed beside the logs keeps it so)."""
-        return self.report.model_dump(mode="json") | self.context_json()
 
 
 def with_job(summary: dict[str, Any], job: JobSection) -> dict[str, Any]:

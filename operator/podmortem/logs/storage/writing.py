@@ -183,10 +183,6 @@ class SegmentWriter:
                 finally:
                     os.close(fd)
 
-    def forget(self, inst: Instance) -> None:
-        """The instance's file was closed elsewhere (the store closing, a pod deleted)."""
-        self._open.pop(id(inst), None)
-
     async def _moved_under_us(self, job_dir: Path, inst: Instance, *, landed: int, batch: bytes) -> int:
         """The active segment changed size behind the writer: take the batch back and roll.
 
