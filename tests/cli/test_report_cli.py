@@ -106,3 +106,21 @@ def test_report_from_status_reads_the_job_through_the_api(
         bad = ep.write_kubeconfig(tmp_path / "bad", server=h.url, token="nobody", ca_pem=pki.ca_pem)
         code, _, err = _run(capsys, "report", "--from-status", "pg", "--kubeconfig", str(bad))
         assert code == 1 and "HTTP 401" in err
+
+
+@pytest.mark.parametrize("where", ["file", "annotation"])
+def test_a_report_nested_past_any_parser_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str
+) -> None:
+    """A file nested 100,000 deep, an annotation 5,000 deep (within its 256 KiB): exit 2 and why, never a
+    RecursionError's traceback."""
+    path = tmp_path / "deep.json"
+    if where == "file":
+        path.write_text('{"a": ' * 100_000 + "1" + "}" * 100_000)
+    else:
+        deep = "[" * 5000 + "]" * 5000
+        path.write_text(json.dumps({"metadata": {"name": "j", "namespace": "ml",
+                                                 "annotations": {"podmortem.io/failure-report": deep}}}))
+    code, out, err = _run(capsys, "report", "--json", str(path))
+    assert code == 2 and out == ""
+    assert "nested deeper" in err and "Traceback" not in err

@@ -82,11 +82,9 @@ def find_report(doc: object) -> tuple[str | None, dict[str, Any]] | None:
             return title, report
         text = obj.annotations.get("podmortem.io/failure-report")
         if text is not None:
-            try:
-                summary = json.loads(text)
-            except ValueError:
-                return None
-            return (title, summary) if isinstance(summary, dict) else None
+            from podmortem.reports import stored_bounds
+
+            return title, stored_bounds.parse_annotation(text)  # Unreadable: the caller says why
         return None
     reports = doc.get("reports")
     if isinstance(reports, list) and reports and isinstance(reports[-1], dict):
@@ -161,10 +159,18 @@ def run(args: argparse.Namespace) -> int:
     except ApiUnusable as exc:
         print(f"podmortem report: error: {exc}", file=sys.stderr)
         return EXIT_API
+    except RecursionError:
+        print(f"podmortem report: cannot read {source}: JSON nested deeper than Python parses",
+              file=sys.stderr)
+        return EXIT_INPUT
     except (OSError, ValueError, LookupError) as exc:
         print(f"podmortem report: cannot read {source}: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    found = find_report(doc)
+    try:
+        found = find_report(doc)
+    except stored_bounds.Unreadable as exc:
+        print(f"podmortem report: cannot read the report in {source}: {exc}", file=sys.stderr)
+        return EXIT_INPUT
     if found is None:
         print(
             f"podmortem report: {source} holds no failure report (expected a TrainingJob with "
