@@ -52,10 +52,17 @@ def instance_dir_name(seq: int) -> str:
     return f"{seq:04d}"
 
 
-def create_instance_dir(path: Path, meta: dict[str, Any]) -> None:
-    """Make an instance's directory and write its meta (atomically, fsynced): blocking file I/O."""
+def create_instance_dir(path: Path, meta: dict[str, Any]) -> bool:
+    """Make an instance's directory and write its meta (atomically, fsynced): blocking file I/O.
+
+    True when this made the job's directory (``path``'s great-grandparent): the job holds nothing
+    else yet, so its bytes need no count from disk.
+    """
+    job_dir = path.parent.parent.parent
+    made_job = not job_dir.exists()
     path.mkdir(parents=True, exist_ok=True)
     files.write_json_atomic(path / retention.INSTANCE_META, meta)
+    return made_job
 
 
 def no_links(root: Path, path: Path) -> bool:

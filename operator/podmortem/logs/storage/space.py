@@ -52,6 +52,10 @@ class StoreSpace:
         if self.store_bytes is not None:
             self.store_bytes += n
 
+    def new_job(self, job_dir: Path) -> None:
+        """The store just made ``job_dir``: it holds nothing but what the writer will count (no scan)."""
+        self.job_bytes.setdefault(job_dir, 0)
+
     async def new_segment(self, job_dir: Path) -> None:
         """A segment was started: free early if nearly full, enforce the job's limit if past it."""
         floor = self.settings.min_free_ratio
@@ -60,7 +64,8 @@ class StoreSpace:
         limit = self.job_limit(job_dir)
         if limit is not None:
             if job_dir not in self.job_bytes:
-                self.job_bytes[job_dir] = await asyncio.to_thread(retention.job_bytes, job_dir)
+                counted = await asyncio.to_thread(retention.job_bytes, job_dir)
+                self.job_bytes.setdefault(job_dir, counted)  # another pod's count may have landed first
             if self.job_bytes[job_dir] > limit:
                 self.start_retention(job_dir)
 

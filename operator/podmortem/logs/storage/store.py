@@ -253,11 +253,13 @@ class LogStore:
         sync = os.urandom(segments.SYNC_SIZE)
         meta = {"container_id": container_id, "created": time.time(), "sync": sync.hex()}
         try:
-            await asyncio.to_thread(layout.create_instance_dir, path, meta)
+            made_job = await asyncio.to_thread(layout.create_instance_dir, path, meta)
         except OSError as exc:
             if is_full(exc):  # a new pod on a full volume pauses like a running one
                 raise self._writer.full(exc) from exc
             raise
+        if made_job:
+            self._space.new_job(pod.path.parent)
         self._pods.index_pod_dir(pod.path)
         self._writer.dirty_dirs.add(path.parent)
         inst = Instance(path=path, container=container, seq=seq, container_id=container_id, sync=sync,
