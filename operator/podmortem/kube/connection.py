@@ -182,7 +182,9 @@ class Connection:
 async def _get(session: aiohttp.ClientSession, url: str, client_timeout: aiohttp.ClientTimeout
                ) -> tuple[int, str]:
     async with session.get(url, timeout=client_timeout, headers={"Accept": "application/json"}) as response:
-        body = await response.read()
+        if response.status == 200:
+            return 200, ""  # only a refusal's body is read (a list's can be large where limit is ignored)
+        body = await response.content.read(64 * 1024)
         message = body[:300].decode("utf-8", "replace").strip()
         with contextlib.suppress(ValueError, AttributeError, TypeError):
             message = str(json.loads(body).get("message") or message)
