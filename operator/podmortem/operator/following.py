@@ -25,7 +25,7 @@ from podmortem.kube.bodies import PodBody
 from podmortem.logs import errors as log_errors
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd
-from podmortem.logs.following import follower
+from podmortem.logs.following import follower, podstate
 from podmortem.logs.following.pod_log_api import PodLogApi
 from podmortem.logs.following.sinks import LogSink
 from podmortem.logs.lines import LineBatch
@@ -60,6 +60,9 @@ class PodLogFacts:
     #: The last lines per container, for the deaths only the log tells (a CUDA OOM, a traceback),
     #: bounded in lines and in bytes (see :class:`LineTail`).
     tail: dict[str, LineTail] = field(default_factory=dict)
+    #: The pod (its containers only) as the watch delivered it last; its follower reads it (see
+    #: :class:`podstate.WatchedPod`).
+    watched: podstate.WatchedPod | None = None
 
     def last_lines(self, container: str) -> list[str]:
         return [line.decode("utf-8", "replace") for line in self.tail.get(container, ())]
@@ -252,18 +255,24 @@ class Following:
             return False
         old = self._tasks.get(pod_uid)
         facts = self._facts.get(pod_uid)
+        if facts is not None and body is not None:
+            if facts.watched is None:
+                facts.watched = podstate.WatchedPod(_containers_only(body))
+            else:
+                facts.watched.update(_containers_only(body))
         if old is not None and (not old.done() or facts is None or facts.error is None):
             return False
         if facts is None:
-            facts = PodLogFacts(namespace=namespace, pod=pod, pod_uid=pod_uid)
+            facts = PodLogFacts(namespace=namespace, pod=pod, pod_uid=pod_uid,
+                                watched=podstate.WatchedPod(_containers_only(body)) if body is not None
+                                else None)
             self._facts[pod_uid] = facts
         elif facts.error is not None:
             logger.info("following %s/%s again after: %s", namespace, pod, facts.error)
             facts.error = None
         # An empty context: a follower started from a kopf handler would otherwise copy kopf's
         # context variables, whose cause object holds the pod's whole body for the follow's life.
-        known = _containers_only(body) if body is not None else None
-        task = self._background.start(self._run(facts, containers, known), name=f"{namespace}/{pod}",
+        task = self._background.start(self._run(facts, containers), name=f"{namespace}/{pod}",
                                       context=contextvars.Context())
         self._tasks[pod_uid] = task
         task.add_done_callback(self._task_done)
@@ -273,17 +282,17 @@ class Following:
     def _task_done(self, _task: asyncio.Task[None]) -> None:
         metrics.FOLLOWED_PODS.set(len(self._background))  # it left the background before this runs
 
-    async def _run(
-        self, facts: PodLogFacts, containers: Sequence[str] | None, known: dict[str, Any] | None
-    ) -> None:
+    async def _run(self, facts: PodLogFacts, containers: Sequence[str] | None) -> None:
         waits = 0
+        first = True
         while True:
             try:
                 inner = await self.make_sink(facts.namespace, facts.pod, facts.pod_uid)
                 sink = WatchingSink(inner=inner, facts=facts, on_memory_line=self.on_memory_line)
-                known_now, known = known, None  # the first try only: a retry reads the pod as it is then
+                # The first try only: a retry (after an error) reads the pod as it is then.
+                watched, first = (facts.watched if first else None), False
                 await follower.follow_pod(
-                    known_pod=known_now,
+                    watched=watched,
                     api=self.api,
                     namespace=facts.namespace,
                     pod=facts.pod,

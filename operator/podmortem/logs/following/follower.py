@@ -26,6 +26,11 @@ is checked (see :meth:`ContainerFollower._check_instance`):
 * a reconnect whose replay holds the cursor's last lines is the cursor's own
   instance: a new instance starts after the old one ended, so its log cannot
   hold the old one's timestamps. No extra request; this is the common case.
+* a new instance's first stream (empty cursor) whose pod, as the caller's
+  watch delivered it last (:class:`podstate.WatchedPod`), still shows the
+  cursor's ``containerID``: no extra request either. The watch is kept current
+  by the caller at every event, so it agrees with a read up to the watch's own
+  delay; a watch that disagrees (or none) is settled by reading the pod.
 * otherwise (the replay is missing: rotation, or a newer instance; or the
   cursor is empty) the pod is read: a new ``containerID`` means the stream is
   dropped undelivered and the restart is handled (previous instance drained
@@ -41,7 +46,8 @@ ours; the lost instance is then marked as a ``restarts`` gap.
 
 Remaining window, stated honestly: an instance from which nothing was
 delivered yet (empty cursor) is checked only against the apiserver's pod
-status, and so is a ``previous`` stream. If the kubelet already runs a new
+status (or the watch's copy of it, which trails it by the watch's delay), and
+so is a ``previous`` stream. If the kubelet already runs a new
 instance while the apiserver still shows the old one (status sync lag, usually
 under a second), the new instance's first lines are counted under the old
 instance. When the restart shows up, the old instance's log is found not to
@@ -63,7 +69,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,9 +120,10 @@ class ContainerFollower:
     on_reconnect: Callable[[Reconnect], None] | None = None
     #: Set while the sink is full (writes fail): the next replay gap is marked ``disk-full``.
     sink_full: bool = False
-    #: The pod as the caller has it already (the operator's watch event): the first state is read
-    #: from it instead of a GET, so starting thousands of followers asks the API nothing per pod.
-    known_pod: Mapping[str, Any] | None = None
+    #: The pod as the caller's watch delivered it last (the operator's): the first state is read from
+    #: it instead of a GET, and a new stream's instance is checked against it while it agrees, so
+    #: starting thousands of followers asks the API for nothing but their streams.
+    watched: podstate.WatchedPod | None = None
     _attempt: int = 0
     _limit_growth: int = 1
 
@@ -145,11 +152,16 @@ class ContainerFollower:
         return end
 
     async def _wait_for_instance(self) -> podstate.ContainerState:
-        """Read the pod until the container has an instance to read (it may not have started)."""
+        """Read the pod until the container has an instance to read (it may not have started).
+
+        The first look is at the watch's copy, if there is one; the ones after a wait read the pod.
+        """
+        from_watch = True
         while True:
-            state = await self._read_state_through_outages()
+            state = await self._read_state_through_outages(from_watch=from_watch)
             if state is not None and (state.container_id is not None or not self.follow):
                 return state
+            from_watch = False
             await self._backoff()
 
     async def _settle_instance(self, state: podstate.ContainerState) -> None:
@@ -200,11 +212,12 @@ class ContainerFollower:
                 await self._end(EndReason.RESTARTED)
         self.cursor = LogCursor(container_id=state.container_id)
 
-    async def _read_state_through_outages(self) -> podstate.ContainerState | None:
+    async def _read_state_through_outages(self, *, from_watch: bool = False
+                                          ) -> podstate.ContainerState | None:
         """Read the container's state, backing off while the API is unavailable."""
         while True:
             try:
-                return await self._read_state()
+                return await self._read_state(from_watch=from_watch)
             except errors.ApiUnavailable as exc:
                 await self._backoff(reason=exc.reason, retry_after=exc.retry_after_s, detail=str(exc))
 
@@ -478,6 +491,8 @@ class ContainerFollower:
         A ``previous=true`` stream is checked against ``lastState`` only.
         """
         try:
+            if not previous and saved.last_ts_ns is None and self._watch_agrees(saved):
+                return  # a new instance's first stream, and the watch shows that instance still
             state = await self._read_state()
         except errors.PodGone:
             return  # the pod is gone: its last lines are kept rather than dropped
@@ -523,10 +538,19 @@ class ContainerFollower:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    async def _read_state(self) -> podstate.ContainerState | None:
-        known, self.known_pod = self.known_pod, None
-        if known is not None:
-            pod = dict(known)
+    def _watch_agrees(self, saved: LogCursor) -> bool:
+        """The watch's latest copy of the pod shows the cursor's instance as this container's current one."""
+        if self.watched is None or saved.container_id is None:
+            return False
+        body = self.watched.body
+        if self.container not in podstate.container_names(body):
+            return False
+        return podstate.container_state(body, self.container).container_id == saved.container_id
+
+    async def _read_state(self, *, from_watch: bool = False) -> podstate.ContainerState | None:
+        """The container's state: from the watch's copy when ``from_watch`` and there is one, else read."""
+        if from_watch and self.watched is not None:
+            pod = dict(self.watched.body)
         else:
             pod = await self.api.read_pod(namespace=self.namespace, name=self.pod)
         if self.container not in podstate.container_names(pod):
@@ -611,17 +635,19 @@ async def follow_pod(
     follow: bool = True,
     rng: random.Random | None = None,
     on_reconnect: Callable[[Reconnect], None] | None = None,
-    known_pod: Mapping[str, Any] | None = None,
+    watched: podstate.WatchedPod | None = None,
 ) -> dict[str, LogEnd]:
     """Follow the chosen containers of a pod (all by default) until each one's log is over.
 
-    ``known_pod``: the pod as the caller has it (a watch event's body); its containers and their first
-    states are read from it, with no GET. Raises :class:`errors.PodGone` when the pod does not exist
-    at the start, and :class:`errors.ApiFatal` for unknown container names or a refused request.
+    ``watched``: the pod as the caller's watch delivered it last, kept current by the caller; the
+    containers and their first states are read from it, with no GET, and so is each new instance's
+    check while it agrees (`ContainerFollower._check_instance`). Raises :class:`errors.PodGone` when
+    the pod does not exist at the start, and :class:`errors.ApiFatal` for unknown container names or
+    a refused request.
     """
     settings = settings or FollowSettings()
     metrics = metrics or for_registry()
-    body = (dict(known_pod) if known_pod is not None
+    body = (dict(watched.body) if watched is not None
             else await read_pod(api=api, namespace=namespace, pod=pod, settings=settings, rng=rng))
     names = podstate.container_names(body)
     if containers:
@@ -634,10 +660,10 @@ async def follow_pod(
         ContainerFollower(api=api, namespace=namespace, pod=pod, container=name, sink=sink,
                           settings=settings, metrics=metrics, follow=follow, on_reconnect=on_reconnect,
                           rng=random.Random(rng.random()) if rng is not None else _JITTER,
-                          known_pod=known_pod)
+                          watched=watched)
         for name in names
     ]
-    del body, known_pod  # the followers hold it until their first look; this frame lives as long as they
+    del body  # this frame lives as long as the followers
     # One task per container, as a group: the first to fail stops the others and is raised here.
     tasks = Background(f"follow-{namespace}/{pod}")
     started = {f.container: tasks.start(f.follow_forever(), name=f.container) for f in followers}

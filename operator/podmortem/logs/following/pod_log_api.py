@@ -5,13 +5,14 @@ sends booleans as ``True``/``False``, so log requests carry our own query
 parameters, and the status is checked here and turned into the follower's
 error classes. Pods are parsed as plain JSON, which skips the slow model classes.
 
-Two transports carry the requests. :class:`ApiClientTransport` goes through a
+Two transports carry the requests. :class:`SessionTransport` is one plain
+aiohttp session built from a :class:`~podmortem.kube.config.ClusterAccess`: the
+CLI's path (which never imports kubernetes_asyncio, half a second of start-up)
+and the operator's, and the lightest one per stream (one shared connector, no
+per-request configuration objects). :class:`ApiClientTransport` goes through a
 kubernetes_asyncio ``ApiClient`` (``call_api`` with ``_preload_content=False``):
-the operator's path, with every authentication kubernetes_asyncio supports.
-:class:`SessionTransport` is one plain aiohttp session built from a
-:class:`~podmortem.kube.config.ClusterAccess`: the CLI's path, which never
-imports kubernetes_asyncio (half a second of start-up), and the lightest one per
-stream (one shared connector, no per-request configuration objects).
+the operator's path only for credentials from an ``exec`` or ``auth-provider``
+plugin, which kubernetes_asyncio runs again when they expire (`log_transport`).
 """
 
 from __future__ import annotations
@@ -142,6 +143,25 @@ async def dedicated_api_client(configuration: client.Configuration) -> AsyncIter
     configuration.connection_pool_maxsize = 0  # aiohttp: no limit
     async with k8s_client.ApiClient(configuration) as api_client:
         yield api_client
+
+
+@contextlib.asynccontextmanager
+async def log_transport(access: ClusterAccess, configuration: client.Configuration
+                        ) -> AsyncIterator[Transport]:
+    """The operator's transport for its log streams and pod reads.
+
+    Plain credentials (a token, a rotating token file, a client certificate, none): one aiohttp
+    session (:class:`SessionTransport`). kubernetes_asyncio's ``call_api`` builds, sanitizes and
+    authenticates each request anew, about 1 ms of the event loop per stream: at an operator's start
+    over 10,000 pods, 10 s of the one core it has. An ``exec`` or ``auth-provider`` plugin goes
+    through a dedicated ``ApiClient``, which runs the plugin again when its credentials expire.
+    """
+    if access.plugin:
+        async with dedicated_api_client(configuration) as api_client:
+            yield ApiClientTransport(api_client)
+    else:
+        async with SessionTransport(access) as transport:
+            yield transport
 
 
 class PodLogApi:

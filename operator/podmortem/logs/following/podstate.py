@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,3 +56,21 @@ def container_state(pod: dict[str, Any], name: str) -> ContainerState:
         )
     return ContainerState(name=name, container_id=None, restart_count=0, phase=Phase.WAITING,
                           previous_id=None)
+
+
+class WatchedPod:
+    """The pod as the caller's watch delivered it last, kept current by the caller at every event.
+
+    A follower starts from it, and checks a new stream's instance against it instead of reading the
+    pod once more: at an operator's start over thousands of pods that read was one request per pod.
+    Only a watch that agrees with the follower is trusted this way; any disagreement is settled by a
+    fresh read (see the follower's module docstring).
+    """
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: Mapping[str, Any]) -> None:
+        self.body: dict[str, Any] = dict(body)
+
+    def update(self, body: Mapping[str, Any]) -> None:
+        self.body = dict(body)
