@@ -228,9 +228,9 @@ async def run_operator(
     )
     async with (
         clients.api_client(api_config) as api_client,
-        # Log follows hold their connection for hours: they get a client of their own, without
-        # the default cap of 100 connections, so status writes never queue behind them.
-        pod_log_api.dedicated_api_client(api_config) as log_client,
+        # Log follows hold their connection for hours: they get a session of their own, without
+        # a cap on connections, so status writes never queue behind them.
+        pod_log_api.log_transport(access, api_config) as log_transport,
         aiohttp.ClientSession() as session,
         LogStore(settings.store_dir, settings=store_settings, registry=REGISTRY) as store,
     ):
@@ -262,7 +262,7 @@ async def run_operator(
             return store.sink(namespace=namespace, pod=pod, job=job)
 
         following = Following(
-            api=PodLogApi(log_client, settings=follow_settings),
+            api=PodLogApi(log_transport, settings=follow_settings),
             make_sink=make_sink,
             settings=follow_settings,
             on_memory_line=early_warning.on_memory_line,
