@@ -222,7 +222,7 @@ class OperatorSettings:
     #: The followers' API requests (pod reads, log requests) per second on average, and how many may
     #: go at once (client-go's QPS and burst; `podmortem.logs.following.rate_limit`): a restart over
     #: 10,000 pods spreads its 20,000 requests over about 100 s instead of sending them at once.
-    api_qps: float = FollowSettings.api_qps or 200.0
+    api_qps: float = FollowSettings.api_qps or 500.0
     api_burst: int = FollowSettings.api_burst
     #: Whether logs are followed unless a job says otherwise.
     follow_logs: bool = True
