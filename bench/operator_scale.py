@@ -2,7 +2,7 @@
 
 The real operator (``run_operator``: kopf, the follower, the store, the metrics
 and health servers) runs on its own thread in this process; the emulated
-cluster (kmock + emulated kubelet, bench/_operator_cluster.py) runs in a
+cluster (kmock + emulated kubelet, ``podmortem_demo.scale_cluster``) runs in a
 process of its own, seeded with P Running pods annotated ``podmortem.io/watch``
 whose quiet logs print a line every ``--line-every`` seconds. The operator uses
 the production follow settings (``FollowSettings()``: 120 s read timeout).
@@ -28,10 +28,8 @@ import argparse
 import cProfile
 import gc
 import io
-import json
 import os
 import pstats
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,9 +44,9 @@ from podmortem.logs.settings import FollowSettings
 from podmortem.operator import metrics
 from podmortem.operator.settings import AgentAccessSettings, OperatorSettings
 from podmortem.operator.watching import run as runtime
+from podmortem_demo.scale_cluster import ScaleCluster
 from podmortem_demo.threads import OperatorThread
 
-CLUSTER = Path(__file__).resolve().parent / "_operator_cluster.py"
 #: Seconds to wait after startup before measuring: kopf's per-object worker idle timeout (5 s) + margin.
 SETTLE_S = 8.0
 
@@ -90,42 +88,6 @@ class ScaleOperator(OperatorThread):
             self.loop.call_soon_threadsafe(self.profiler.disable)
 
 
-class Cluster:
-    """The emulated cluster's process: its URL and pod uids, and its CPU seconds on request."""
-
-    def __init__(self, pods: int, *, initial_lines: int, line_every: float) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(CLUSTER), str(pods), "--initial-lines", str(initial_lines),
-             "--line-every", str(line_every)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit("the emulated cluster did not start")
-        info = json.loads(line)
-        self.url: str = info["url"]
-        self.uids: list[str] = info["uids"]
-        self.seed_s: float = info["seed_s"]
-
-    def stats(self) -> tuple[float, dict[str, int]]:
-        """The cluster process's CPU seconds so far, and the API requests it served, by kind."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("stats\n")
-        self.proc.stdin.flush()
-        reply = json.loads(self.proc.stdout.readline())
-        return float(reply["cpu_s"]), dict(reply["requests"])
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def stored_lines(handles: runtime.Running, uids: list[str]) -> list[int]:
     """Lines each pod's follower has written to the store (0 for a pod not followed yet)."""
     following = handles.service.following
@@ -150,7 +112,7 @@ def ready(health_url: str) -> bool:
 
 def measure(args: argparse.Namespace) -> int:
     pods = args.pods
-    cluster = Cluster(pods, initial_lines=args.initial_lines, line_every=args.line_every)
+    cluster = ScaleCluster(pods, initial_lines=args.initial_lines, line_every=args.line_every)
     print(f"emulated cluster: {pods:,} annotated Running pods seeded into kmock's store in "
           f"{cluster.seed_s:.2f} s; each pod writes {args.initial_lines} lines, then one every "
           f"{args.line_every:g} s")
@@ -221,7 +183,7 @@ def measure(args: argparse.Namespace) -> int:
 
 
 def _wait_startup(args: argparse.Namespace, operator: ScaleOperator, handles: runtime.Running,
-                  cluster: Cluster, t0: float, marks: dict[str, float]) -> bool:
+                  cluster: ScaleCluster, t0: float, marks: dict[str, float]) -> bool:
     """Wait until every pod's first lines are stored; note when each stage was reached."""
     pods = args.pods
     deadline = t0 + args.startup_timeout
@@ -255,7 +217,7 @@ def _wait_startup(args: argparse.Namespace, operator: ScaleOperator, handles: ru
     return False
 
 
-def _idle(args: argparse.Namespace, handles: runtime.Running, cluster: Cluster) -> None:
+def _idle(args: argparse.Namespace, handles: runtime.Running, cluster: ScaleCluster) -> None:
     lines0 = sum(stored_lines(handles, cluster.uids))
     reconnects0 = _reconnects(handles, cluster.uids)
     (ccpu0, req0), cpu0, wall0 = cluster.stats(), cpu_s(), time.monotonic()
