@@ -80,6 +80,12 @@ class PodIndex:
     def clear(self) -> None:
         self._by_name.clear()
 
+    def reset(self, *, read_only: bool) -> None:
+        """Forget every pod and directory scan, and load from now on as ``read_only`` says."""
+        self._by_name.clear()
+        self._pod_dirs.clear()
+        self.read_only = read_only
+
     def get(self, namespace: str, name: str, *, job: str | None = None, create: bool = False) -> Pod:
         key = (layout.check_name("namespace", namespace), layout.check_name("pod", name))
         pod = self._by_name.get(key)

@@ -162,6 +162,61 @@ class LogStore:
         self._open = True
         return self
 
+    async def take_over(self, *, stop: asyncio.Event | None = None, retry_s: float = 0.5) -> bool:
+        """Become the writer of a store opened ``read_only`` over a live one (a standby's, on winning the
+        Lease): wait for the lock the previous writer holds until it exits (the kernel frees it when
+        a killed process goes), forget what was loaded read-only, and start as a writer's open does.
+        Each instance is then loaded anew from disk: its torn tail cut, its cursor read back.
+
+        False if ``stop`` was set before the lock came.
+        """
+        if not self.read_only:
+            return True
+        self._check_open()
+        fd = os.open(self.root / layout.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        waited = False
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                if not waited:
+                    logger.warning("log store %s: another process still writes it; waiting for its lock",
+                                   self.root)
+                    waited = True
+                if stop is None:
+                    await asyncio.sleep(retry_s)
+                    continue
+                try:
+                    async with asyncio.timeout(retry_s):
+                        await stop.wait()
+                    os.close(fd)
+                    return False
+                except TimeoutError:
+                    pass
+        except BaseException:
+            os.close(fd)
+            raise
+        self._lock_fd = fd
+        for inst in self._pods.all_instances():  # loaded read-only: readers of these end, new ones reload
+            if inst.fd is not None:
+                os.close(inst.fd)
+                inst.fd = None
+            inst.superseded = True
+            inst.notify()
+        self._pods.reset(read_only=False)
+        self.read_only = False
+        await self.sweep()
+        await self._space.count_store_bytes()
+        self._tasks.start(self._sweep_forever(), name="retention-sweep")
+        if self.settings.fsync_interval_s:
+            self._tasks.start(self._flush_forever(self.settings.fsync_interval_s), name="fsync")
+        logger.info("log store %s: now its writer%s", self.root, " (the lock came)" if waited else "")
+        return True
+
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         if self._collector is not None and self._registry is not None:

@@ -232,7 +232,10 @@ async def run_operator(
         # a cap on connections, so status writes never queue behind them.
         pod_log_api.log_transport(access, api_config) as log_transport,
         aiohttp.ClientSession() as session,
-        LogStore(settings.store_dir, settings=store_settings, registry=REGISTRY) as store,
+        # A standby reads the store its leader writes (a ReadWriteMany volume): read-only until it
+        # wins the Lease, then its writer (`LogStore.take_over`, once the old leader's lock is gone).
+        LogStore(settings.store_dir, settings=store_settings, registry=REGISTRY,
+                 read_only=settings.leader_election is not None) as store,
     ):
         kube = kube_mod.Kube(api=api_client, timeout_s=10.0)
         status = StatusWriter(kube=kube)
@@ -334,6 +337,7 @@ async def run_operator(
                     settings=settings,
                     registry=registry,
                     service=service,
+                    store=store,
                     elector=elector,
                     stop_flag=stop_flag,
                     ready_flag=ready_flag,
@@ -369,6 +373,7 @@ async def _lead_and_run(
     settings: OperatorSettings,
     registry: kopf.OperatorRegistry,
     service: OperatorService,
+    store: LogStore,
     elector: Elector | None,
     stop_flag: asyncio.Event | threading.Event | None,
     ready_flag: asyncio.Event,
@@ -394,6 +399,10 @@ async def _lead_and_run(
             if not await elector.acquire(stop=stop):
                 return
             background.start(elector.keep(lost=lost), name="lease")
+            # The followers resume from the cursors on disk: only once this process writes the store.
+            if not await store.take_over(stop=stop):
+                await elector.release()
+                return
 
         if settings.last_log_line_interval_s > 0:
             background.start(
