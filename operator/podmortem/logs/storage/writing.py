@@ -164,7 +164,21 @@ class SegmentWriter:
         if len(self._open) > self.settings.max_open_segments:
             await self._close_idle()
 
-    async def _close_idle(self) -> None:
+    async def _make_room(self) -> None:
+        """Before a segment file is opened: close idle ones until one more fits in the pool.
+
+        Counted at the open, not after the write: thousands of followers writing their first batch
+        at once would otherwise each open a file before any is counted (370 files open against a
+        pool of 112 under a 1,024 limit, which then left no descriptor for anything else).
+        """
+        limit = self.settings.max_open_segments
+        while len(self._open) >= limit:
+            before = len(self._open)
+            await self._close_idle(target=limit - 1)
+            if len(self._open) >= before:
+                await asyncio.sleep(0.005)  # all being written, or another closer at work: soon
+
+    async def _close_idle(self, *, target: int | None = None) -> None:
         """Close the segment files written longest ago, down to the limit; each reopens at its next write
         (`roll` appends to an intact tail). One being written now (its lock held) is skipped.
 
@@ -178,7 +192,8 @@ class SegmentWriter:
         sync = self.settings.fsync_interval_s is not None
         try:
             busy: list[tuple[int, Instance]] = []
-            while len(self._open) + len(busy) > self.settings.max_open_segments and self._open:
+            keep = self.settings.max_open_segments if target is None else target
+            while len(self._open) + len(busy) > keep and self._open:
                 key, inst = self._open.popitem(last=False)
                 if inst.lock.locked():
                     busy.append((key, inst))  # being written: it goes back to the front of the queue
@@ -229,12 +244,15 @@ class SegmentWriter:
             if sync:
                 await asyncio.to_thread(os.fsync, old)
             os.close(old)
+        else:
+            await self._make_room()
         if (not force_new and inst.active_seq is not None and inst.writing is not None
                 and 0 < inst.active_size < self.settings.segment_bytes):
             # Reopened after a restart: keep appending to the intact (already cut) tail, if it is
             # a segment of our own format and marker (a format 1 segment is never appended to).
             with contextlib.suppress(FileNotFoundError):
                 inst.fd = open_nofollow(inst.segment_path(inst.active_seq), os.O_WRONLY | os.O_APPEND)
+                self._counted(inst)
                 if os.lseek(inst.fd, 0, os.SEEK_END) == inst.active_size:
                     return
                 os.close(inst.fd)  # not where the load left it: start a new segment
@@ -247,12 +265,18 @@ class SegmentWriter:
             candidates.append(inst.active_seq + 1)
         seq = max(candidates)
         inst.fd = open_nofollow(inst.segment_path(seq), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
+        self._counted(inst)
         inst.writing = inst.instance_framing()
         inst.known_framing(seq, inst.writing)
         inst.active_seq = seq
         inst.active_size = 0
         self.dirty_dirs.add(inst.path)
         await self._space.new_segment(job_dir)
+
+    def _counted(self, inst: Instance) -> None:
+        """``inst`` has a segment file open: it counts in the pool (most recently used) from now."""
+        self._open[id(inst)] = inst
+        self._open.move_to_end(id(inst))
 
     async def flush(self) -> None:
         """fsync everything written so far (the group commit of the interval policy)."""
