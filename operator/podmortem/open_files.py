@@ -94,6 +94,41 @@ def out_of_descriptors(exc: BaseException) -> bool:
     return False
 
 
+#: Descriptors kept out of the log followers' and the segment pool's reach: the servers' accepts,
+#: kopf's watches, the API calls, the store's own small files. Followers that took the last ones
+#: would leave the servers unable to accept (asyncio then logs each failed accept, thousands a second)
+#: and the store unable to fsync.
+RESERVED_MIN = 128
+RESERVED_SHARE = 0.10
+#: The least a budget gives followers and segment files, however low the limit.
+BUDGET_FLOOR = 16
+
+
+@dataclass(frozen=True)
+class DescriptorBudget:
+    """How the soft limit is shared: connections for log requests, segment files kept open, the rest."""
+
+    limit: int
+    connections: int | None
+    segments: int
+    reserved: int
+
+
+def budget(*, segments: int, limit: int | None = None) -> DescriptorBudget:
+    """Share ``limit`` (the soft limit now by default): a reserve first, then at most ``segments``
+    segment files (and at most an eighth of what is left, counted twice: see below), then
+    connections for log requests."""
+    if limit is None:
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if limit == resource.RLIM_INFINITY:
+        return DescriptorBudget(limit=limit, connections=None, segments=segments, reserved=0)
+    reserved = max(RESERVED_MIN, int(limit * RESERVED_SHARE))
+    pool = max(BUDGET_FLOOR, min(segments, (limit - reserved) // 8))
+    # Twice the pool: the store's group fsync works on duplicates of the open segment files.
+    connections = max(BUDGET_FLOOR, limit - reserved - 2 * pool)
+    return DescriptorBudget(limit=limit, connections=connections, segments=pool, reserved=reserved)
+
+
 #: Headroom below which readiness says the descriptors are running low: this share of the limit, and
 #: at least this many (a follower holds about 2.6 while it streams).
 LOW_SHARE = 0.05

@@ -135,16 +135,20 @@ def api_client(configuration: Configuration) -> ApiClient:
     return ApiClient(configuration=configuration)
 
 
-def aiohttp_session(access: ClusterAccess, *, headers: bool = True, **kwargs: Any) -> aiohttp.ClientSession:
+def aiohttp_session(access: ClusterAccess, *, headers: bool = True, force_close: bool = False,
+                    **kwargs: Any) -> aiohttp.ClientSession:
     """An aiohttp session that reaches ``access.server``: its TLS, ``tls-server-name`` and proxy,
-    and (with ``headers``) the credentials as of now. Must be called on a running event loop."""
+    and (with ``headers``) the credentials as of now. Must be called on a running event loop.
+
+    ``force_close``: no idle connection is kept for reuse, so every socket open belongs to a
+    request in flight (the log followers count theirs against the open-files limit)."""
     import aiohttp
 
     middlewares: tuple[Any, ...] = ()
     if access.tls_server_name:
         middlewares = (functools.partial(_name_the_server, server_hostname=access.tls_server_name),)
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, ssl=access.ssl_context or False),
+        connector=aiohttp.TCPConnector(limit=0, ssl=access.ssl_context or False, force_close=force_close),
         headers=access.headers() if headers else None,
         proxy=access.proxy,
         middlewares=middlewares,

@@ -63,6 +63,10 @@ class FollowSettings:
     #: following one pod).
     api_qps: float | None = 500.0
     api_burst: int = 1000
+    #: Log requests open at once, at most (each holds a socket; a follow holds it for hours): the
+    #: followers' share of the open-files limit (``podmortem.open_files.budget``), set by the
+    #: operator at start-up. Past it, followers wait for one another. None: no limit.
+    max_connections: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("read_timeout_s", "connect_timeout_s", "pod_read_timeout_s"):
@@ -83,6 +87,8 @@ class FollowSettings:
         if self.api_qps is not None and (not self.api_qps > 0 or self.api_burst < 1):
             raise ValueError(f"api_qps must be positive (or None) and api_burst at least 1, got "
                              f"{self.api_qps} and {self.api_burst}")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, or None, got {self.max_connections}")
         if self.start_attempts is not None and self.start_attempts < 1:
             raise ValueError(f"start_attempts must be at least 1, or None, got {self.start_attempts}")
 

@@ -43,6 +43,11 @@ FOLLOWED_PODS = Gauge(
     "podmortem_followed_pods",
     "Pods whose logs this operator follows now.",
 )
+CONNECTION_WAITS = Gauge(
+    "podmortem_log_follow_connection_waits",
+    "Log followers waiting now for a connection: every connection the open-files limit leaves to log "
+    "streams is in use (podmortem.open_files.budget). Raise the container's hard limit.",
+)
 DESCRIPTOR_WAITS = Counter(
     "podmortem_log_follow_descriptor_waits_total",
     "Times a log follower found no free file descriptor (EMFILE or ENFILE) and waited to resume. "

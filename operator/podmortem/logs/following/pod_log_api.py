@@ -26,6 +26,7 @@ from urllib.parse import quote
 import aiohttp
 
 from podmortem.logs import errors
+from podmortem.logs.following.connection_slots import ConnectionSlots
 from podmortem.logs.following.rate_limit import TokenBucket
 from podmortem.logs.settings import FollowSettings
 
@@ -109,7 +110,9 @@ class SessionTransport:
     async def __aenter__(self) -> SessionTransport:
         from podmortem.kube import clients
 
-        self._session = clients.aiohttp_session(self.access, headers=False, auto_decompress=False)
+        # No idle keep-alive connections: each socket is a request's, within the connection slots.
+        self._session = clients.aiohttp_session(self.access, headers=False, auto_decompress=False,
+                                                force_close=True)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -175,6 +178,12 @@ class PodLogApi:
         #: Shared by every follower of this process (one API, one budget): see `rate_limit`.
         self._limit = (TokenBucket(qps=settings.api_qps, burst=settings.api_burst)
                        if settings.api_qps is not None else None)
+        #: Shared too: at most ``max_connections`` requests open at once (None: no limit).
+        self.slots = (ConnectionSlots(settings.max_connections)
+                      if settings.max_connections is not None else None)
+
+    def _slot(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self.slots.held() if self.slots is not None else contextlib.nullcontext()
 
     async def _call(
         self, path: str, *, namespace: str, name: str,
@@ -202,14 +211,15 @@ class PodLogApi:
         s = self._settings
         timeout = aiohttp.ClientTimeout(total=s.pod_read_timeout_s)
         what = f"reading pod {namespace}/{name}"
-        response = await self._call(_POD_PATH, namespace=namespace, name=name, query=[],
-                                    client_timeout=timeout, what=what)
-        try:
-            body = await response.read()
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise errors.ApiUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
-        finally:
-            response.release()
+        async with self._slot():
+            response = await self._call(_POD_PATH, namespace=namespace, name=name, query=[],
+                                        client_timeout=timeout, what=what)
+            try:
+                body = await response.read()
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise errors.ApiUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
+            finally:
+                response.release()
         try:
             pod = json.loads(body)
         except ValueError as exc:
@@ -242,10 +252,11 @@ class PodLogApi:
             sock_read=s.read_timeout_s,
         )
         what = f"log of {namespace}/{name}/{container}"
-        response = await self._call(_LOG_PATH, namespace=namespace, name=name, query=query,
-                                    client_timeout=timeout, what=what)
-        try:
-            yield response.content
-        finally:
-            # A follow stream never ends by itself: close the connection rather than drain it.
-            response.close()
+        async with self._slot():
+            response = await self._call(_LOG_PATH, namespace=namespace, name=name, query=query,
+                                        client_timeout=timeout, what=what)
+            try:
+                yield response.content
+            finally:
+                # A follow stream never ends by itself: close the connection rather than drain it.
+                response.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import threading
@@ -37,6 +38,7 @@ from podmortem.logs.serving import http as log_http
 from podmortem.logs.settings import FollowSettings, HttpSettings
 from podmortem.logs.storage.retention import RetentionSettings
 from podmortem.logs.storage.store import LogStore, StoreSettings
+from podmortem.operator import metrics
 from podmortem.operator.annotations import Retention
 from podmortem.operator.following import Following
 from podmortem.operator.reporting import report_page
@@ -220,12 +222,21 @@ async def run_operator(
     follow_settings = follow_settings or FollowSettings(
         api_qps=settings.api_qps, api_burst=settings.api_burst
     )
+    # The open-files limit (raised at start-up) shared out: followers past their share wait for a
+    # connection instead of taking the descriptors the servers, watches and store need.
+    descriptors = open_files.budget(segments=StoreSettings.max_open_segments)
+    if follow_settings.max_connections is None:
+        follow_settings = dataclasses.replace(follow_settings, max_connections=descriptors.connections)
     store_settings = StoreSettings(
         retention=RetentionSettings(
             max_age_s=settings.log_retention_s, max_job_bytes=settings.log_retention_bytes
         ),
         max_store_bytes=settings.log_store_max_bytes,
+        max_open_segments=descriptors.segments,
     )
+    logger.info("open files: %s for log connections, %s for open segment files, %s kept for the rest",
+                "no limit" if descriptors.connections is None else f"{descriptors.connections:,}",
+                f"{descriptors.segments:,}", f"{descriptors.reserved:,}")
     async with (
         clients.api_client(api_config) as api_client,
         # Log follows hold their connection for hours: they get a session of their own, without
@@ -264,8 +275,16 @@ async def run_operator(
                 )
             return store.sink(namespace=namespace, pod=pod, job=job)
 
+        pod_logs = PodLogApi(log_transport, settings=follow_settings)
+        slots = pod_logs.slots
+        if slots is not None:
+            metrics.CONNECTION_WAITS.set_function(lambda: slots.waiting)
+
+        def headroom() -> str:
+            return open_files.headroom() + (f"; {slots.describe()}" if slots is not None else "")
+
         following = Following(
-            api=PodLogApi(log_transport, settings=follow_settings),
+            api=pod_logs,
             make_sink=make_sink,
             settings=follow_settings,
             on_memory_line=early_warning.on_memory_line,
@@ -283,11 +302,11 @@ async def run_operator(
             if not connection.ok:
                 return False, f"not ready: {connection.describe()}"
             if elector is not None and not elector.is_leader:
-                return True, f"ready: {elector.describe()}; {open_files.headroom()}"
+                return True, f"ready: {elector.describe()}; {headroom()}"
             if not ready_flag.is_set():
                 return False, "not ready: kopf is starting its watches"
             head = "ready" if elector is None else f"ready: {elector.describe()}"
-            return True, f"{head}; {open_files.headroom()}"
+            return True, f"{head}; {headroom()}"
 
         def is_alive() -> tuple[bool, str]:
             return (True, "alive") if store.is_open else (False, "log store closed")
