@@ -89,10 +89,13 @@ class SegmentWriter:
         #: Directories whose entries changed since the last flush (new segments, new instances).
         self.dirty_dirs: set[Path] = set()
         #: Instances whose segment is open for writing, written longest ago first (at most
-        #: ``settings.max_open_segments``; `_close_idle`).
+        #: ``settings.max_open_segments``; `_make_room`).
         self._open: collections.OrderedDict[int, Instance] = collections.OrderedDict()
-        #: A `_close_idle` is running (one at a time).
-        self._closing = False
+        #: Openers waiting for room in the pool (`_make_room`), and the task letting them in.
+        self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._closer: asyncio.Future[None] | None = None
+        #: Set after each append: a file being written may be closable now.
+        self._written = asyncio.Event()
 
     def full(self, exc: OSError) -> StoreFull:
         self._totals.full_since = self._totals.full_since or time.time()
@@ -161,59 +164,64 @@ class SegmentWriter:
             self._open[id(inst)] = inst
             self._open.move_to_end(id(inst))
         inst.notify()
-        if len(self._open) > self.settings.max_open_segments:
-            await self._close_idle()
+        self._written.set()
 
     async def _make_room(self) -> None:
-        """Before a segment file is opened: close idle ones until one more fits in the pool.
+        """Before a segment file is opened: wait until one more fits in the pool.
 
         Counted at the open, not after the write: thousands of followers writing their first batch
         at once would otherwise each open a file before any is counted (370 files open against a
-        pool of 112 under a 1,024 limit, which then left no descriptor for anything else).
+        pool of 112 under a 1,024 limit, which then left no descriptor for anything else). Waiters
+        are let in one at a time, first come first served, each by one idle file closed for it.
         """
-        limit = self.settings.max_open_segments
-        while len(self._open) >= limit:
-            before = len(self._open)
-            await self._close_idle(target=limit - 1)
-            if len(self._open) >= before:
-                await asyncio.sleep(0.005)  # all being written, or another closer at work: soon
-
-    async def _close_idle(self, *, target: int | None = None) -> None:
-        """Close the segment files written longest ago, down to the limit; each reopens at its next write
-        (`roll` appends to an intact tail). One being written now (its lock held) is skipped.
-
-        One closer at a time, taking from the front of the LRU order: with thousands of followers each
-        append past the limit would otherwise walk the whole pool (it was a tenth of the operator's
-        CPU at startup with 2,000 pods).
-        """
-        if self._closing:
+        if len(self._open) < self.settings.max_open_segments and not self._room_waiters:
             return
-        self._closing = True
-        sync = self.settings.fsync_interval_s is not None
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._room_waiters.append(waiter)
+        if self._closer is None:
+            self._closer = asyncio.ensure_future(self._hand_out_room())
+        await waiter
+
+    async def _hand_out_room(self) -> None:
+        """Let the waiters of `_make_room` in, closing the file written longest ago for each."""
+        limit = self.settings.max_open_segments
         try:
-            busy: list[tuple[int, Instance]] = []
-            keep = self.settings.max_open_segments if target is None else target
-            while len(self._open) + len(busy) > keep and self._open:
-                key, inst = self._open.popitem(last=False)
-                if inst.lock.locked():
-                    busy.append((key, inst))  # being written: it goes back to the front of the queue
+            while self._room_waiters:
+                waiter = self._room_waiters[0]
+                if waiter.done():  # cancelled
+                    self._room_waiters.popleft()
                     continue
-                async with inst.lock:
-                    fd, inst.fd = inst.fd, None
-                    if fd is None:
-                        continue
+                if len(self._open) >= limit and not await self._close_one():
+                    self._written.clear()
+                    await self._written.wait()  # every open file is being written: wait for one write
+                    continue
+                self._room_waiters.popleft()
+                waiter.set_result(None)
+                await asyncio.sleep(0)  # it opens (and counts) its file before the next one is let in
+        finally:
+            self._closer = None
+
+    async def _close_one(self) -> bool:
+        """Close the segment file written longest ago that is not being written now (False: none).
+
+        It reopens at its next write (`roll` appends to an intact tail).
+        """
+        sync = self.settings.fsync_interval_s is not None
+        for key, inst in self._open.items():
+            if inst.lock.locked():
+                continue
+            del self._open[key]
+            async with inst.lock:
+                fd, inst.fd = inst.fd, None
+                if fd is not None:
                     try:
                         if sync and inst.dirty:
                             await asyncio.to_thread(os.fsync, fd)
                             inst.dirty = False
                     finally:
                         os.close(fd)
-        finally:
-            for key, inst in reversed(busy):
-                if key not in self._open:
-                    self._open[key] = inst
-                    self._open.move_to_end(key, last=False)
-            self._closing = False
+            return True
+        return False
 
     async def _moved_under_us(self, job_dir: Path, inst: Instance, *, landed: int, batch: bytes) -> int:
         """The active segment changed size behind the writer: take the batch back and roll.
