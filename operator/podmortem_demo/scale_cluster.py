@@ -72,7 +72,7 @@ NAMESPACE = "bench"
 JOB_LABEL = "podmortem.io/soak-job"
 #: Requests kmock keeps once it has more than twice as many (`forget_requests`): the requests still
 #: being handled are among the last few, and each request's cost is O(kept) in kmock.
-KEEP_REQUESTS = 32
+KEEP_REQUESTS = 8
 #: The annotation the operator writes a bare pod's report into.
 REPORT_ANNOTATION = "podmortem.io/failure-report"
 
