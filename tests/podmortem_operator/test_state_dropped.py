@@ -8,6 +8,7 @@ show it, and goes with the Job.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from podmortem_demo.harness import Harness, kill, run_pod
@@ -84,3 +85,53 @@ def test_a_deleted_pod_and_job_take_their_state_with_them(agent_cluster: Harness
     after = _held(h, owned)["kept"]
     assert after["pods"] == before["pods"] - 2 and after["latest"] == before["latest"] - 2, (before, after)
     assert after["jobs"] <= before["jobs"] and after["locks"] <= before["locks"]
+
+
+def test_a_finished_pod_nobody_deletes_takes_its_state_with_it_after_its_retention(
+    agent_cluster: Harness,
+) -> None:
+    """A Job kept forever keeps its pods forever: their state goes once their log's retention passed.
+
+    The report stays where it was written: a later event of the pod finds it stored and writes no
+    second report or Event."""
+    h = agent_cluster
+    h.create("/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "kept", "namespace": "default", "annotations": {"podmortem.io/watch": "true"}},
+        "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+    })
+    uid = run_pod(h, name="kept")
+    h.sync(lambda: h.agent.evidence.__setitem__(uid, evidence_for(uid, RECORD)))
+    kill(h, name="kept")
+    h.wait(lambda: _held(h, uid)["reported"] or None, what="the report")
+    service = h.running[0].service
+    retention = service.settings.log_retention_s
+    assert h.sync(lambda: service.drop_finished()) == 0  # finished just now: kept
+    assert _held(h, uid)["reported"] and _report_of(h, uid)
+
+    h.wait(lambda: h.sync(lambda: service.reporter.settled(uid)) or None, what="the report's follow-ups")
+    gone = h.sync(lambda: service.drop_finished(now=time.time() + retention + 1))
+    assert gone >= 1
+    held = _held(h, uid)
+    assert not any((held["reported"], held["report"], held["index"], held["early_warning"])), held
+    assert h.sync(lambda: uid not in service._finished)
+
+    events = len(_report_events(h, "kept"))
+    report = _annotation(h, "kept")
+    h.patch("/api/v1/namespaces/default/pods/kept", {"metadata": {"labels": {"touched": "yes"}}})
+    h.wait(lambda: _held(h, uid)["reported"] or None, what="the stored report found again")
+    after = _report_events(h, "kept")
+    assert len(after) == events, [(e.get("reason"), e.get("message", "")[:120]) for e in after]
+    assert _annotation(h, "kept") == report
+
+
+def _annotation(h: Harness, pod: str) -> str | None:
+    body = h.get(f"/api/v1/namespaces/default/pods/{pod}") or {}
+    value = (body.get("metadata", {}).get("annotations") or {}).get("podmortem.io/failure-report")
+    return value if isinstance(value, str) else None
+
+
+def _report_events(h: Harness, pod: str) -> list[dict[str, Any]]:
+    events = (h.get("/api/v1/namespaces/default/events") or {}).get("items", [])
+    return [e for e in events if e.get("involvedObject", {}).get("name") == pod
+            and e.get("type") == "Warning"]

@@ -253,6 +253,18 @@ class Reporter:
             return
         self._drop(pod_uid)
 
+    def drop_pod(self, pod_uid: str) -> None:
+        """The pod finished long ago and nobody deletes it: drop its reports, whatever its job."""
+        self._drop(pod_uid)
+
+    def settled(self, pod_uid: str) -> bool:
+        """No follow-up of the pod's reports runs (a late kernel record, a slow Prometheus)."""
+        for outcome in self._of_pod.get(pod_uid, ()):
+            pod = outcome.termination.pod
+            if any(self._background.running(f"{what}-{pod}") for what in ("kernel-record", "working-set")):
+                return False
+        return True
+
     def forget_target(self, target_uid: str) -> None:
         """The job (TrainingJob or a foreign one) is deleted: drop its section and all its pods' reports."""
         self.jobs.pop(target_uid, None)

@@ -54,6 +54,7 @@ from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets
 from podmortem.operator.watching import admission
 from podmortem.operator.watching import handlers as registry_mod
+from podmortem.operator.watching import service as service_mod
 from podmortem.operator.watching.early_warning import EarlyWarning
 from podmortem.operator.watching.leadership import Elector
 from podmortem.operator.watching.service import OperatorService
@@ -427,6 +428,8 @@ async def _lead_and_run(
             background.start(
                 service.refresh_forever(interval_s=settings.last_log_line_interval_s), name="log-status"
             )
+        background.start(service.drop_finished_forever(interval_s=service_mod.FINISHED_SWEEP_S),
+                         name="finished-pods")
 
         # Every task is created before kopf starts: kopf takes tasks created after it for its own,
         # and at its stop waits 5 s for them before cancelling them.

@@ -50,6 +50,14 @@ JOB_REPORT_COALESCE_S = 0.2
 
 #: Pods kept for a replay when their owner becomes known (bodies as kopf hands them, a few KiB each).
 MAX_UNOWNED = 2_000
+#: A pod in one of these phases runs no container again: finished for good.
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+#: How often the state of finished, never-deleted pods is looked at (`drop_finished_forever`).
+FINISHED_SWEEP_S = 600.0
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 86400:g} d" if seconds >= 86400 else f"{seconds:g} s"
 
 #: Annotation values longer than this are left out of a pod kept for a replay.
 UNOWNED_ANNOTATION_MAX = 1024
@@ -115,6 +123,10 @@ class OperatorService:
         self._reported: dict[str, set[str]] = {}
         #: Reports being written, by termination key (a second event for it waits for the first).
         self._reporting: dict[str, asyncio.Task[None]] = {}
+        #: Pods seen finished for good (phase Succeeded or Failed) and never deleted, by uid: when
+        #: (wall-clock seconds). Their state goes once their log's retention has passed
+        #: (`drop_finished`): a Job kept forever must not hold its pods' state forever.
+        self._finished: dict[str, float] = {}
         self._tasks = Background("service")
 
     # --- TrainingJobs --------------------------------------------------------------------------
@@ -296,6 +308,10 @@ class OperatorService:
                     self._unowned.pop(next(iter(self._unowned)))
             return
         self._unowned.pop(pod_uid, None)
+        if deleted or body.phase not in FINISHED_PHASES:
+            self._finished.pop(pod_uid, None)
+        else:
+            self._finished.setdefault(pod_uid, time.time())
         if deleted:
             self.targets.pods.pop(pod_uid, None)
             known.pressure.forget(pod_uid)
@@ -327,7 +343,7 @@ class OperatorService:
                 if found.sidecar_message is not None:
                     self.reporter.attach_sidecar(found)
                 continue
-            stored = await self._stored_report(known, found)
+            stored = await self._stored_report(known, found, pod)
             if stored is not None:
                 self._reported.setdefault(found.pod_uid, set()).add(found.key)
                 document, raw = stored
@@ -348,6 +364,43 @@ class OperatorService:
                 self.following.forget(pod_uid)
             self._reported.pop(pod_uid, None)
             self.reporter.forget_pod(pod_uid)
+
+    def drop_finished(self, *, now: float | None = None) -> int:
+        """Drop the state of pods finished longer ago than their log's retention and never deleted.
+
+        As if deleted (follower, reported keys, index, early warning), and their reports too, also a
+        foreign job's pod's: the report stays where it was written (the annotation, the status). A
+        pod whose report is still being written or followed up is left for the next sweep. A later
+        event of such a pod finds its report stored and writes none again. Returns how many went.
+        """
+        now = time.time() if now is None else now
+        gone = 0
+        for uid, since in list(self._finished.items()):
+            if now - since < self.settings.log_retention_s or not self.reporter.settled(uid):
+                continue
+            if any(task_key.startswith(uid + "/") for task_key in self._reporting):
+                continue
+            self._finished.pop(uid, None)
+            known = self.targets.pods.pop(uid, None)
+            if known is not None:
+                known.pressure.forget(uid)
+                known.ranks.pop(uid, None)
+            self.early_warning.forget(uid)
+            if self.following is not None:
+                self.following.forget(uid)
+            self._reported.pop(uid, None)
+            self.reporter.drop_pod(uid)
+            gone += 1
+        return gone
+
+    async def drop_finished_forever(self, *, interval_s: float) -> None:
+        """`drop_finished` every ``interval_s`` seconds, for the operator's whole life."""
+        while True:
+            await asyncio.sleep(interval_s)
+            gone = self.drop_finished()
+            if gone:
+                logger.info("dropped the state of %d pods finished more than %s ago and never deleted",
+                            gone, _duration(self.settings.log_retention_s))
 
     async def _job_root_cause(
         self, known: WatchedTarget, pod: Mapping[str, Any], *, deleted: bool = False
@@ -421,13 +474,14 @@ class OperatorService:
             self._reporting.pop(found.key, None)
 
     async def _stored_report(
-        self, known: WatchedTarget, found: termination.Termination
+        self, known: WatchedTarget, found: termination.Termination, pod: Mapping[str, Any]
     ) -> tuple[ReportDocument, dict[str, Any]] | None:
         """The report of this very container instance already on the target (operator restarts), and its
-        JSON as stored; None when there is none."""
+        JSON as stored; None when there is none. A bare pod is its own target: the event's body holds
+        its annotation as of the event (no read)."""
         target = known.target
         try:
-            obj = await self.kube.get(target.path())
+            obj = pod if target.role == "pod" else await self.kube.get(target.path())
             holder = Body(obj)
             if target.role == "trainingjob":
                 raw = stored_bounds.checked(holder.status.get("failureReport") or {})
@@ -438,12 +492,12 @@ class OperatorService:
             # An annotation anyone can write is data: unreadable means "no report yet", never a crash.
             return None
         stored = ReportDocument.parse(raw)
-        pod = stored.pod
+        of = stored.pod
         same = (
-            pod.uid is not None
-            and pod.uid == found.pod_uid
-            and pod.container_id == found.container_id
-            and pod.container == found.container
+            of.uid is not None
+            and of.uid == found.pod_uid
+            and of.container_id == found.container_id
+            and of.container == found.container
         )
         return (stored, raw) if same else None
 
