@@ -61,3 +61,40 @@ async def test_at_most_the_pool_is_open_and_every_line_reads_back(
 def test_the_pool_must_hold_one() -> None:
     with pytest.raises(ValueError, match="max_open_segments"):
         StoreSettings(max_open_segments=0)
+
+
+async def test_concurrent_first_writes_never_open_more_than_the_pool(tmp_path: Path) -> None:
+    """Counted at the open: 40 pods writing their first batch at once stay within a pool of 3."""
+    import asyncio
+
+    settings = StoreSettings(max_open_segments=3, fsync_interval_s=1.0)
+    most = 0
+    async with LogStore(tmp_path, settings=settings) as store:
+
+        async def first(i: int) -> None:
+            nonlocal most
+            sink = store.sink(namespace="ns", pod=f"q{i}")
+            await write(sink, "main", [b"q %d" % i], LogCursor(container_id="c"))
+            most = max(most, _open_segments(tmp_path))
+
+        await asyncio.gather(*(first(i) for i in range(40)))
+        assert most <= 3
+        for i in range(40):
+            events = await stored_events(store, namespace="ns", pod=f"q{i}")
+            assert [e.text for e in events if isinstance(e, LogLine)] == [b"q %d" % i]
+
+
+async def test_a_released_pod_is_read_again_from_disk_and_an_open_one_is_kept(tmp_path: Path) -> None:
+    """The store lets go of a pod nobody writes (memory that grew with every pod ever followed)."""
+    async with LogStore(tmp_path, settings=StoreSettings(max_open_segments=1)) as store:
+        cursor = LogCursor(container_id="c")
+        await write(store.sink(namespace="ns", pod="done"), "main", [b"a", b"b"], cursor)
+        await write(store.sink(namespace="ns", pod="live"), "main", [b"x"], LogCursor(container_id="c"))
+        assert not store.release(namespace="ns", pod="live")  # its segment is open (the pool holds 1)
+        assert store.release(namespace="ns", pod="done")
+        assert not store.release(namespace="ns", pod="done")  # nothing held any more
+        events = await stored_events(store, namespace="ns", pod="done")
+        assert [e.text for e in events if isinstance(e, LogLine)] == [b"a", b"b"]
+        await write(store.sink(namespace="ns", pod="done"), "main", [b"c"], cursor, start=2)
+        events = await stored_events(store, namespace="ns", pod="done")
+        assert [e.text for e in events if isinstance(e, LogLine)] == [b"a", b"b", b"c"]

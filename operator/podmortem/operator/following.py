@@ -218,11 +218,14 @@ class Following:
         make_sink: SinkFactory,
         settings: FollowSettings,
         on_memory_line: MemoryLineHook | None = None,
+        release: Callable[[str, str], object] | None = None,
     ) -> None:
         self.api = api
         self.make_sink = make_sink
         self.settings = settings
         self.on_memory_line = on_memory_line
+        #: Called with (namespace, pod) when a finished pod is forgotten: the store lets go of it too.
+        self.release = release
         #: The follower task of each pod (a done one stays until `forget`, with its facts).
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._facts: dict[str, PodLogFacts] = {}
@@ -329,7 +332,9 @@ class Following:
         task = self._tasks.get(pod_uid)
         if task is not None and task.done():
             self._tasks.pop(pod_uid, None)
-            self._facts.pop(pod_uid, None)
+            facts = self._facts.pop(pod_uid, None)
+            if facts is not None and self.release is not None:
+                self.release(facts.namespace, facts.pod)
 
     async def wait(self, pod_uid: str, *, timeout_s: float) -> None:
         """Give a terminated pod's follower a moment to drain its tail."""

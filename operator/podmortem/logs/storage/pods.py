@@ -77,6 +77,23 @@ class PodIndex:
             if not pod.path.exists() and not any(i.fd is not None for v in pod.instances.values() for i in v):
                 del self._by_name[key]
 
+    def release(self, namespace: str, name: str) -> bool:
+        """Forget a pod nobody writes any more (its instances reload from disk when read): what the
+        index holds of every pod ever followed would otherwise stay until retention deletes its
+        directory. False (kept) while any of its segments is open or being written."""
+        key = (namespace, name)
+        pod = self._by_name.get(key)
+        if pod is None:
+            return False
+        for insts in pod.instances.values():
+            for inst in insts:
+                if inst.fd is not None or inst.lock.locked():
+                    return False
+        if pod.create_lock.locked() or pod.load_lock.locked():
+            return False
+        del self._by_name[key]
+        return True
+
     def clear(self) -> None:
         self._by_name.clear()
 

@@ -281,6 +281,17 @@ class LogStore:
         self._check_open()
         self._space.set_job_retention(namespace=namespace, job=job, settings=settings)
 
+    def release(self, *, namespace: str, pod: str) -> bool:
+        """The pod's follower is done (the pod was deleted, or finished long ago): let go of what the
+        store holds of it in memory. Its log stays on disk and is loaded again for a reader."""
+        if not self._open:
+            return False
+        try:
+            key = layout.check_name("namespace", namespace), layout.check_name("pod", pod)
+        except ValueError:
+            return False
+        return self._pods.release(*key)
+
     def pod_dir(self, *, namespace: str, job: str, pod: str) -> Path | None:
         """The directory the store files a pod's logs in; None where it has none or holds a link.
 

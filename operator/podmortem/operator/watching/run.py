@@ -289,6 +289,7 @@ async def run_operator(
             make_sink=make_sink,
             settings=follow_settings,
             on_memory_line=early_warning.on_memory_line,
+            release=lambda namespace, pod: store.release(namespace=namespace, pod=pod),
         )
         ready_flag = asyncio.Event()
         elector = None
