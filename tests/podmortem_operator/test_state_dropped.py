@@ -30,6 +30,7 @@ def _held(h: Harness, uid: str) -> dict[str, Any]:
             "early_warning": uid in service.early_warning.projections
             or any(key[0] == uid for key in service.early_warning._epoch_times),
             "kept": reporter.kept(),
+            "facts": service.following is not None and service.following.facts(uid) is not None,
         }
 
     return h.sync(read)
@@ -71,6 +72,8 @@ def test_a_deleted_pod_and_job_take_their_state_with_them(agent_cluster: Harness
 
     h.delete("/api/v1/namespaces/default/pods/bare")
     h.wait(lambda: not _report_of(h, bare) or None, what="the bare pod's report dropped")
+    # Its follower ends a moment after the deletion is seen: what it learned goes then.
+    h.wait(lambda: not _held(h, bare)["facts"] or None, what="the bare pod's log facts dropped")
     held = _held(h, bare)
     assert not any((held["reported"], held["report"], held["index"], held["early_warning"])), held
 
@@ -135,3 +138,21 @@ def _report_events(h: Harness, pod: str) -> list[dict[str, Any]]:
     events = (h.get("/api/v1/namespaces/default/events") or {}).get("items", [])
     return [e for e in events if e.get("involvedObject", {}).get("name") == pod
             and e.get("type") == "Warning"]
+
+
+def test_a_pod_deleted_while_followed_takes_its_log_facts_with_it(agent_cluster: Harness) -> None:
+    """Deleted while running: its follower is still reading when the deletion is seen, and ends a
+    moment later. What it learned must go then, not stay for the operator's life."""
+    h = agent_cluster
+    h.create("/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "running", "namespace": "default",
+                     "annotations": {"podmortem.io/watch": "true"}},
+        "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+    })
+    uid = run_pod(h, name="running")
+    h.wait(lambda: _held(h, uid)["facts"] or None, what="the pod followed")
+    h.delete("/api/v1/namespaces/default/pods/running")
+    h.sync(lambda: h.api.pods["default", "running"].delete())  # the kubelet stops it: its stream ends
+    h.wait(lambda: not _held(h, uid)["facts"] or None, what="its log facts dropped after its follower ended")
+    assert not _held(h, uid)["index"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextvars
+import functools
 import logging
 import time
 from collections import deque
@@ -229,6 +230,8 @@ class Following:
         #: The follower task of each pod (a done one stays until `forget`, with its facts).
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._facts: dict[str, PodLogFacts] = {}
+        #: Pods forgotten while their follower still ran: dropped when it ends (`_task_done`).
+        self._forgotten: set[str] = set()
         #: Runs the follower tasks: named per pod, failures logged, all cancelled and awaited at `stop`.
         self._background = Background("follow")
         self._stopping = False
@@ -278,12 +281,15 @@ class Following:
         task = self._background.start(self._run(facts, containers), name=f"{namespace}/{pod}",
                                       context=contextvars.Context())
         self._tasks[pod_uid] = task
-        task.add_done_callback(self._task_done)
+        task.add_done_callback(functools.partial(self._task_done, pod_uid))
         metrics.FOLLOWED_PODS.set(len(self._background))
         return True
 
-    def _task_done(self, _task: asyncio.Task[None]) -> None:
+    def _task_done(self, pod_uid: str, task: asyncio.Task[None]) -> None:
         metrics.FOLLOWED_PODS.set(len(self._background))  # it left the background before this runs
+        if pod_uid in self._forgotten and self._tasks.get(pod_uid) is task:
+            self._forgotten.discard(pod_uid)
+            self.forget(pod_uid)
 
     async def _run(self, facts: PodLogFacts, containers: Sequence[str] | None) -> None:
         waits = 0
@@ -328,13 +334,19 @@ class Following:
                 await asyncio.sleep(delay)
 
     def forget(self, pod_uid: str) -> None:
-        """Drop what is known of a finished pod (its log stays in the store)."""
+        """Drop what is known of a finished or deleted pod (its log stays in the store).
+
+        A follower still draining (a deleted pod's stream ends a moment after the deletion is seen)
+        is forgotten when it ends: dropping only done ones left every such pod's facts behind.
+        """
         task = self._tasks.get(pod_uid)
-        if task is not None and task.done():
-            self._tasks.pop(pod_uid, None)
-            facts = self._facts.pop(pod_uid, None)
-            if facts is not None and self.release is not None:
-                self.release(facts.namespace, facts.pod)
+        if task is not None and not task.done():
+            self._forgotten.add(pod_uid)
+            return
+        self._tasks.pop(pod_uid, None)
+        facts = self._facts.pop(pod_uid, None)
+        if facts is not None and self.release is not None:
+            self.release(facts.namespace, facts.pod)
 
     async def wait(self, pod_uid: str, *, timeout_s: float) -> None:
         """Give a terminated pod's follower a moment to drain its tail."""
