@@ -279,6 +279,9 @@ class Reporter:
             if self._latest.get(key) is outcome:
                 del self._latest[key]
         self.by_pod.pop(pod_uid, None)
+        lock = self._target_locks.get(pod_uid)  # a bare pod is its own target
+        if lock is not None and not lock.locked():
+            del self._target_locks[pod_uid]
 
     def kept(self) -> dict[str, int]:
         """How much per-pod and per-job state is held (for tests and the soak bench)."""
