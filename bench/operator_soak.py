@@ -62,6 +62,7 @@ import random
 import sys
 import tempfile
 import time
+import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -347,12 +348,18 @@ def run(args: argparse.Namespace) -> int:
                   f"{'tasks':>5} "
                   f"{'store MiB':>9} {'p50 s':>6} {'p99 s':>6} {'rep/s':>6} {'wave s':>6}  notes")
             soak = Soak(args, cluster, operator, handles, store_dir)
+            traced: tracemalloc.Snapshot | None = None
+            if args.tracemalloc:
+                tracemalloc.start(1)
+                traced = tracemalloc.take_snapshot()
             waves: list[Wave] = []
             t0 = time.monotonic()
             while (time.monotonic() - t0 < args.minutes * 60 or soak.pods_created < args.pods
                    or soak.terminations < args.terminations):
                 w = soak.wave(len(waves) + 1)
                 waves.append(w)
+                if args.tracemalloc:
+                    traced = _traced_growth(traced)
                 rate = len(w.latencies) / w.report_s if w.report_s else 0.0
                 print(f"{w.number:4d} {w.pods_total:7,d} {w.terminations_total:8,d} {w.rss / 2**20:8.1f} "
                       f"{w.fds:5d} {w.store_fds:7d} {w.tasks:5d} {w.store / 2**20:9.1f} {w.p50:6.3f} "
@@ -370,6 +377,21 @@ def run(args: argparse.Namespace) -> int:
             return 0
     finally:
         cluster.close()
+
+
+def _traced_growth(before: tracemalloc.Snapshot | None) -> tracemalloc.Snapshot:
+    """Print where the Python heap grew since ``before`` (the previous wave), by line; the new snapshot."""
+    after = tracemalloc.take_snapshot()
+    if before is not None:
+        stats = after.compare_to(before, "lineno")
+        grown = sum(st.size_diff for st in stats)
+        print(f"     Python heap growth over the wave: {grown / 2**20:+.2f} MiB; biggest by line:")
+        for st in stats[:8]:
+            frame = st.traceback[0]
+            short = frame.filename.split("site-packages/")[-1].split("/operator/")[-1]
+            print(f"       {st.size_diff / 2**10:+9.1f} KiB {st.count_diff:+7d} blocks"
+                  f"  {short}:{frame.lineno}")
+    return after
 
 
 def _verdicts(args: argparse.Namespace, waves: list[Wave], elapsed: float, soak: Soak,
@@ -438,6 +460,8 @@ def main() -> int:
                         help="seconds a round waits for its reports before counting the rest missing")
     parser.add_argument("--follow-timeout", type=float, default=120.0,
                         help="seconds to wait for a wave's pods to be followed, and let go after deletion")
+    parser.add_argument("--tracemalloc", action="store_true",
+                        help="also print where the Python heap grew over each wave (slower; RSS inflated)")
     parser.add_argument("--settle", type=float, default=20.0,
                         help="seconds after a wave before measuring (kopf's workers idle out after 5 s, "
                              "aiohttp's idle keep-alive connections after 15 s)")

@@ -77,6 +77,10 @@ class PodIndex:
             if not pod.path.exists() and not any(i.fd is not None for v in pod.instances.values() for i in v):
                 del self._by_name[key]
 
+    def held(self, namespace: str, name: str) -> Pod | None:
+        """The pod as the index holds it now, if it does (no load, no directory scan)."""
+        return self._by_name.get((namespace, name))
+
     def release(self, namespace: str, name: str) -> bool:
         """Forget a pod nobody writes any more (its instances reload from disk when read): what the
         index holds of every pod ever followed would otherwise stay until retention deletes its

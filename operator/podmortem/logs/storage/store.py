@@ -281,15 +281,26 @@ class LogStore:
         self._check_open()
         self._space.set_job_retention(namespace=namespace, job=job, settings=settings)
 
-    def release(self, *, namespace: str, pod: str) -> bool:
-        """The pod's follower is done (the pod was deleted, or finished long ago): let go of what the
-        store holds of it in memory. Its log stays on disk and is loaded again for a reader."""
-        if not self._open:
-            return False
+    def release(self, *, namespace: str, pod: str) -> None:
+        """The pod's follower is done (the pod was deleted, or finished long ago): close its segment
+        files still in the pool and let go of what the store holds of it in memory, in the
+        background. Its log stays on disk and is loaded again for a reader."""
+        if not self._open or self.read_only:
+            return
         try:
             key = layout.check_name("namespace", namespace), layout.check_name("pod", pod)
         except ValueError:
+            return
+        self._tasks.start(self._release(key), name=f"release-{namespace}/{pod}")
+
+    async def _release(self, key: tuple[str, str]) -> bool:
+        held = self._pods.held(*key)
+        if held is None:
             return False
+        for insts in list(held.instances.values()):
+            for inst in list(insts):
+                if inst.fd is not None:
+                    await self._writer.close(inst)
         return self._pods.release(*key)
 
     def pod_dir(self, *, namespace: str, job: str, pod: str) -> Path | None:

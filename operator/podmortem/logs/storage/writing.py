@@ -201,6 +201,20 @@ class SegmentWriter:
         finally:
             self._closer = None
 
+    async def close(self, inst: Instance) -> None:
+        """Close ``inst``'s segment file now (fsynced first if written since), out of the pool."""
+        async with inst.lock:
+            self._open.pop(id(inst), None)
+            fd, inst.fd = inst.fd, None
+            if fd is None:
+                return
+            try:
+                if self.settings.fsync_interval_s is not None and inst.dirty:
+                    await asyncio.to_thread(os.fsync, fd)
+                    inst.dirty = False
+            finally:
+                os.close(fd)
+
     async def _close_one(self) -> bool:
         """Close the segment file written longest ago that is not being written now (False: none).
 
