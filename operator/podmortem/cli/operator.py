@@ -546,6 +546,11 @@ def run(args: argparse.Namespace) -> int:
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if logging.getLogger().isEnabledFor(logging.INFO) and not logging.getLogger().isEnabledFor(logging.DEBUG):
+        # kopf says "Handler ... succeeded." at INFO for every object event: 10,000 lines when the
+        # operator starts over 10,000 pods, and one per pod event after. Its warnings and errors stay;
+        # PODMORTEM_LOG_LEVEL=debug shows everything.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
     try:
         access = kube_config.load(args.kubeconfig)
