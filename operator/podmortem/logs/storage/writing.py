@@ -192,8 +192,12 @@ class SegmentWriter:
                     self._room_waiters.popleft()
                     continue
                 if len(self._open) >= limit and not await self._close_one():
+                    # Every open file is being written: wait for one write, but look again at the
+                    # waiters now and then (all of them may be cancelled meanwhile, at a stop).
                     self._written.clear()
-                    await self._written.wait()  # every open file is being written: wait for one write
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(0.1):
+                            await self._written.wait()
                     continue
                 self._room_waiters.popleft()
                 waiter.set_result(None)
