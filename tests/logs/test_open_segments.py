@@ -1,7 +1,8 @@
 """A bounded pool of open segment files: a quiet pod's file is closed, and reopened at its next write.
 
 The store may hold at most ``max_open_segments`` segment files open for writing; the one written
-longest ago is closed (fsynced first under a sync policy) and appended to again when its pod writes.
+longest ago is closed (under a sync policy the next group flush fsyncs it by its path) and appended
+to again when its pod writes.
 Counted from the process's own descriptor table, and read back line for line.
 """
 
@@ -107,3 +108,31 @@ async def test_a_released_pod_closes_its_files_and_is_read_again_from_disk(tmp_p
         await write(store.sink(namespace="ns", pod="done"), "main", [b"c"], cursor, start=2)
         events = await stored_events(store, namespace="ns", pod="done")
         assert [e.text for e in events if isinstance(e, LogLine)] == [b"a", b"b", b"c"]
+
+
+async def test_a_file_closed_for_room_is_fsynced_by_the_next_flush_not_at_the_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With more busy pods than the pool holds every write closes a file: no fsync each time, but
+    nothing written goes unsynced either."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    settings = StoreSettings(max_open_segments=1, fsync_interval_s=3600.0)  # flushes only when asked
+    async with LogStore(tmp_path, settings=settings) as store:
+        await write(store.sink(namespace="ns", pod="a"), "main", [b"a 0"], LogCursor(container_id="c"))
+        [a] = store.instances(namespace="ns", pod="a", container="main")
+        a_segment = a.segment_path(0)
+        await write(store.sink(namespace="ns", pod="b"), "main", [b"b 0"], LogCursor(container_id="c"))
+        assert _open_segments(tmp_path) == 1  # a's file was closed for b's
+        assert os.stat(a_segment).st_ino not in synced
+        await store.flush()
+        assert os.stat(a_segment).st_ino in synced
+        synced.clear()
+        await store.flush()  # synced once: the next flush has nothing of a's left
+        assert os.stat(a_segment).st_ino not in synced

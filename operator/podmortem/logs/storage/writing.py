@@ -59,13 +59,22 @@ def write_all(fd: int, data: bytes, head: bytes = b"") -> None:
         view = view[written:]
 
 
-def fsync_all(fds: list[int], dirs: list[Path]) -> None:
+def fsync_all(fds: list[int], dirs: list[Path], closed: Iterable[Path] = ()) -> None:
+    """fsync (and close) ``fds``, the files at ``closed`` (written, then closed unsynced) and ``dirs``."""
     try:
         for fd in fds:
             os.fsync(fd)
     finally:
         for fd in fds:
             os.close(fd)
+    for path in closed:
+        # fsync flushes the file's dirty pages whichever descriptor asks; gone means retention took it.
+        with contextlib.suppress(FileNotFoundError):
+            fd = open_nofollow(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
     for d in dirs:
         with contextlib.suppress(FileNotFoundError):
             dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
@@ -94,6 +103,8 @@ class SegmentWriter:
         #: Openers waiting for room in the pool (`_make_room`), and the task letting them in.
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closer: asyncio.Future[None] | None = None
+        #: Segments closed to make room while written since the last flush: it fsyncs them by path.
+        self._closed_dirty: set[Path] = set()
         #: Set after each append: a file being written may be closable now.
         self._written = asyncio.Event()
 
@@ -191,14 +202,15 @@ class SegmentWriter:
                 if waiter.done():  # cancelled
                     self._room_waiters.popleft()
                     continue
-                if len(self._open) >= limit and not await self._close_one():
-                    # Every open file is being written: wait for one write, but look again at the
-                    # waiters now and then (all of them may be cancelled meanwhile, at a stop).
-                    self._written.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(0.1):
-                            await self._written.wait()
-                    continue
+                if len(self._open) >= limit:
+                    if not await self._close_one():
+                        # Every open file is being written: wait for one write, but look again at
+                        # the waiters now and then (all of them may be cancelled meanwhile, at a stop).
+                        self._written.clear()
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(0.1):
+                                await self._written.wait()
+                    continue  # the waiter may have been cancelled while a file was closed
                 self._room_waiters.popleft()
                 waiter.set_result(None)
                 await asyncio.sleep(0)  # it opens (and counts) its file before the next one is let in
@@ -222,22 +234,21 @@ class SegmentWriter:
     async def _close_one(self) -> bool:
         """Close the segment file written longest ago that is not being written now (False: none).
 
-        It reopens at its next write (`roll` appends to an intact tail).
+        It reopens at its next write (`roll` appends to an intact tail). Written since the last
+        flush, it is left to that flush to fsync by its path: with more busy pods than the pool
+        holds, every write closes a file, and an fsync for each (in a worker thread, one waiter
+        after the other) cost more than the writes themselves.
         """
-        sync = self.settings.fsync_interval_s is not None
         for key, inst in self._open.items():
             if inst.lock.locked():
                 continue
             del self._open[key]
-            async with inst.lock:
-                fd, inst.fd = inst.fd, None
-                if fd is not None:
-                    try:
-                        if sync and inst.dirty:
-                            await asyncio.to_thread(os.fsync, fd)
-                            inst.dirty = False
-                    finally:
-                        os.close(fd)
+            fd, inst.fd = inst.fd, None
+            if fd is not None:
+                if inst.dirty and inst.active_seq is not None and self.settings.fsync_interval_s is not None:
+                    self._closed_dirty.add(inst.segment_path(inst.active_seq))
+                    inst.dirty = False
+                os.close(fd)
             return True
         return False
 
@@ -313,5 +324,6 @@ class SegmentWriter:
                 inst.dirty = False
         dirs = list(self.dirty_dirs)
         self.dirty_dirs.clear()
-        if fds or dirs:
-            await asyncio.to_thread(fsync_all, fds, dirs)
+        closed, self._closed_dirty = self._closed_dirty, set()
+        if fds or dirs or closed:
+            await asyncio.to_thread(fsync_all, fds, dirs, closed)
