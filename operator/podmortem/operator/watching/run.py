@@ -57,6 +57,7 @@ from podmortem.operator.watching import handlers as registry_mod
 from podmortem.operator.watching import service as service_mod
 from podmortem.operator.watching.early_warning import EarlyWarning
 from podmortem.operator.watching.leadership import Elector
+from podmortem.operator.watching.no_diffbase import NoDiffBaseStorage
 from podmortem.operator.watching.service import OperatorService
 
 logger = logging.getLogger(__name__)
@@ -93,6 +94,8 @@ def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
     ks.scanning.disabled = True
     ks.posting.level = logging.WARNING
     ks.watching.reconnect_backoff = 1.0
+    # Only event handlers: no diff-base to build per event (a deep copy of each body).
+    ks.persistence.diffbase_storage = NoDiffBaseStorage()
     return ks
 
 
