@@ -37,6 +37,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from podmortem import startup_gc
 from podmortem.logs.settings import FollowSettings
 
 # Everything the operator runs is imported before the baseline, so the baseline holds the code
@@ -54,6 +55,29 @@ SETTLE_S = 8.0
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class GcPauses:
+    """The garbage collector's pauses while enabled (any thread; the operator's allocates the most)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.counts = [0, 0, 0]
+        self._started = 0.0
+        self.on = False
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if not self.on:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds[info["generation"]] += time.perf_counter() - self._started
+            self.counts[info["generation"]] += 1
+
+    def summary(self) -> str:
+        return ", ".join(f"gen{g}: {self.counts[g]} in {self.seconds[g]:.2f} s" for g in range(3))
 
 
 def cpu_s() -> float:
@@ -124,25 +148,31 @@ def measure(args: argparse.Namespace) -> int:
                 listen_host="127.0.0.1", metrics_port=0, health_port=0, log_http_port=0, log_http_auth=False,
                 foreign_kinds=(),
             )
-            gc.collect()
+            startup_gc.freeze()  # as `podmortem operator` does after its imports
+            startup_gc.set_thresholds()
             base = rss_bytes()
             if args.tracemalloc:
                 tracemalloc.start(1)
                 traced0 = tracemalloc.take_snapshot()
+            pauses = GcPauses()
             operator = ScaleOperator(url=cluster.url, settings=settings, follow=FollowSettings(),
                                      profile=args.profile)
             t0 = time.monotonic()
             cpu0 = cpu_s()
+            pauses.on = True
             handles = operator.start(timeout=120)
             marks: dict[str, float] = {"operator up (servers, store)": time.monotonic() - t0}
             done = _wait_startup(args, operator, handles, cluster, t0, marks)
             operator.stop_profiling()
             startup_cpu = cpu_s() - cpu0
+            pauses.on = False
             ccpu, requests = cluster.stats()
             for what, at in marks.items():
                 print(f"  {at:7.2f} s  {what}")
             print(f"startup CPU: operator process {startup_cpu:.1f} s, emulated cluster {ccpu:.1f} s; "
-                  f"API requests served: {_requests(requests)}")
+                  f"API requests served: {_requests(requests)} "
+                  f"({sum(requests.values()) / pods:.2f} per pod)")
+            print(f"garbage collector pauses over startup: {pauses.summary()}")
             if not done:
                 got = sum(n >= args.initial_lines for n in stored_lines(handles, cluster.uids))
                 print(f"UNFINISHED: after {args.startup_timeout:g} s only {got} of {pods} pods had their "
@@ -192,6 +222,8 @@ def _wait_startup(args: argparse.Namespace, operator: ScaleOperator, handles: ru
     thresholds = [(n, f"podmortem_followed_pods >= {n}") for n in (1, pods // 2, pods)]
     stored_marks = [(1, "first pod's lines stored"), (pods // 2, "half the pods' lines stored"),
                     (pods, "every pod's first lines stored")]
+    # Growth as it goes: time, memory and descriptors when 1,000, 5,000, 10,000 ... pods are stored.
+    milestones = [n for n in (1_000, 5_000, 10_000, 20_000, 50_000) if n <= pods]
     while time.monotonic() < deadline:
         if operator.error is not None:
             raise SystemExit(f"the operator failed: {operator.error!r}")
@@ -207,6 +239,12 @@ def _wait_startup(args: argparse.Namespace, operator: ScaleOperator, handles: ru
         for n, what in stored_marks:
             if what not in marks and stored >= n:
                 marks[what] = now
+        while milestones and stored >= milestones[0]:
+            n = milestones.pop(0)
+            fds = len(os.listdir("/proc/self/fd"))
+            print(f"  {n:>7,} pods stored at {now:6.1f} s ({n / now:5.0f} pods/s so far): "
+                  f"RSS {rss_bytes() / 2**20:6.1f} MiB, {fds:,} descriptors ({fds / n:.2f} per pod)",
+                  flush=True)
         if stored >= pods and gauge >= pods:
             return True
         if time.monotonic() >= next_progress:

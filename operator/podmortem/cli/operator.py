@@ -559,6 +559,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     open_files.raise_and_log()
     startup_gc.freeze()
+    startup_gc.set_thresholds()
     try:
         asyncio.run(runtime.run_operator(settings=settings, access=access))
     except runtime.LeadershipLost as exc:
