@@ -20,7 +20,7 @@ def test_the_registry_has_no_handler_that_reads_a_diff() -> None:
     # body with the stored diff-base; with NoDiffBaseStorage they would see every event as new.
     assert not registry._changing.get_all_handlers()
     assert not registry._spawning.get_all_handlers()
-    assert len(registry._watching.get_all_handlers()) == 3  # training jobs, the foreign kind, pods
+    assert len(registry._watching.get_all_handlers()) == 2  # jobs, the foreign kind (pods: pod_watch)
 
 
 def test_kopf_builds_no_diff_base() -> None:

@@ -9,12 +9,14 @@ They are registered into a fresh ``kopf.OperatorRegistry`` (no global state), so
 an operator can be built more than once in one process (tests, the benchmark).
 Only event handlers are used: they persist nothing on the objects (no kopf
 annotations or ``status.kopf``), and every service call is idempotent, so a
-replayed or repeated event does no harm.
+replayed or repeated event does no harm. Pods, the one kind with thousands of
+objects, are watched by ``pod_watch`` instead (kopf's per-event cost).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,6 +32,7 @@ from podmortem.operator.settings import (
     TRAININGJOB_VERSION,
     OperatorSettings,
 )
+from podmortem.operator.watching.pod_watch import PodWatches
 from podmortem.operator.watching.service import OperatorService
 
 logger = logging.getLogger(__name__)
@@ -40,8 +43,11 @@ def build(
     service: OperatorService,
     settings: OperatorSettings,
     connection: Connection,
+    pod_watches: PodWatches | None = None,
 ) -> kopf.OperatorRegistry:
-    """All handlers of the operator, logging in through ``connection``."""
+    """All kopf handlers of the operator, logging in through ``connection``.
+
+    Pods are watched by ``pod_watches`` (`pod_watch`), not kopf; its stop comes first at cleanup."""
     registry = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=registry, errors=kopf.ErrorsMode.PERMANENT)
@@ -79,18 +85,16 @@ def build(
                 return
             await service.on_foreign(body, plural=_plural)
 
-    @kopf.on.event("", "v1", "pods", registry=registry, when=_maybe_followed)
-    async def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        await service.on_pod(body, deleted=type == "DELETED")
-
     @kopf.on.cleanup(registry=registry)
     async def graceful_stop(**_: Any) -> None:
+        if pod_watches is not None:
+            await pod_watches.stop()  # no pod event reaches the service once it stops
         await service.stop()
 
     return registry
 
 
-def _maybe_followed(body: kopf.Body, **_: Any) -> bool:
+def maybe_followed(body: Mapping[str, Any]) -> bool:
     """Cheap pre-filter: a pod is a candidate when it has owners or the watch annotation."""
     pod = Body(body)
     return (

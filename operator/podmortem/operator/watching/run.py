@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ from podmortem.operator.watching import service as service_mod
 from podmortem.operator.watching.early_warning import EarlyWarning
 from podmortem.operator.watching.leadership import Elector
 from podmortem.operator.watching.no_diffbase import NoDiffBaseStorage
+from podmortem.operator.watching.pod_watch import PodWatches
 from podmortem.operator.watching.service import OperatorService
 
 logger = logging.getLogger(__name__)
@@ -295,6 +296,12 @@ async def run_operator(
             release=lambda namespace, pod: store.release(namespace=namespace, pod=pod),
         )
         ready_flag = asyncio.Event()
+
+        async def on_pod(body: Mapping[str, Any], deleted: bool) -> None:
+            await service.on_pod(body, deleted=deleted)
+
+        pod_watches = PodWatches(connection=connection, namespaces=settings.namespaces, handler=on_pod,
+                                 accept=registry_mod.maybe_followed)
         elector = None
         if settings.leader_election is not None:
             elector = Elector(kube=kube, settings=settings.leader_election)
@@ -310,6 +317,8 @@ async def run_operator(
                 return True, f"ready: {elector.describe()}; {headroom()}"
             if not ready_flag.is_set():
                 return False, "not ready: kopf is starting its watches"
+            if not pod_watches.listed:
+                return False, "not ready: listing pods"
             head = "ready" if elector is None else f"ready: {elector.describe()}"
             return True, f"{head}; {headroom()}"
 
@@ -345,7 +354,8 @@ async def run_operator(
                 kube=kube, settings=settings, following=following, reporter=reporter, status=status,
                 targets=targets, early_warning=early_warning, on_stopped=stopped,
             )
-            registry = registry_mod.build(service=service, settings=settings, connection=connection)
+            registry = registry_mod.build(service=service, settings=settings, connection=connection,
+                                          pod_watches=pod_watches)
             handles = Running(
                 service=service, store=store, connection=connection, elector=elector,
                 metrics_url=servers.metrics_url, health_url=servers.health_url, log_url=servers.log_url,
@@ -366,6 +376,7 @@ async def run_operator(
                     stop_flag=stop_flag,
                     ready_flag=ready_flag,
                     kopf_stop=kopf_stop,
+                    pod_watches=pod_watches,
                 )
             finally:
                 checking.cancel()
@@ -402,6 +413,7 @@ async def _lead_and_run(
     stop_flag: asyncio.Event | threading.Event | None,
     ready_flag: asyncio.Event,
     kopf_stop: asyncio.Event,
+    pod_watches: PodWatches,
 ) -> None:
     """Run kopf, as the Lease holder when leader election is on.
 
@@ -437,6 +449,7 @@ async def _lead_and_run(
 
         # Every task is created before kopf starts: kopf takes tasks created after it for its own,
         # and at its stop waits 5 s for them before cancelling them.
+        pod_watches.start()
         waits = [background.start(stop.wait(), name="stop-wait"),
                  background.start(lost.wait(), name="lease-lost-wait")]
 
@@ -460,7 +473,8 @@ async def _lead_and_run(
                 ready_flag=ready_flag,
             )
         finally:
-            await service.stop()  # idempotent; kopf's cleanup handler did it on a normal stop
+            await pod_watches.stop()  # idempotent, as is the service's: kopf's cleanup did both
+            await service.stop()
             if elector is not None and not lost.is_set():
                 await elector.release()
     finally:

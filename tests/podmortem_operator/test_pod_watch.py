@@ -1,0 +1,212 @@
+"""The operator's own pod watch: paged list, resumed watch, 410 relist, one handler call at a time per pod.
+
+Against a scripted API server (aiohttp) that records every request, so the resourceVersion each
+watch resumes from is checked, not assumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import pytest
+from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
+
+from podmortem.kube.config import ClusterAccess
+from podmortem.kube.connection import Connection
+from podmortem.operator.watching.pod_watch import (
+    PerObject,
+    PodWatches,
+    PodWatchSettings,
+    event_lines,
+)
+
+
+def _pod(uid: str, rv: str, *, phase: str = "Running", followed: bool = True) -> dict[str, Any]:
+    annotations = {"podmortem.io/watch": "true"} if followed else {}
+    return {"metadata": {"uid": uid, "name": f"pod-{uid}", "namespace": "ns", "resourceVersion": rv,
+                         "annotations": annotations},
+            "status": {"phase": phase}}
+
+
+def _line(kind: str, obj: Mapping[str, Any]) -> bytes:
+    return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+
+
+class Script:
+    """A list in two pages, then watch streams played in turn; every request's query is kept."""
+
+    def __init__(self, watches: list[list[bytes]]) -> None:
+        self.watches = watches
+        self.requests: list[dict[str, str]] = []
+        self.lists = 0
+
+    async def pods(self, request: web.Request) -> web.StreamResponse:
+        query = dict(request.query)
+        self.requests.append(query)
+        if query.get("watch") != "true":
+            if query.get("continue") != "page2":
+                self.lists += 1  # a list starts
+                return web.json_response({"metadata": {"continue": "page2"},
+                                          "items": [_pod("a", "5"), _pod("quiet", "6", followed=False)]})
+            return web.json_response({"metadata": {"resourceVersion": "10"}, "items": [_pod("b", "7")]})
+        response = web.StreamResponse()
+        await response.prepare(request)
+        lines = self.watches.pop(0) if self.watches else []
+        for line in lines:
+            await response.write(line)
+        if not self.watches and not lines:
+            await asyncio.sleep(3600)  # the last watch stays open
+        return response
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[Script, Connection]]:
+    script = Script([])
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", script.pods)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)  # the open watch is cut at once
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield script, Connection(ClusterAccess(server=f"http://127.0.0.1:{port}"))
+    finally:
+        await runner.cleanup()
+
+
+async def _until(check: Any, what: str) -> None:
+    for _ in range(500):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_lists_in_pages_resumes_each_watch_where_the_last_ended_and_lists_again_on_410(
+    served: tuple[Script, Connection],
+) -> None:
+    script, connection = served
+    script.watches = [
+        [_line("MODIFIED", _pod("a", "11", phase="Failed")),
+         _line("BOOKMARK", {"metadata": {"resourceVersion": "12"}})],
+        [_line("ADDED", _pod("c", "13")), _line("DELETED", _pod("b", "14"))],
+        [_line("ERROR", {"kind": "Status", "code": 410, "reason": "Expired"})],
+        [],
+    ]
+    seen: list[tuple[str, str, bool]] = []
+
+    async def handler(body: Mapping[str, Any], deleted: bool) -> None:
+        seen.append((body["metadata"]["uid"], body["metadata"]["resourceVersion"], deleted))
+
+    watches = PodWatches(connection=connection, namespaces=(), handler=handler,
+                         accept=lambda pod: "podmortem.io/watch" in pod["metadata"]["annotations"],
+                         settings=PodWatchSettings(page_size=2))
+    watches.start()
+    try:
+        await _until(lambda: script.lists == 2 and len(script.requests) >= 8, "a second list after the 410")
+        await _until(lambda: len(seen) == 7, "every event handled")
+        assert watches.listed
+    finally:
+        await watches.stop()
+    assert [(r.get("limit"), r.get("continue")) for r in script.requests[:2]] == [("2", None), ("2", "page2")]
+    resumed = [r.get("resourceVersion") for r in script.requests if r.get("watch") == "true"]
+    assert resumed[:3] == ["10", "12", "14"]  # the list's version, then the bookmark's, then the last event's
+    assert [r.get("watch") for r in script.requests[5:7]] == [None, None]  # the 410 lists again, paged
+    assert seen[:5] == [("a", "5", False), ("b", "7", False), ("a", "11", False), ("c", "13", False),
+                        ("b", "14", True)]
+    assert sorted(seen[5:]) == [("a", "5", False), ("b", "7", False)]  # the relist; "quiet" never
+
+
+async def test_one_call_at_a_time_per_pod_and_the_latest_event_next() -> None:
+    release = asyncio.Event()
+    calls: list[tuple[str, int]] = []
+    running = 0
+    most = 0
+
+    async def handler(body: Mapping[str, Any], deleted: bool) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        calls.append((body["uid"], body["n"]))
+        if body["uid"] == "a" and body["n"] == 0:
+            await release.wait()
+        running -= 1
+
+    objects = PerObject(handler)
+    objects.submit("a", {"uid": "a", "n": 0}, False)
+    await asyncio.sleep(0)
+    for n in (1, 2, 3):
+        objects.submit("a", {"uid": "a", "n": n}, False)  # merged: only n=3 is handled next
+    objects.submit("b", {"uid": "b", "n": 0}, False)  # another pod does not wait for "a"
+    await _until(lambda: ("b", 0) in calls, "pod b handled while a's first call runs")
+    assert calls == [("a", 0), ("b", 0)] and most == 2
+    release.set()
+    await _until(lambda: objects.busy == 0, "both pods done")
+    assert calls == [("a", 0), ("b", 0), ("a", 3)]
+
+
+async def test_a_failing_handler_is_logged_and_the_next_event_still_handled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[int] = []
+
+    async def handler(body: Mapping[str, Any], deleted: bool) -> None:
+        calls.append(body["n"])
+        if body["n"] == 0:
+            raise RuntimeError("boom")
+
+    objects = PerObject(handler)
+    objects.submit("a", {"n": 0, "metadata": {"namespace": "ns", "name": "p"}}, False)
+    await _until(lambda: objects.busy == 0, "the failed call ended")
+    objects.submit("a", {"n": 1}, False)
+    await _until(lambda: calls == [0, 1], "the next event handled")
+    assert "handling the event of pod ns/p failed" in caplog.text and "boom" in caplog.text
+
+
+async def test_a_watch_failure_backs_off_and_resumes(served: tuple[Script, Connection]) -> None:
+    script, connection = served
+    script.watches = [[b"{not json\n"], []]
+    seen: list[str] = []
+
+    async def handler(body: Mapping[str, Any], deleted: bool) -> None:
+        seen.append(body["metadata"]["uid"])
+
+    watches = PodWatches(connection=connection, namespaces=(), handler=handler, accept=lambda pod: True,
+                         settings=PodWatchSettings(backoff_s=0.05))
+    watches.start()
+    try:
+        await _until(lambda: sum(r.get("watch") == "true" for r in script.requests) == 2, "a second watch")
+    finally:
+        await watches.stop()
+    assert script.lists == 1  # resumed from its version, not listed again
+    assert [r.get("resourceVersion") for r in script.requests if r.get("watch")] == ["10", "10"]
+
+
+async def _chunks(parts: list[bytes]) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+@given(lines=st.lists(st.binary(min_size=1, max_size=40).map(lambda b: b.replace(b"\n", b"x")), max_size=12),
+       cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=10))
+async def test_event_lines_are_the_same_however_the_stream_is_cut(
+    lines: list[bytes], cuts: list[int]
+) -> None:
+    data = b"".join(line + b"\n" for line in lines)
+    bounds = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    parts = [data[a:b] for a, b in itertools.pairwise(bounds)]
+    got = [line async for line in event_lines(_chunks(parts))]
+    assert got == [line for line in lines if line]
+
+
+async def test_an_event_line_over_the_bound_ends_the_stream() -> None:
+    with pytest.raises(ValueError, match="over 100 bytes"):
+        async for _ in event_lines(_chunks([b"x" * 60, b"y" * 60]), limit=100):
+            pass
