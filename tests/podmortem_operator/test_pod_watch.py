@@ -210,3 +210,28 @@ async def test_an_event_line_over_the_bound_ends_the_stream() -> None:
     with pytest.raises(ValueError, match="over 100 bytes"):
         async for _ in event_lines(_chunks([b"x" * 60, b"y" * 60]), limit=100):
             pass
+
+
+async def test_an_object_the_filter_cannot_read_is_skipped_and_the_watch_goes_on(
+    served: tuple[Script, Connection], caplog: pytest.LogCaptureFixture
+) -> None:
+    script, connection = served
+    script.watches = [[_line("ADDED", _pod("odd", "11")), _line("ADDED", _pod("c", "12"))], []]
+    seen: list[str] = []
+
+    async def handler(body: Mapping[str, Any], deleted: bool) -> None:
+        seen.append(body["metadata"]["uid"])
+
+    def accept(pod: Mapping[str, Any]) -> bool:
+        if pod["metadata"]["uid"] == "odd":
+            raise TypeError("cannot read this one")
+        return True
+
+    watches = PodWatches(connection=connection, namespaces=(), handler=handler, accept=accept)
+    watches.start()
+    try:
+        await _until(lambda: "c" in seen, "the pod after the odd one handled")
+    finally:
+        await watches.stop()
+    assert "odd" not in seen and "skipped the event of pod uid odd" in caplog.text
+    assert [r.get("resourceVersion") for r in script.requests if r.get("watch")] == ["10", "12"]

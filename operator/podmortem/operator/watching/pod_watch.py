@@ -171,7 +171,14 @@ class PodWatch:
             return
         meta = obj.get("metadata")
         uid = meta.get("uid") if isinstance(meta, dict) else None
-        if isinstance(uid, str) and uid and self.accept(obj):
+        if not isinstance(uid, str) or not uid:
+            return
+        try:
+            accepted = self.accept(obj)
+        except Exception:  # one odd object must not stop the watch (it would resume at the same event)
+            logger.exception("pods at %s: skipped the event of pod uid %s", self.path, uid[:64])
+            return
+        if accepted:
             self.objects.submit(uid, obj, deleted)
 
     async def _list(self, session: aiohttp.ClientSession, server: str) -> str:
