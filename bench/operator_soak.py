@@ -66,6 +66,7 @@ import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from podmortem import startup_gc
 from podmortem.logs.settings import FollowSettings
 from podmortem.logs.storage.settings import StoreSettings
 from podmortem.operator import metrics
@@ -82,6 +83,9 @@ CHUNK = 250
 RSS_TOLERANCE = 0.10
 #: The store's cap on open segment files (`podmortem.logs.storage.settings`): a cache, not a leak.
 MAX_OPEN_SEGMENTS = StoreSettings().max_open_segments
+#: kubernetes_asyncio's connection limit (``Configuration.connection_pool_maxsize``): its idle
+#: keep-alive sockets are a cache bounded by it, not a leak.
+API_POOL = 100
 P99_GOAL_S = 2.0
 
 
@@ -130,6 +134,19 @@ def loop_tasks(operator: OperatorThread) -> int:
     return operator.call(count())
 
 
+def idle_api_sockets(operator: OperatorThread, handles: runtime.Running) -> int:
+    """Idle keep-alive connections of the operator's API client (kubernetes_asyncio's aiohttp pool,
+    at most :data:`API_POOL` of them; each closes after its keep-alive timeout, 15-30 s idle)."""
+
+    async def count() -> int:
+        connector = handles.service.kube.api.rest_client.pool_manager.connector
+        assert connector is not None
+        # aiohttp's idle connections by key (a private attribute: fine for a bench)
+        return sum(len(idle) for idle in connector._conns.values())
+
+    return operator.call(count())
+
+
 def quantile(values: list[float], q: float) -> float:
     """The q-quantile (nearest rank) of ``values``; NaN when empty."""
     if not values:
@@ -148,6 +165,8 @@ class Wave:
     fds: int
     #: Of ``fds``, the log store's open segment files (a cache bounded by ``max_open_segments``).
     store_fds: int
+    #: Of ``fds``, the API client's idle keep-alive sockets (a cache bounded by `API_POOL`).
+    api_fds: int
     tasks: int
     store: int
     latencies: list[float]
@@ -259,13 +278,14 @@ class Soak:
         gc.collect()
         kinds = fd_kinds()
         fds = sum(kinds.values())
-        if fds - kinds.get("store file", 0) > self.base_fds:
+        api_fds = idle_api_sockets(self.operator, self.handles)
+        if fds - kinds.get("store file", 0) - api_fds > self.base_fds:
             by_kind = sorted(kinds.items(), key=lambda kv: -kv[1])
             notes.append("fds: " + ", ".join(f"{n} {k}" for k, n in by_kind))
         return Wave(
             number=number, pods_total=self.pods_created, terminations_total=self.terminations,
             reports_total=self.reports, rss=rss_bytes(), fds=fds,
-            store_fds=kinds.get("store file", 0), tasks=loop_tasks(self.operator),
+            store_fds=kinds.get("store file", 0), api_fds=api_fds, tasks=loop_tasks(self.operator),
             store=store_bytes(self.store_dir), latencies=latencies, missing=missing, wall_s=wall_s,
             report_s=report_s, notes=notes,
         )
@@ -335,17 +355,22 @@ def run(args: argparse.Namespace) -> int:
                 listen_host="127.0.0.1", metrics_port=0, health_port=0, log_http_port=0, log_http_auth=False,
                 foreign_kinds=(),
             )
+            startup_gc.freeze()  # as `podmortem operator` does after its imports
+            startup_gc.set_thresholds()
             operator = OperatorThread(url=cluster.url, settings=settings, follow=FollowSettings())
             handles = operator.start(timeout=120)
             time.sleep(args.settle)
             gc.collect()
-            base_rss, base_fds, base_tasks = rss_bytes(), open_fds(), loop_tasks(operator)
+            base_rss, base_tasks = rss_bytes(), loop_tasks(operator)
+            base_api = idle_api_sockets(operator, handles)
+            base_fds = open_fds() - base_api  # the API client's idle sockets are counted apart, as below
             print(f"baseline (operator idle, no pods): RSS {base_rss / 2**20:.1f} MiB, {base_fds} fds ("
-                  + ", ".join(f"{n} {k}" for k, n in fd_kinds().items()) + f"), {base_tasks} asyncio tasks")
+                  + ", ".join(f"{n} {k}" for k, n in fd_kinds().items())
+                  + f"; {base_api} idle API keep-alive sockets apart), {base_tasks} asyncio tasks")
             print(f"ends paced at {args.rate:.0f}/s while fewer than {args.max_awaited} reports are awaited; "
                   f"rep/s below: a wave's reports over its rounds' time (at most the pace)")
             print(f"{'wave':>4} {'pods':>7} {'terms':>8} {'RSS MiB':>8} {'fds':>5} {'(store)':>7} "
-                  f"{'tasks':>5} "
+                  f"{'(api)':>5} {'tasks':>5} "
                   f"{'store MiB':>9} {'p50 s':>6} {'p99 s':>6} {'rep/s':>6} {'wave s':>6}  notes")
             soak = Soak(args, cluster, operator, handles, store_dir)
             traced: tracemalloc.Snapshot | None = None
@@ -362,8 +387,8 @@ def run(args: argparse.Namespace) -> int:
                     traced = _traced_growth(traced)
                 rate = len(w.latencies) / w.report_s if w.report_s else 0.0
                 print(f"{w.number:4d} {w.pods_total:7,d} {w.terminations_total:8,d} {w.rss / 2**20:8.1f} "
-                      f"{w.fds:5d} {w.store_fds:7d} {w.tasks:5d} {w.store / 2**20:9.1f} {w.p50:6.3f} "
-                      f"{w.p99:6.3f} {rate:6.0f} "
+                      f"{w.fds:5d} {w.store_fds:7d} {w.api_fds:5d} {w.tasks:5d} {w.store / 2**20:9.1f} "
+                      f"{w.p50:6.3f} {w.p99:6.3f} {rate:6.0f} "
                       f"{w.wall_s:6.1f}  {'; '.join(w.notes)}", flush=True)
             elapsed = time.monotonic() - t0
             operator.stop(timeout=120)
@@ -406,13 +431,20 @@ def _verdicts(args: argparse.Namespace, waves: list[Wave], elapsed: float, soak:
         f"RSS within {100 * RSS_TOLERANCE:.0f} % of the first wave's ({first.rss / 2**20:.1f} MiB): "
         f"furthest wave {worst.number} at {worst.rss / 2**20:.1f} MiB ({100 * drift:+.1f} %), "
         f"last {last.rss / 2**20:.1f} MiB")
-    # Up to MAX_OPEN_SEGMENTS store files are the cache; every other fd counts against the baseline.
-    bad_fds = [w for w in waves if w.fds - min(w.store_fds, MAX_OPEN_SEGMENTS) > base_fds]
+    # Two bounded caches are not leaks: up to MAX_OPEN_SEGMENTS store files and API_POOL idle API
+    # keep-alive sockets; every other fd counts against the baseline.
+    def rest(w: Wave) -> int:
+        return w.fds - min(w.store_fds, MAX_OPEN_SEGMENTS) - min(w.api_fds, API_POOL)
+
+    bad_fds = [w for w in waves if rest(w) > base_fds]
     say(not bad_fds, f"open fds back to the baseline {base_fds} after each wave, but for the log store's "
-        f"cache of open segment files (at most {MAX_OPEN_SEGMENTS}): "
-        + (f"after waves {', '.join(f'{w.number} ({w.fds}, {w.store_fds} store)' for w in bad_fds)} not"
-           if bad_fds else f"max {max(w.fds - w.store_fds for w in waves)} + "
-           f"{max(w.store_fds for w in waves)} store segment files"))
+        f"cache of open segment files (at most {MAX_OPEN_SEGMENTS}) and the API client's idle keep-alive "
+        f"sockets (at most {API_POOL}): "
+        + ("after waves " + ", ".join(f"{w.number} ({w.fds}, {w.store_fds} store, {w.api_fds} api)"
+                                     for w in bad_fds) + " not"
+           if bad_fds else f"max {max(rest(w) for w in waves)} + up to "
+           f"{max(w.store_fds for w in waves)} store segment files and {max(w.api_fds for w in waves)} "
+           f"idle API sockets"))
     bad_tasks = [w for w in waves if w.tasks > base_tasks]
     say(not bad_tasks, f"asyncio tasks back to the baseline {base_tasks} after each wave: "
         + (f"after waves {', '.join(f'{w.number} ({w.tasks})' for w in bad_tasks)} not" if bad_tasks
