@@ -43,8 +43,10 @@ one verdict line per goal from the issue, MET or NOT MET with the numbers:
 * open fds and asyncio tasks back to their baseline (the operator idle, before
   the first wave) after each wave;
 * report latency p99 under 2 s at the end as at the start;
-* and the run itself: at least ``--minutes``, ``--pods`` pods and
-  ``--terminations`` terminations, with the reports per second achieved.
+* the run itself: at least ``--minutes``, ``--pods`` pods and ``--terminations``
+  terminations;
+* and, stricter than the issue, the pace: all the terminations within ``--minutes``
+  (+10 %), with the reports per second achieved.
 
 Usage: python bench/operator_soak.py [--minutes 10] [--pods 10000] [--terminations 100000]
        python bench/operator_soak.py --minutes 1 --pods 1000 --terminations 5000   (a quick try)
@@ -460,13 +462,14 @@ def _verdicts(args: argparse.Namespace, waves: list[Wave], elapsed: float, soak:
     rate = soak.reports / report_s if report_s else 0.0
     needed = args.terminations / (args.minutes * 60)
     reached = soak.pods_created >= args.pods and soak.terminations >= args.terminations
-    say(reached and args.minutes * 60 <= elapsed <= args.minutes * 60 * 1.10,
-        f"the run: {elapsed / 60:.1f} min for {soak.pods_created:,} pods and {soak.terminations:,} "
-        f"terminations "
-        f"(goal {args.terminations:,} in {args.minutes:g} min = {needed:.0f}/s); reports sustained "
-        f"{rate:.0f}/s while waiting for them"
-        + (f"; SHORTFALL: the terminations needed {elapsed / 60:.1f} min, not {args.minutes:g}"
-           if elapsed > args.minutes * 60 * 1.10 else ""))
+    say(reached and elapsed >= args.minutes * 60,
+        f"the run: at least {args.minutes:g} min, {args.pods:,} pods and {args.terminations:,} terminations: "
+        f"{elapsed / 60:.1f} min, {soak.pods_created:,} pods, {soak.terminations:,} terminations")
+    # Stricter than the issue asks: all of it compressed into --minutes (the emulated API bounds it).
+    say(elapsed <= args.minutes * 60 * 1.10,
+        f"the pace: {args.terminations:,} terminations in {args.minutes:g} min need {needed:.0f}/s; "
+        f"reports sustained {rate:.0f}/s while waiting for them"
+        + (f"; the terminations took {elapsed / 60:.1f} min" if elapsed > args.minutes * 60 * 1.10 else ""))
 
 
 def main() -> int:
