@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -235,3 +236,25 @@ async def test_an_object_the_filter_cannot_read_is_skipped_and_the_watch_goes_on
         await watches.stop()
     assert "odd" not in seen and "skipped the event of pod uid odd" in caplog.text
     assert [r.get("resourceVersion") for r in script.requests if r.get("watch")] == ["10", "12"]
+
+
+async def test_watches_that_end_with_no_event_back_off_doubling(
+    served: tuple[Script, Connection], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A proxy that cuts every watch at once must not make the operator spin on the API server."""
+    script, connection = served
+    script.watches = [[], [], [], [_line("ADDED", _pod("c", "12"))], []]
+    caplog.set_level(logging.INFO, logger="podmortem.operator.watching.pod_watch")
+
+    async def handler(body: Mapping[str, Any], deleted: bool) -> None:
+        pass
+
+    watches = PodWatches(connection=connection, namespaces=(), handler=handler, accept=lambda pod: True,
+                         settings=PodWatchSettings(backoff_s=0.01, backoff_max_s=0.02))
+    watches.start()
+    try:
+        await _until(lambda: sum(r.get("watch") == "true" for r in script.requests) == 5, "five watches")
+    finally:
+        await watches.stop()
+    waits = [r.getMessage().rsplit(" ", 2)[-2] for r in caplog.records if "ended with no event" in r.message]
+    assert waits == ["0.01", "0.02", "0.02"]  # doubling to the most; the watch with an event resets it

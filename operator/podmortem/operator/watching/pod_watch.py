@@ -150,17 +150,23 @@ class PodWatch:
                         if self._version is None:
                             self._version = await self._list(session, access.server)
                             self.listed.set()
-                        await self._watch(session, access.server)
-                    delay = self.settings.backoff_s
+                        events = await self._watch(session, access.server)
+                    if events:
+                        delay = self.settings.backoff_s
+                    else:  # a stream cut at once, again and again, must not spin: back off
+                        logger.info("pods at %s: the watch ended with no event; again in %.2f s", self.path,
+                                    delay)
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, self.settings.backoff_max_s)
                 except Gone:
                     logger.info("pods at %s: resourceVersion %s is gone; listing again", self.path,
                                 self._version)
                     self._version = None
-                except (aiohttp.ClientError, TimeoutError, OSError, ValueError, KeyError, TypeError,
-                        AttributeError) as exc:
+                except Exception as exc:  # whatever it was, the watch goes on: pods must not go unseen
                     refused = isinstance(exc, aiohttp.ClientResponseError) and exc.status == 401
+                    expected = isinstance(exc, (aiohttp.ClientError, TimeoutError, OSError, ValueError))
                     logger.warning("pods at %s: watch failed (%s: %s); again in %.0f s", self.path,
-                                   type(exc).__name__, exc, delay)
+                                   type(exc).__name__, exc, delay, exc_info=None if expected else exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, self.settings.backoff_max_s)
         finally:
@@ -200,8 +206,8 @@ class PodWatch:
             if not token:
                 return str(meta.get("resourceVersion") or "")
 
-    async def _watch(self, session: aiohttp.ClientSession, server: str) -> None:
-        """One watch from the last version; returns when the server ends it."""
+    async def _watch(self, session: aiohttp.ClientSession, server: str) -> int:
+        """One watch from the last version, until the server ends it: the events it brought."""
         timeout_s = self.settings.watch_timeout_s
         params = {"watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_s)}
         if self._version:
@@ -209,7 +215,9 @@ class PodWatch:
         async with session.get(server + self.path, params=params, headers={"Accept": "application/json"},
                                timeout=aiohttp.ClientTimeout(sock_read=timeout_s + 60)) as response:
             await _raise_for(response)
+            events = 0
             async for line in event_lines(response.content.iter_any()):
+                events += 1
                 event = json.loads(line)
                 kind = event.get("type")
                 obj = event.get("object")
@@ -224,6 +232,7 @@ class PodWatch:
                     self._dispatch(obj, kind == "DELETED")
                 if isinstance(version, str) and version:
                     self._version = version  # BOOKMARK events carry only this
+        return events
 
 
 
