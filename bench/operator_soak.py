@@ -175,6 +175,9 @@ class Wave:
     missing: int
     wall_s: float
     report_s: float
+    #: CPU seconds over the wave's rounds: the operator's process, and the emulated cluster's.
+    op_cpu_s: float = 0.0
+    api_cpu_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -247,6 +250,7 @@ class Soak:
         missing = 0
         report_s = 0.0
         live = list(names)
+        cpu0, (api_cpu0, _) = os.times(), self.cluster.stats()
         for r in range(args.rounds):
             last = r == args.rounds - 1
             r0 = time.monotonic()
@@ -258,6 +262,10 @@ class Soak:
                 missing += awaited
                 notes.append(f"round {r + 1}: {awaited} reports not written within {args.report_timeout:g} s")
             self._check()
+
+        cpu1, (api_cpu1, _) = os.times(), self.cluster.stats()
+        op_cpu = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
+        api_cpu = api_cpu1 - api_cpu0
 
         # 3. delete, wait until the operator has let the pods go, purge the emulated cluster's logs
         for i in range(0, len(names), CHUNK):
@@ -289,7 +297,7 @@ class Soak:
             reports_total=self.reports, rss=rss_bytes(), fds=fds,
             store_fds=kinds.get("store file", 0), api_fds=api_fds, tasks=loop_tasks(self.operator),
             store=store_bytes(self.store_dir), latencies=latencies, missing=missing, wall_s=wall_s,
-            report_s=report_s, notes=notes,
+            report_s=report_s, op_cpu_s=op_cpu, api_cpu_s=api_cpu, notes=notes,
         )
 
     def _round(self, pods: list[str], *, last: bool) -> tuple[list[float], int]:
@@ -373,7 +381,9 @@ def run(args: argparse.Namespace) -> int:
                   f"rep/s below: a wave's reports over its rounds' time (at most the pace)")
             print(f"{'wave':>4} {'pods':>7} {'terms':>8} {'RSS MiB':>8} {'fds':>5} {'(store)':>7} "
                   f"{'(api)':>5} {'tasks':>5} "
-                  f"{'store MiB':>9} {'p50 s':>6} {'p99 s':>6} {'rep/s':>6} {'wave s':>6}  notes")
+                  f"{'store MiB':>9} {'p50 s':>6} {'p99 s':>6} {'rep/s':>6} {'op ms':>5} {'api ms':>6} "
+                  f"{'wave s':>6}  notes")
+            print("  (op ms, api ms: CPU of the operator's process and of the emulated cluster per report)")
             soak = Soak(args, cluster, operator, handles, store_dir)
             traced: tracemalloc.Snapshot | None = None
             if args.tracemalloc:
@@ -391,6 +401,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{w.number:4d} {w.pods_total:7,d} {w.terminations_total:8,d} {w.rss / 2**20:8.1f} "
                       f"{w.fds:5d} {w.store_fds:7d} {w.api_fds:5d} {w.tasks:5d} {w.store / 2**20:9.1f} "
                       f"{w.p50:6.3f} {w.p99:6.3f} {rate:6.0f} "
+                      f"{1000 * w.op_cpu_s / max(1, len(w.latencies)):5.1f} "
+                      f"{1000 * w.api_cpu_s / max(1, len(w.latencies)):6.1f} "
                       f"{w.wall_s:6.1f}  {'; '.join(w.notes)}", flush=True)
             elapsed = time.monotonic() - t0
             operator.stop(timeout=120)
