@@ -516,6 +516,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.wave_pods < 1 or args.rounds < 1:
         parser.error("--wave-pods and --rounds must be at least 1")
+    if args.minutes <= 0 or (args.rate is not None and args.rate <= 0):
+        parser.error("--minutes and --rate must be more than 0")
     if args.rate is None:
         args.rate = args.terminations / (args.minutes * 60)
     return run(args)
