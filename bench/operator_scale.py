@@ -45,6 +45,7 @@ from podmortem.logs.settings import FollowSettings
 from podmortem.operator import metrics
 from podmortem.operator.settings import AgentAccessSettings, OperatorSettings
 from podmortem.operator.watching import run as runtime
+from podmortem_demo.gc_pauses import GcPauses
 from podmortem_demo.scale_cluster import ScaleCluster
 from podmortem_demo.threads import OperatorThread
 
@@ -57,29 +58,6 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-class GcPauses:
-    """The garbage collector's pauses while enabled (any thread; the operator's allocates the most)."""
-
-    def __init__(self) -> None:
-        self.seconds = [0.0, 0.0, 0.0]
-        self.counts = [0, 0, 0]
-        self._started = 0.0
-        self.on = False
-        gc.callbacks.append(self._callback)
-
-    def _callback(self, phase: str, info: dict[str, int]) -> None:
-        if not self.on:
-            return
-        if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            self.seconds[info["generation"]] += time.perf_counter() - self._started
-            self.counts[info["generation"]] += 1
-
-    def summary(self) -> str:
-        return ", ".join(f"gen{g}: {self.counts[g]} in {self.seconds[g]:.2f} s" for g in range(3))
-
-
 def cpu_s() -> float:
     t = os.times()
     return t.user + t.system
@@ -87,7 +65,7 @@ def cpu_s() -> float:
 
 def followed_gauge() -> float:
     """``podmortem_followed_pods``, read from its own collector (the registry's would run every one)."""
-    return float(metrics.FOLLOWED_PODS.collect()[0].samples[0].value)
+    return float(next(iter(metrics.FOLLOWED_PODS.collect())).samples[0].value)
 
 
 class ScaleOperator(OperatorThread):

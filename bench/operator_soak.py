@@ -74,6 +74,7 @@ from podmortem.logs.storage.settings import StoreSettings
 from podmortem.operator import metrics
 from podmortem.operator.settings import AgentAccessSettings, OperatorSettings
 from podmortem.operator.watching import run as runtime
+from podmortem_demo.gc_pauses import GcPauses
 from podmortem_demo.scale_cluster import ScaleCluster
 from podmortem_demo.threads import OperatorThread
 
@@ -134,6 +135,19 @@ def loop_tasks(operator: OperatorThread) -> int:
         return len(asyncio.all_tasks()) - 1
 
     return operator.call(count())
+
+
+def own_latency_counts() -> tuple[float, float]:
+    """The operator's own report-latency histogram (from seeing the end to the report written): how
+    many reports so far, and how many took over 0.5 s (its bucket bounds; the watch delivery apart)."""
+    total = within = 0.0
+    for metric in metrics.REPORT_LATENCY.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_count"):
+                total = sample.value
+            elif sample.name.endswith("_bucket") and sample.labels.get("le") == "0.5":
+                within = sample.value
+    return total, total - within
 
 
 def idle_api_sockets(operator: OperatorThread, handles: runtime.Running) -> int:
@@ -202,6 +216,8 @@ class Soak:
         self.terminations = 0
         self.reports = 0
         self.base_fds = open_fds()
+        #: The garbage collector's pauses over each wave's rounds (a full pass stops the loop).
+        self.pauses = GcPauses()
 
     def _check(self) -> None:
         if self.operator.error is not None:
@@ -251,6 +267,9 @@ class Soak:
         report_s = 0.0
         live = list(names)
         cpu0, (api_cpu0, _) = os.times(), self.cluster.stats()
+        self.pauses.reset()
+        self.pauses.on = True
+        own0 = own_latency_counts()
         for r in range(args.rounds):
             last = r == args.rounds - 1
             r0 = time.monotonic()
@@ -263,7 +282,15 @@ class Soak:
                 notes.append(f"round {r + 1}: {awaited} reports not written within {args.report_timeout:g} s")
             self._check()
 
+        self.pauses.on = False
         cpu1, (api_cpu1, _) = os.times(), self.cluster.stats()
+        own1 = own_latency_counts()
+        own_n, own_over = own1[0] - own0[0], own1[1] - own0[1]
+        if own_n:
+            notes.append(f"operator's own latency over 0.5 s: {own_over:.0f} of {own_n:.0f}")
+        if self.pauses.counts[2]:
+            notes.append(f"GC: {self.pauses.counts[2]} full passes over the rounds, "
+                         f"longest {self.pauses.longest[2]:.3f} s")
         op_cpu = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
         api_cpu = api_cpu1 - api_cpu0
 
