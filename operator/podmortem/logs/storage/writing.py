@@ -103,6 +103,9 @@ class SegmentWriter:
         #: Openers waiting for room in the pool (`_make_room`), and the task letting them in.
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closer: asyncio.Future[None] | None = None
+        #: Openers let in that have not opened their file yet: their room is taken (else a new
+        #: opener seeing a free place in that moment would take it too, one file over the pool).
+        self._admitted = 0
         #: Segments closed to make room while written since the last flush: it fsyncs them by path.
         self._closed_dirty: set[Path] = set()
         #: Set after each append: a file being written may be closable now.
@@ -185,13 +188,17 @@ class SegmentWriter:
         pool of 112 under a 1,024 limit, which then left no descriptor for anything else). Waiters
         are let in one at a time, first come first served, each by one idle file closed for it.
         """
-        if len(self._open) < self.settings.max_open_segments and not self._room_waiters:
+        if len(self._open) + self._admitted < self.settings.max_open_segments and not self._room_waiters:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._room_waiters.append(waiter)
         if self._closer is None:
             self._closer = asyncio.ensure_future(self._hand_out_room())
-        await waiter
+        try:
+            await waiter
+        finally:
+            if waiter.done() and not waiter.cancelled():
+                self._admitted -= 1  # its file is opened (and counted) right after, with no await
 
     async def _hand_out_room(self) -> None:
         """Let the waiters of `_make_room` in, closing the file written longest ago for each."""
@@ -202,7 +209,7 @@ class SegmentWriter:
                 if waiter.done():  # cancelled
                     self._room_waiters.popleft()
                     continue
-                if len(self._open) >= limit:
+                if len(self._open) + self._admitted >= limit:
                     if not await self._close_one():
                         # Every open file is being written: wait for one write, but look again at
                         # the waiters now and then (all of them may be cancelled meanwhile, at a stop).
@@ -212,6 +219,7 @@ class SegmentWriter:
                                 await self._written.wait()
                     continue  # the waiter may have been cancelled while a file was closed
                 self._room_waiters.popleft()
+                self._admitted += 1  # its room is taken from now, before it runs and opens its file
                 waiter.set_result(None)
                 await asyncio.sleep(0)  # it opens (and counts) its file before the next one is let in
         finally:
