@@ -37,6 +37,9 @@ class Pod:
         self.create_lock = asyncio.Lock()
         #: Held while a container's stored instances are loaded off the loop.
         self.load_lock = asyncio.Lock()
+        #: The index let go of this object (`PodIndex.release`): a sink still holding it writes
+        #: through the index's current one instead, so one directory never has two writers' objects.
+        self.released = False
 
     def container_names(self) -> list[str]:
         """Containers with a stored log: on disk, or created here (never a name only asked about)."""
@@ -96,6 +99,7 @@ class PodIndex:
         if pod.create_lock.locked() or pod.load_lock.locked():
             return False
         del self._by_name[key]
+        pod.released = True
         return True
 
     def clear(self) -> None:

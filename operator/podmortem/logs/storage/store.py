@@ -281,6 +281,10 @@ class LogStore:
         self._check_open()
         self._space.set_job_retention(namespace=namespace, job=job, settings=settings)
 
+    def pod_for_write(self, released: Pod) -> Pod:
+        """The index's object for a pod it released (loaded again from disk if none is held)."""
+        return self._pods.get(released.namespace, released.name, job=released.job, create=True)
+
     def release(self, *, namespace: str, pod: str) -> None:
         """The pod's follower is done (the pod was deleted, or finished long ago): close its segment
         files still in the pool and let go of what the store holds of it in memory, in the
