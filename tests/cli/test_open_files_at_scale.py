@@ -113,8 +113,9 @@ def test_soft_1024_hard_high_every_pod_is_stored(cluster: ScaleCluster, tmp_path
         assert _metric(env, "podmortem_followed_pods") == PODS
         assert _metric(env, "podmortem_log_follow_descriptor_waits_total") == 0
         assert "no free file descriptor" not in p.output() and "stopped:" not in p.output()
-        # kopf's per-event INFO line ("Handler ... succeeded.") is off at the default level: 2,000 lines.
-        assert "Handler 'build.<locals>.pod_event' succeeded" not in p.output()
+        # No INFO line per pod event (kopf's "Handler ... succeeded." was one a pod): the operator's
+        # log does not grow with the pods it follows.
+        assert p.output().count("\n") < PODS // 4, p.output()[-4000:]
     finally:
         assert p.stop() == 0, p.output()[-4000:]
 
