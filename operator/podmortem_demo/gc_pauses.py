@@ -26,10 +26,6 @@ class GcPauses:
         self.counts = [0, 0, 0]
         self.longest = [0.0, 0.0, 0.0]
 
-    def close(self) -> None:
-        if self._callback in gc.callbacks:
-            gc.callbacks.remove(self._callback)
-
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if not self.on:
             return

@@ -210,14 +210,14 @@ class SegmentWriter:
                     self._room_waiters.popleft()
                     continue
                 if len(self._open) + self._admitted >= limit:
-                    if not await self._close_one():
+                    if not self._close_one():
                         # Every open file is being written: wait for one write, but look again at
                         # the waiters now and then (all of them may be cancelled meanwhile, at a stop).
                         self._written.clear()
                         with contextlib.suppress(TimeoutError):
                             async with asyncio.timeout(0.1):
                                 await self._written.wait()
-                    continue  # the waiter may have been cancelled while a file was closed
+                    continue  # look at the first waiter again (it may be cancelled by now)
                 self._room_waiters.popleft()
                 self._admitted += 1  # its room is taken from now, before it runs and opens its file
                 waiter.set_result(None)
@@ -239,7 +239,7 @@ class SegmentWriter:
             finally:
                 os.close(fd)
 
-    async def _close_one(self) -> bool:
+    def _close_one(self) -> bool:
         """Close the segment file written longest ago that is not being written now (False: none).
 
         It reopens at its next write (`roll` appends to an intact tail). Written since the last
