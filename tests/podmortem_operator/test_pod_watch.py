@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from podmortem.kube.config import ClusterAccess
 from podmortem.kube.connection import Connection
+from podmortem.operator.watching import pod_watch
 from podmortem.operator.watching.pod_watch import (
     PerObject,
     PodWatches,
@@ -258,3 +259,25 @@ async def test_watches_that_end_with_no_event_back_off_doubling(
         await watches.stop()
     waits = [r.getMessage().rsplit(" ", 2)[-2] for r in caplog.records if "ended with no event" in r.message]
     assert waits == ["0.01", "0.02", "0.02"]  # doubling to the most; the watch with an event resets it
+
+
+async def test_a_list_page_over_its_byte_budget_is_refused_and_retried(
+    served: tuple[Script, Connection], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that ignores ``limit`` must not make the operator hold any size of list."""
+    script, connection = served
+    monkeypatch.setattr(pod_watch, "MAX_PAGE_BYTES", 100)  # the first page is about 400 bytes
+    seen: list[str] = []
+
+    async def handler(body: Mapping[str, Any], deleted: bool) -> None:
+        seen.append(body["metadata"]["uid"])
+
+    watches = PodWatches(connection=connection, namespaces=(), handler=handler, accept=lambda pod: True,
+                         settings=PodWatchSettings(backoff_s=0.01, backoff_max_s=0.01))
+    watches.start()
+    try:
+        await _until(lambda: script.lists >= 2, "the list tried again after the refusal")
+    finally:
+        await watches.stop()
+    assert seen == [] and not watches.listed
+    assert "a pod list page is over 100 bytes" in caplog.text

@@ -14,9 +14,10 @@ What it keeps from kopf's contract:
   lists again; other failures back off (1 s doubling to 30 s) and resume;
 * a handler's exception is logged and never stops the watch.
 
-Lists are paged (``limit``, ``continue``) so a 10,000-pod list is never one 100 MB body, and every
-event line is bounded in bytes (:data:`MAX_EVENT_BYTES`): a longer one ends the stream, which is
-listed again. As with kopf, a pod deleted while the watch was down is not reported as deleted.
+Lists are paged (``limit``, ``continue``) so a 10,000-pod list is never one 100 MB body. What the
+API server sends is held within a byte budget: a list page (:data:`MAX_PAGE_BYTES`, for a server
+that ignores ``limit``) and each watch event (:data:`MAX_EVENT_BYTES`); a longer one is a failure
+(back off, resume). As with kopf, a pod deleted while the watch was down is not reported as deleted.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 #: An event line longer than this ends the stream (etcd's default object limit is 1.5 MiB).
 MAX_EVENT_BYTES = 16 * 1024 * 1024
+#: A list page longer than this is refused: 500 pods of 500 KiB each (pods average a few KiB).
+MAX_PAGE_BYTES = 256 * 1024 * 1024
 
 Handler = Callable[[Mapping[str, Any], bool], Awaitable[None]]
 Filter = Callable[[Mapping[str, Any]], bool]
@@ -198,7 +201,7 @@ class PodWatch:
                                    headers={"Accept": "application/json"},
                                    timeout=aiohttp.ClientTimeout(total=120)) as response:
                 await _raise_for(response)
-                page = await response.json(content_type=None)
+                page = json.loads(await _read_bounded(response, MAX_PAGE_BYTES, what="a pod list page"))
             for item in page.get("items") or ():
                 self._dispatch(item, False)
             meta = page.get("metadata") or {}
@@ -235,7 +238,6 @@ class PodWatch:
         return events
 
 
-
 class PodWatches:
     """One `PodWatch` per watched namespace (or one cluster-wide), started and stopped together."""
 
@@ -266,6 +268,16 @@ class PodWatches:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def _read_bounded(response: aiohttp.ClientResponse, limit: int, *, what: str) -> bytes:
+    """The whole body, or ValueError as soon as it is over ``limit`` bytes."""
+    body = bytearray()
+    async for chunk in response.content.iter_any():
+        body += chunk
+        if len(body) > limit:
+            raise ValueError(f"{what} is over {limit} bytes; lower the page size")
+    return bytes(body)
 
 
 async def _raise_for(response: aiohttp.ClientResponse) -> None:
