@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from podmortem.kernel import oom_parser
+from podmortem.kernel import log_lines, oom_parser
 
 MIB = 1 << 20
 
@@ -42,3 +42,57 @@ def test_a_crafted_line_inside_an_open_record_parses_in_bounded_time() -> None:
     [record] = oom_parser.parse_text(head + cpu)
     assert record.trigger_comm == "x"
     assert len(record.kernel_version or "") < 100
+
+
+# -- a record followed by ordinary long lines (issue 36) -----------------------------------------
+
+_RECORD = (
+    "[  425.146217] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0\n"
+    "[  425.146647] Memory cgroup out of memory: Killed process 6054 (python3) total-vm:98488kB, "
+    "anon-rss:88820kB, file-rss:6616kB, shmem-rss:0kB, UID:0 pgtables:232kB oom_score_adj:0\n"
+)
+
+
+def _console(lines: int) -> str:
+    """``lines`` ordinary 90-character lines of a program's output, as a console capture has them."""
+    return "".join(f"{i:06d} epoch=3 step={i} loss=0.{i % 97:02d} lr=3e-4 grad_norm=1.{i % 89:02d} ".ljust(90, "x")
+                   + "\n" for i in range(lines))
+
+
+def _held_characters(lines: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Characters of the held line that the wrap check looked at, over a record and ``lines`` lines."""
+    seen = 0
+    real = log_lines.continues
+
+    def counting(prev_raw: str, prev: log_lines.Line, raw: str, *, first_raw: str | None = None) -> bool:
+        nonlocal seen
+        seen += len(prev.msg)
+        return real(prev_raw, prev, raw, first_raw=first_raw)
+
+    monkeypatch.setattr(log_lines, "continues", counting)
+    [record] = oom_parser.parse_text(_RECORD + _console(lines))
+    assert record.victim_pid == 6054
+    return seen
+
+
+def test_long_lines_after_a_record_cost_the_parser_linear_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each 90-character line after a kernel line was taken as one more wrapped part of it, and each
+    part rescanned the line so far: 12,000 lines took a minute. The work the wrap check does may grow
+    at most as the input does."""
+    small, large = _held_characters(2_000, monkeypatch), _held_characters(4_000, monkeypatch)
+    assert large <= 2.3 * small, f"{small} -> {large} characters looked at for twice the lines"
+
+
+def test_a_line_joined_from_wrapped_parts_stays_within_max_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    longest = 0
+    real = log_lines.join
+
+    def measuring(prev: log_lines.Line, raw: str, *, first_raw: str | None = None) -> log_lines.Line:
+        nonlocal longest
+        joined = real(prev, raw, first_raw=first_raw)
+        longest = max(longest, len(joined.msg))
+        return joined
+
+    monkeypatch.setattr(log_lines, "join", measuring)
+    oom_parser.parse_text(_RECORD + _console(1_000))
+    assert 0 < longest <= log_lines.MAX_LINE

@@ -336,7 +336,14 @@ def continues(prev_raw: str, prev: Line, raw: str, *, first_raw: str | None = No
     numbers, indentation) were added after the wrap, so they are compared, not read: a wrapped
     part is never indented deeper than its line. Elision marks, prompts and code fences are
     never wrapped parts. ``first_raw``: the line's own first part, when ``prev_raw`` is a part.
+
+    A line joined from its parts stays within `MAX_LINE`, what `split` keeps of any one line: a
+    part that would make it longer is a line of its own. Without this bound every ordinary long
+    line after a kernel line (a console capture, a node log with program output) was taken as one
+    more wrapped part, and each part rescanned the whole line so far: quadratic (issue 36).
     """
+    if len(prev.msg) + len(raw) > MAX_LINE:
+        return False
     cut_message = incomplete(prev.msg)
     if prev.fmt == "plain" and not cut_message:
         return False  # text without stamps: only the kernel's own format says a line goes on
@@ -349,7 +356,7 @@ def continues(prev_raw: str, prev: Line, raw: str, *, first_raw: str | None = No
         long_prev = len(strip_paste(first_raw, numbers=numbered)[0]) + len(prev_raw) >= 60
     # "Killed process 2692" alone is no whole kernel message: its comm is on the next line, which
     # starts with the one space a wrap on a space leaves, however short the line was.
-    cut_kill = _CUT_KILL.search(prev.msg) is not None
+    cut_kill = _CUT_KILL.search(prev.msg[-_TAIL:]) is not None
     # A hard wrap that fell on a space starts its part with that one space.
     # A call-trace frame ("[<ffffffff8114e30a>] ? oom_kill_process+0x28a/0x3e0") wrapped off its
     # stamp is the whole message of a line that is nothing but its prefix.
@@ -394,6 +401,9 @@ _TASK_TABLE = re.compile(r"\[\s*(?:pid|\d{1,10})\s*\]\s")
 _V1_STATS_PART = re.compile(r"(?:[a-z_]*:\d+KB|\d*K?B)(?: [a-z_]+:\d+KB)*(?: [a-z_]+(?::\d*K?)?)?$")
 
 
+#: How much of a message's end the end-anchored patterns below need (their longest match is 25
+#: characters): they look at that much only, so a check costs the same however long the line.
+_TAIL = 32
 #: "Task in %s killed as a result of limit of %s": nothing follows the second path on its line.
 _TASK_IN_DONE = re.compile(r"Task in \S.* killed as a result of limit of \S+$")
 _ENDS_OOM_KILL = re.compile(r",uid=\d{1,10}$")
@@ -413,17 +423,17 @@ def incomplete(msg: str) -> bool:
     %s killed as a result of limit of %s`` has both paths.
     """
     if msg.startswith("oom-kill:"):
-        return _ENDS_OOM_KILL.search(msg) is None
+        return _ENDS_OOM_KILL.search(msg[-_TAIL:]) is None
     if msg.startswith("Task in "):
         return _TASK_IN_DONE.match(msg) is None
     if " invoked oom-killer:" in msg[:48]:
-        return _ENDS_HEADER.search(msg) is None
+        return _ENDS_HEADER.search(msg[-_TAIL:]) is None
     if "Killed process " in msg[:64]:
         if " UID:" in msg or " pgtables:" in msg:
-            return _ENDS_ADJ.search(msg) is None
+            return _ENDS_ADJ.search(msg[-_TAIL:]) is None
         if msg.startswith(_PREFIXED_KILLED):
-            return _ENDS_KILLED_5_1.search(msg) is None  # 5.1+: the rss figures always follow
-        return _ENDS_KILLED.search(msg) is None
+            return _ENDS_KILLED_5_1.search(msg[-_TAIL:]) is None  # 5.1+: the rss figures always follow
+        return _ENDS_KILLED.search(msg[-_TAIL:]) is None
     return False
 
 
