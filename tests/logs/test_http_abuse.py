@@ -24,6 +24,7 @@ from tests.logs.test_http import SARS, TOKENS, access_review, token_review, writ
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.serving import auth, http
 from podmortem.logs.settings import HttpSettings
+from podmortem.serving_limits import ServerLimits
 from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem_demo.emulated.tls import make_pki
 
@@ -183,7 +184,7 @@ def _track_apps(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_a_connection_that_sends_no_complete_request_is_closed(
     log_store: LogStore, sent: bytes
 ) -> None:
-    async with served(log_store, header_timeout_s=0.5) as url:
+    async with served(log_store, connections=ServerLimits(header_timeout_s=0.5)) as url:
         host, port = url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(sent)

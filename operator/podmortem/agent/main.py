@@ -18,9 +18,9 @@ import contextlib
 import logging
 import signal
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from podmortem import serving_limits
 from podmortem.agent import pods, server
 from podmortem.agent.kernel_log import KernelLog, KernelLogState
 from podmortem.agent.metrics import AgentMetrics
@@ -107,15 +107,16 @@ async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = Non
             on_status=agent.on_kernel_log,
         )
 
-    runner = web.AppRunner(server.make_app(agent, token_path=settings.token_path), access_log=None)
+    app = server.make_app(agent, token_path=settings.token_path, limits=settings.connections)
+    runner = serving_limits.runner(app)
     await runner.setup()
     runners = [runner]
-    await web.TCPSite(runner, settings.listen_host, settings.listen_port).start()
+    await serving_limits.start(runner, host=settings.listen_host, port=settings.listen_port)
     if settings.metrics_port and settings.metrics_port != settings.listen_port:
-        metrics_runner = web.AppRunner(server.make_metrics_app(agent), access_log=None)
+        metrics_runner = serving_limits.runner(server.make_metrics_app(agent, limits=settings.connections))
         await metrics_runner.setup()
         runners.append(metrics_runner)
-        await web.TCPSite(metrics_runner, settings.listen_host, settings.metrics_port).start()
+        await serving_limits.start(metrics_runner, host=settings.listen_host, port=settings.metrics_port)
     logger.info(
         "agent on node %r serving on %s:%s (metrics on %s), cgroup v%s at %s",
         settings.node_name,

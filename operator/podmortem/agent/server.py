@@ -7,7 +7,9 @@ comparison is constant-time. A configured token file that is missing or empty
 refuses every request (fail closed: evidence names other tenants' processes);
 only when no token file is configured at all is the endpoint open, as the
 chart's contract says, and /healthz reports ``auth: off``.
-``/healthz`` and ``/metrics`` carry nothing sensitive and need no token.
+``/healthz`` and ``/metrics`` carry nothing sensitive and need no token. A header that is no
+well-formed bearer token (``podmortem.bearer``, non-ASCII bytes included) is a 401, and both ports
+have the deadlines and connection caps of ``podmortem.serving_limits``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from podmortem import bearer, serving_limits
 from podmortem.agent.node import NodeAgent
+from podmortem.serving_limits import ServerLimits
 
 
 class TokenFile:
@@ -54,12 +58,13 @@ class TokenFile:
 
     def accepts(self, header: str | None) -> bool:
         expected = self.current()
-        if expected is None or not header:
+        if expected is None:
             return False
-        scheme, _, presented = header.partition(" ")
-        if scheme.lower() != "bearer":
+        try:
+            presented = bearer.token(header)  # ASCII only: it encodes, whatever bytes were sent
+        except bearer.NotBearer:
             return False
-        return hmac.compare_digest(presented.strip().encode(), expected)
+        return hmac.compare_digest(presented.encode("ascii"), expected)
 
 
 AGENT_KEY = web.AppKey("agent", NodeAgent)
@@ -126,9 +131,12 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def make_app(agent: NodeAgent, *, token_path: Path | None) -> web.Application:
+def make_app(
+    agent: NodeAgent, *, token_path: Path | None, limits: ServerLimits | None = None
+) -> web.Application:
     """Evidence, /healthz and (also) /metrics."""
     app = web.Application()
+    serving_limits.install(app, limits or ServerLimits(), name="agent")
     app[AGENT_KEY] = agent
     app[TOKEN_KEY] = TokenFile(token_path) if token_path is not None else None
     app.router.add_get("/v1/pods/{uid}/evidence", evidence)
@@ -138,9 +146,10 @@ def make_app(agent: NodeAgent, *, token_path: Path | None) -> web.Application:
     return app
 
 
-def make_metrics_app(agent: NodeAgent) -> web.Application:
+def make_metrics_app(agent: NodeAgent, *, limits: ServerLimits | None = None) -> web.Application:
     """/metrics alone, for the separate metrics port."""
     app = web.Application()
+    serving_limits.install(app, limits or ServerLimits(), name="agent metrics")
     app[AGENT_KEY] = agent
     app.router.add_get("/metrics", metrics)
     return app

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, WATCH_ANNOTATION, ForeignKind
+from podmortem.serving_limits import ServerLimits
 
 KernelLogSource = Literal["auto", "kmsg", "syslog", "off"]
 KERNEL_LOG_SOURCES: tuple[KernelLogSource, ...] = ("auto", "kmsg", "syslog", "off")
@@ -97,6 +98,9 @@ class AgentSettings:
     #: TCP port of /metrics alone (no token), 9090 as in the chart; the same as ``listen_port`` or 0
     #: serves /metrics on the main port only.
     metrics_port: int = 9090
+    #: Deadlines and connection caps of both ports (`podmortem.serving_limits`): the node's whole
+    #: network reaches them, and the operator, the kubelet and Prometheus need a few connections each.
+    connections: ServerLimits = field(default_factory=ServerLimits)
 
     #: Static mode, for tests and nodes without an API server: pod UID → cgroup path (relative to the
     #: memory hierarchy's root, as the kernel prints it in OOM records). When set, the Kubernetes API

@@ -317,6 +317,12 @@ WEBHOOK_TLS_KEY = o.Option(
     ("--webhook-tls-key-file",), "PODMORTEM_WEBHOOK_TLS_KEY_FILE", o.optional_path, None,
     "PEM private key of --webhook-tls-cert-file", "FILE", shown_default="none",
 )
+WEBHOOK_EXCLUDE = o.Option(
+    ("--webhook-exclude-namespaces",), "PODMORTEM_WEBHOOK_EXCLUDE_NAMESPACES", o.dns_labels(), "kube-system",
+    "namespaces whose pods the webhook admits unchanged whatever the MutatingWebhookConfiguration "
+    "selects, besides the operator's own (--leader-election-namespace, PODMORTEM_POD_NAMESPACE), "
+    "which is always left out", "NS,...",
+)
 API_QPS = o.Option(
     ("--api-qps",), "PODMORTEM_API_QPS", o.number("requests per second", above=0), str(_D.api_qps),
     "the log followers' API requests per second on average (pod reads, log streams), as client-go's "
@@ -339,7 +345,8 @@ OPTIONS: tuple[o.Option[Any], ...] = (
     STATUS_REFRESH, LEADER_ELECTION, LEASE, LEASE_NAMESPACE, IDENTITY, LEASE_DURATION, RENEW_DEADLINE,
     RETRY_PERIOD, METRICS_PORT, HEALTH_PORT, EARLY_WARNING_EPOCHS, MEMORY_WARNING_RATIO, STATUS_MAX_BYTES,
     ANNOTATION_MAX_BYTES, FOREIGN_KINDS, SIDECAR, SIDECAR_IMAGE, SIDECAR_PULL_POLICY, SIDECAR_RESOURCES,
-    SIDECAR_COMM, WEBHOOK_PORT, WEBHOOK_TLS_CERT, WEBHOOK_TLS_KEY, API_QPS, API_BURST, LOG_LEVEL,
+    SIDECAR_COMM, WEBHOOK_PORT, WEBHOOK_TLS_CERT, WEBHOOK_TLS_KEY, WEBHOOK_EXCLUDE, API_QPS, API_BURST,
+    LOG_LEVEL,
     SERVICE_NAME,
 )
 
@@ -417,7 +424,9 @@ def _webhook(v: o.Values, sidecar: s.SidecarInjectionSettings) -> s.WebhookSetti
     if not sidecar.image:
         raise v.conflict("the webhook adds the sidecar: it needs the sidecar's image", WEBHOOK_PORT,
                          SIDECAR_IMAGE)
-    return s.WebhookSettings(port=port, tls_cert_file=cert, tls_key_file=key)
+    own = v.value(LEASE_NAMESPACE)
+    excluded = (own, *(ns for ns in v.value(WEBHOOK_EXCLUDE) if ns != own))
+    return s.WebhookSettings(port=port, tls_cert_file=cert, tls_key_file=key, excluded_namespaces=excluded)
 
 
 def settings_from(args: argparse.Namespace) -> s.OperatorSettings:

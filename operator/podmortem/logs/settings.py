@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from podmortem.logs.tls import ServerCertificate
+from podmortem.serving_limits import ServerLimits
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,10 @@ class HttpSettings:
     #: Seconds a reader may leave one write unread (a full socket buffer) before it is dropped.
     #: Default 60 s: far longer than any live client needs, short enough that stalled ones go.
     write_deadline_s: float = 60.0
-    #: Seconds a connection may take to send a complete request, and may stay idle between
-    #: requests. Default 15 s: a client that sends nothing (or a header a byte at a time) is cut.
-    header_timeout_s: float = 15.0
+    #: Header, body and idle deadlines, and connections per peer and in total
+    #: (`podmortem.serving_limits`): a client that sends a header a byte at a time is cut after
+    #: 10 s, and one address holds 64 connections at most, whatever it sends.
+    connections: ServerLimits = field(default_factory=ServerLimits)
     #: Seconds open requests get to finish at shutdown, after following readers were told to stop.
     #: Default 2 s, so the whole operator stops well within the chart's 30 s grace period.
     shutdown_timeout_s: float = 2.0
@@ -148,9 +150,8 @@ class HttpSettings:
                      "auth_failures_per_token_per_minute", "auth_failure_entries"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("write_deadline_s", "header_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not self.write_deadline_s > 0:
+            raise ValueError(f"write_deadline_s must be positive, got {self.write_deadline_s}")
         if self.shutdown_timeout_s < 0:
             raise ValueError(f"shutdown_timeout_s must be >= 0, got {self.shutdown_timeout_s}")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):

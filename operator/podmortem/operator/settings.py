@@ -14,6 +14,7 @@ from typing import Any
 
 from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, ForeignKind
 from podmortem.logs.settings import FollowSettings, HttpSettings
+from podmortem.serving_limits import ServerLimits
 
 #: The API coordinates of the TrainingJob custom resource.
 TRAININGJOB_GROUP = "podmortem.io"
@@ -181,6 +182,15 @@ class WebhookSettings:
     #: Bytes of one AdmissionReview request. The API server sends the whole pod (a few KiB; etcd
     #: caps an object at 1.5 MiB); 1 MiB refuses anything larger before it is parsed.
     max_request_bytes: int = 1 << 20
+    #: Namespaces whose pods are admitted unchanged whatever they say: the operator's own (set by
+    #: ``podmortem operator`` from ``PODMORTEM_POD_NAMESPACE``) and ``kube-system``. The chart's
+    #: selector leaves them out too, but the port is open to every pod: a selector edited by hand,
+    #: or a review posted by anyone, must not put the sidecar into the system's own pods.
+    excluded_namespaces: tuple[str, ...] = ("kube-system",)
+    #: Deadlines and connection caps (`podmortem.serving_limits`). The API server sends a review at
+    #: once; any pod of the cluster can reach the port, and 1,000 slow connections held +196 MB
+    #: before these limits.
+    connections: ServerLimits = field(default_factory=ServerLimits)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -248,6 +258,9 @@ class OperatorSettings:
     metrics_port: int = 9090
     #: Port of ``/healthz`` (liveness) and ``/readyz`` (readiness); 0 picks a free one.
     health_port: int = 8081
+    #: Deadlines and connection caps of the metrics and health servers (`podmortem.serving_limits`):
+    #: their callers (the kubelet, Prometheus) send a request at once and keep a few connections.
+    probe_connections: ServerLimits = field(default_factory=ServerLimits)
     #: Default retention of a job's logs after its pod is gone.
     log_retention_s: float = 7 * 86400
     #: Default bytes of log kept per job (all its pods, containers and restarts), oldest first.

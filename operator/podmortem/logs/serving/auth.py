@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client as k8s
 
+from podmortem import bearer
 from podmortem.errors import PodmortemError
 
 logger = logging.getLogger(__name__)
@@ -102,14 +103,12 @@ ANONYMOUS = User("system:anonymous", groups=("system:unauthenticated",))
 
 
 def bearer_token(authorization: str | None) -> str:
-    """The token of an ``Authorization: Bearer <token>`` header."""
-    if not authorization:
-        raise Unauthenticated("missing Authorization: Bearer token")
-    scheme, _, token = authorization.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
-    return token
+    """The token of an ``Authorization: Bearer <token>`` header (`podmortem.bearer`): anything else,
+    a token of non-ASCII bytes included, is ``Unauthenticated`` (401), never an error of the server."""
+    try:
+        return bearer.token(authorization)
+    except bearer.NotBearer as exc:
+        raise Unauthenticated(str(exc)) from None
 
 
 class Reviewer:

@@ -43,6 +43,7 @@ from typing import Any
 
 from aiohttp import web
 
+from podmortem import serving_limits
 from podmortem.background import Background
 from podmortem.errors import PodmortemError
 from podmortem.logs import timestamps, wakeup
@@ -387,6 +388,7 @@ def make_app(*, log_store: store.LogStore, reviewer: auth.Reviewer,
     app[STOPPING] = Wakeup()
     app[SLOTS] = ReaderSlots(total=settings.max_readers, per_caller=settings.max_readers_per_caller)
     app[FAILURES] = login_limits.LoginLimits.from_settings(settings)
+    serving_limits.install(app, settings.connections, name="log server")
     app.router.add_get("/logs/{namespace}/{pod}", get_logs)
 
     async def tell_readers_to_stop(app: web.Application) -> None:
@@ -397,13 +399,12 @@ def make_app(*, log_store: store.LogStore, reviewer: auth.Reviewer,
 
 
 def runner(app: web.Application, settings: HttpSettings) -> web.AppRunner:
-    """An ``AppRunner`` with the server's timeouts: the header/idle cut and the shutdown wait.
+    """An ``AppRunner`` with the server's deadlines (`serving_limits.runner`) and its shutdown wait.
 
     Handlers are cancelled when their client goes away: a follower waiting for new lines
     would otherwise hold its reader slot until the log next changed.
     """
-    return web.AppRunner(app, access_log=None, keepalive_timeout=settings.header_timeout_s,
-                         shutdown_timeout=settings.shutdown_timeout_s, handler_cancellation=True)
+    return serving_limits.runner(app, shutdown_timeout=settings.shutdown_timeout_s, handler_cancellation=True)
 
 
 @asynccontextmanager
@@ -420,8 +421,7 @@ async def serve(
         watching.start(certificate.watch(), name="tls-certificate")
     try:
         tls = certificate.context if certificate is not None else None
-        site = web.TCPSite(run, settings.host, settings.port, ssl_context=tls)
-        await site.start()
+        await serving_limits.start(run, host=settings.host, port=settings.port, ssl_context=tls)
         logger.info("serving stored pod logs on %s://%s:%d/logs/{namespace}/{pod}",
                     settings.scheme, settings.host, settings.port)
         yield run

@@ -7,8 +7,12 @@ when the sidecar is added. The configuration's ``failurePolicy: Ignore`` means a
 down, slow or answers nonsense leaves pods admitted unchanged, so this handler never refuses a
 pod and never raises: the request body is capped (``WebhookSettings.max_request_bytes``, 413
 beyond it), and a review that does not parse or is not a pod creation is answered "allowed",
-without a patch. Served over TLS only (the API server calls nothing else), with the certificate
-reloaded when the mounted Secret is renewed. Plain aiohttp: kopf stays in the handler modules.
+without a patch. A pod of an excluded namespace (``WebhookSettings.excluded_namespaces``: the
+operator's own and ``kube-system``) is admitted unchanged here, whatever the chart's selector says.
+Served over TLS only (the API server calls nothing else), with the certificate reloaded when the
+mounted Secret is renewed, and with the header, body and idle deadlines and the connection caps of
+`podmortem.serving_limits` (the port is open to every pod). Plain aiohttp: kopf stays in the
+handler modules.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
+from podmortem import serving_limits
 from podmortem.background import Background
 from podmortem.logs.tls import ServerCertificate
 from podmortem.operator import sidecar_injection
@@ -40,6 +45,7 @@ MAX_WARNING = 120
 
 SETTINGS_KEY = web.AppKey("sidecar", SidecarInjectionSettings)
 MAX_BYTES_KEY = web.AppKey("max_request_bytes", int)
+EXCLUDED_KEY = web.AppKey("excluded_namespaces", frozenset[str])
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,14 @@ def _uid_of(review: Any) -> str:
     return uid if isinstance(uid, str) and len(uid) <= MAX_UID else ""
 
 
+def excluded(review: Any, namespaces: frozenset[str]) -> str | None:
+    """The namespace of the review's request when it is one the webhook leaves alone, else None."""
+    request = _field(review, "request")
+    namespace = _field(request, "namespace") or _field(_field(_field(request, "object"), "metadata"),
+                                                        "namespace")
+    return namespace if isinstance(namespace, str) and namespace in namespaces else None
+
+
 def _where(review: Any) -> str:
     """``namespace/name`` of the reviewed pod for the log (generateName when it has no name yet)."""
     request = _field(review, "request")
@@ -133,6 +147,11 @@ async def mutate(request: web.Request) -> web.Response:
     except (ValueError, RecursionError):  # not JSON, not UTF-8, nested deeper than the parser goes
         logger.warning("admission review is not JSON (%d bytes); answered allowed", len(body))
         return web.json_response(Answer(uid="").review())
+    namespace = excluded(review, request.app[EXCLUDED_KEY])
+    if namespace is not None:
+        answer = Answer(uid=_uid_of(review), why=f"namespace {namespace} is excluded; admitted unchanged")
+        logger.info("admission review %s: %s", _where(review), answer.why)
+        return web.json_response(answer.review())
     try:
         answer = decide(review, settings)
     except Exception:  # a bug must not turn into a refused or stalled pod
@@ -142,11 +161,14 @@ async def mutate(request: web.Request) -> web.Response:
     return web.json_response(answer.review())
 
 
-def make_app(*, settings: SidecarInjectionSettings, max_request_bytes: int) -> web.Application:
-    """The webhook's application: ``POST`` :data:`PATH`, bodies capped at ``max_request_bytes``."""
-    app = web.Application(client_max_size=max_request_bytes)
+def make_app(*, settings: SidecarInjectionSettings, webhook: WebhookSettings) -> web.Application:
+    """The webhook's application: ``POST`` :data:`PATH`, bodies capped at ``max_request_bytes``,
+    connections bounded by ``webhook.connections``."""
+    app = web.Application(client_max_size=webhook.max_request_bytes)
     app[SETTINGS_KEY] = settings
-    app[MAX_BYTES_KEY] = max_request_bytes
+    app[MAX_BYTES_KEY] = webhook.max_request_bytes
+    app[EXCLUDED_KEY] = frozenset(webhook.excluded_namespaces)
+    serving_limits.install(app, webhook.connections, name="admission webhook")
     app.router.add_post(PATH, mutate)
     return app
 
@@ -168,14 +190,13 @@ async def serve(
 ) -> AsyncIterator[Serving]:
     """Serve the webhook over TLS on ``webhook.port`` until the block ends (or :meth:`Serving.stop`)."""
     certificate = ServerCertificate(webhook.tls_cert_file, webhook.tls_key_file)
-    app = make_app(settings=sidecar, max_request_bytes=webhook.max_request_bytes)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+    app = make_app(settings=sidecar, webhook=webhook)
+    runner = serving_limits.runner(app, shutdown_timeout=2.0)
     watching = Background("admission-webhook")
     await runner.setup()
     try:
         watching.start(certificate.watch(), name="webhook-tls-certificate")
-        site = web.TCPSite(runner, host, webhook.port, ssl_context=certificate.context)
-        await site.start()
+        await serving_limits.start(runner, host=host, port=webhook.port, ssl_context=certificate.context)
         port = webhook.port
         for address in runner.addresses:
             port = int(address[1])

@@ -24,7 +24,7 @@ import kopf
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from podmortem import open_files
+from podmortem import open_files, serving_limits
 from podmortem.background import Background
 from podmortem.errors import PodmortemError
 from podmortem.kube import api as kube_mod
@@ -139,8 +139,10 @@ async def probe_servers(
         return web.Response(status=200 if ok else 503, text=why + "\n")
 
     metrics_app = web.Application()
+    serving_limits.install(metrics_app, settings.probe_connections, name="metrics")
     metrics_app.router.add_get("/metrics", metrics_view)
     health_app = web.Application()
+    serving_limits.install(health_app, settings.probe_connections, name="health")
     health_app.router.add_get("/healthz", healthz)
     health_app.router.add_get("/readyz", readyz)
     runners = []
@@ -155,7 +157,7 @@ async def probe_servers(
     try:
         for app, port, log_settings in apps:
             if log_settings is None:
-                runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+                runner = serving_limits.runner(app, shutdown_timeout=2.0)
             else:
                 runner = log_http.runner(app, log_settings)
             await runner.setup()
@@ -164,8 +166,7 @@ async def probe_servers(
             tls = certificate.context if certificate is not None else None
             if certificate is not None:  # a renewed certificate is loaded without a restart
                 watching.start(certificate.watch(), name="tls-certificate")
-            site = web.TCPSite(runner, settings.listen_host, port, ssl_context=tls)
-            await site.start()
+            await serving_limits.start(runner, host=settings.listen_host, port=port, ssl_context=tls)
             real_port = port
             for address in runner.addresses:
                 real_port = int(address[1])
