@@ -6,6 +6,7 @@ The clock of the limits is a fake one: no test depends on when a wall-clock minu
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -30,13 +31,18 @@ api_client = base.api_client
 
 
 class Clock:
-    """A monotonic clock that moves only when told to."""
+    """A monotonic clock that moves only when told to (or when a pace sleeps on it)."""
 
     def __init__(self) -> None:
         self.now = 1000.0 * 60  # the start of a minute
+        self.slept: list[float] = []
 
     def __call__(self) -> float:
         return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
 
 
 def digest(token: str) -> str:
@@ -57,14 +63,27 @@ def test_a_token_that_failed_n_times_is_refused_and_other_tokens_are_not() -> No
     assert limits.refusal("10.0.0.1", digest("other"), known_good=False) is None
 
 
-def test_a_spent_address_refuses_only_tokens_not_known_to_be_good() -> None:
+def test_a_spent_address_paces_its_unknown_tokens_and_refuses_none() -> None:
     limits = LoginLimits(per_token=30, per_address=5, clock=Clock())
     for i in range(5):
         limits.failed("127.0.0.1", digest(f"bad-{i}"))
-    why = limits.refusal("127.0.0.1", digest("new"), known_good=False)
-    assert why is not None and "address" in why
-    assert limits.refusal("127.0.0.1", digest("good"), known_good=True) is None
-    assert limits.refusal("10.0.0.9", digest("new"), known_good=False) is None
+    assert limits.refusal("127.0.0.1", digest("new"), known_good=False) is None  # once a 429
+    assert limits.paced("127.0.0.1") and not limits.paced("10.0.0.9")
+
+
+async def test_paced_reviews_go_at_the_address_budget_per_minute_in_arrival_order() -> None:
+    clock = Clock()
+    limits = LoginLimits(per_token=30, per_address=6, clock=clock, sleep=clock.sleep)
+    order: list[int] = []
+
+    async def one(i: int) -> None:
+        async with limits.turn("127.0.0.1"):
+            order.append(i)
+
+    await asyncio.gather(*(one(i) for i in range(5)))
+    assert order == [0, 1, 2, 3, 4]
+    assert clock.slept == [10.0] * 4  # 6 a minute: one every 10 s, the first at once
+    assert limits._queues == {}  # nothing kept for an address nobody waits on
 
 
 def test_a_known_good_token_is_let_through_even_after_failing() -> None:
@@ -90,9 +109,10 @@ def test_the_minute_roll_forgets_every_failure() -> None:
 def test_failures_without_a_known_token_count_against_the_address_only() -> None:
     limits = LoginLimits(per_token=1, per_address=2, clock=Clock())
     limits.failed("127.0.0.1", None)
-    assert limits.refusal("127.0.0.1", None, known_good=False) is None
+    assert not limits.paced("127.0.0.1")
     limits.failed("127.0.0.1", None)
-    assert limits.refusal("127.0.0.1", None, known_good=False) is not None
+    assert limits.paced("127.0.0.1")
+    assert limits.refusal("127.0.0.1", None, known_good=False) is None
     assert limits.tokens == {}
 
 
@@ -136,7 +156,8 @@ class _Sprayed:
 
 
 async def test_a_sprayer_of_20000_tokens_from_many_addresses_keeps_memory_bounded() -> None:
-    limits = LoginLimits(per_token=30, per_address=300, clock=Clock())
+    clock = Clock()
+    limits = LoginLimits(per_token=30, per_address=300, clock=clock, sleep=clock.sleep)
     reviewer = _Sprayed()
     refused = 0
     for i in range(20_000):
@@ -149,7 +170,7 @@ async def test_a_sprayer_of_20000_tokens_from_many_addresses_keeps_memory_bounde
             pass
     assert len(limits.tokens) <= 10_000 and len(limits.addresses) <= 10_000
     assert reviewer.reviews == 100 * 200 and refused == 0  # 200 each: below the address budget
-    for i in range(100 * 101):
+    for i in range(100 * 100):
         try:
             await login_limits.check(limits, reviewer, peer=f"10.2.{i % 100}.1",
                                      authorization=f"Bearer more-{i}", namespace="ns")
@@ -157,15 +178,23 @@ async def test_a_sprayer_of_20000_tokens_from_many_addresses_keeps_memory_bounde
             refused += 1
         except auth.Unauthenticated:
             pass
-    assert reviewer.reviews == 100 * 300 and refused == 100
+    assert reviewer.reviews == 100 * 300 and refused == 0 and clock.slept == []
     assert len(limits.tokens) <= 10_000 and len(limits.addresses) <= 10_000
+    # Past the budget an address's reviews are paced: 300 a minute at most, never a lockout.
+    start = clock.now
+    for i in range(30):
+        with pytest.raises(auth.Unauthenticated):
+            await login_limits.check(limits, reviewer, peer="10.2.0.1", authorization=f"Bearer late-{i}",
+                                     namespace="ns")
+    assert reviewer.reviews == 100 * 300 + 30
+    assert clock.now - start == pytest.approx(29 * 60 / 300)
 
 
 async def test_a_request_without_a_token_spends_nothing() -> None:
     """It costs no review and guesses nothing: a dashboard without a token must not lock others out."""
     limits = LoginLimits(per_token=1, per_address=1, clock=Clock())
     reviewer = auth.Reviewer(api=object(), settings=auth.AuthSettings())  # type: ignore[arg-type]
-    for header in (None, "Basic abc", "Bearer ", "bearer"):
+    for header in (None, "Basic abc", "Bearer ", "bearer", "Bearer \udcff", "Bearer a b", "Bearer é"):
         with pytest.raises(auth.Unauthenticated):
             await login_limits.check(limits, reviewer, peer="127.0.0.1", authorization=header, namespace="ns")
     assert limits.tokens == {} and limits.addresses == {}
@@ -198,6 +227,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
     def with_clock(**kwargs: Any) -> Any:
         app = real(**kwargs)
         app[http.FAILURES].clock = fake
+        app[http.FAILURES].sleep = fake.sleep
         _LIMITS.append(app[http.FAILURES])
         return app
 
@@ -244,18 +274,16 @@ async def test_a_bad_client_on_127_0_0_1_does_not_lock_out_a_valid_token_from_it
         assert status == 429 and "this token" in text
         for i in range(30):  # fresh bad tokens: 401 until the address's 60 failures are spent
             assert (await get(f"fresh-{i}"))[0] == 401
+        assert app_limits().paced("127.0.0.1") and clock.slept == []
         reviews = reviewer.reviews_sent
-        status, text = await get("fresh-30")
-        assert status == 429 and "address" in text
-        assert await get("good-token") == (200, "hello\n")  # known good: served all the same
-        assert (await get("second-good"))[0] == 429  # not known good yet: the address is spent
-        assert reviewer.reviews_sent == reviews  # a 429 costs no review
+        assert (await get("fresh-30"))[0] == 401  # reviewed all the same, at the address's pace
+        assert await get("good-token") == (200, "hello\n")  # known good: no wait at all
+        # A valid token not seen before (once 429 for up to a minute): reviewed in its turn, served.
+        assert await get("second-good") == (200, "hello\n")
+        assert reviewer.reviews_sent == reviews + 3  # a TokenReview each, and second-good's access review
+        assert clock.slept == [1.0]  # 60 a minute: the second paced review waited its second
         keys = [*app_limits().tokens, *app_limits().addresses]
         assert digest("bad-token") in keys and not any("bad-token" in k for k in keys)
-
-        clock.now += 60  # the next minute
-        assert (await get("second-good"))[0] == 200
-        assert (await get("bad-token"))[0] == 401
 
 
 async def test_a_served_sprayer_keeps_the_token_map_at_its_bound(
