@@ -110,12 +110,17 @@ class PerObject:
 
 
 async def event_lines(chunks: AsyncIterator[bytes], *, limit: int = MAX_EVENT_BYTES) -> AsyncIterator[bytes]:
-    """The newline-separated lines of a watch stream; a line over ``limit`` bytes raises ValueError."""
+    """The newline-separated lines of a watch stream; a line over ``limit`` bytes raises ValueError.
+
+    Only the new chunk is searched for a newline (the bytes held before it hold none), so a long
+    event in many small chunks costs time linear in its length, not in its length times its chunks.
+    """
     buffer = bytearray()
     async for chunk in chunks:
+        searched = len(buffer)
         buffer += chunk
         start = 0
-        while (end := buffer.find(b"\n", start)) >= 0:
+        while (end := buffer.find(b"\n", max(start, searched))) >= 0:
             if end > start:
                 yield bytes(buffer[start:end])
             start = end + 1
