@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from podmortem.kernel import log_lines, oom_parser
+from podmortem.reports.oom_record import OomKillRecord
 
 MIB = 1 << 20
 
@@ -55,8 +56,8 @@ _RECORD = (
 
 def _console(lines: int) -> str:
     """``lines`` ordinary 90-character lines of a program's output, as a console capture has them."""
-    return "".join(f"{i:06d} epoch=3 step={i} loss=0.{i % 97:02d} lr=3e-4 grad_norm=1.{i % 89:02d} ".ljust(90, "x")
-                   + "\n" for i in range(lines))
+    return "".join(f"{i:06d} epoch=3 step={i} loss=0.{i % 97:02d} lr=3e-4 ".ljust(90, "x") + "\n"
+                   for i in range(lines))
 
 
 def _held_characters(lines: int, monkeypatch: pytest.MonkeyPatch) -> int:
@@ -96,3 +97,30 @@ def test_a_line_joined_from_wrapped_parts_stays_within_max_line(monkeypatch: pyt
     monkeypatch.setattr(log_lines, "join", measuring)
     oom_parser.parse_text(_RECORD + _console(1_000))
     assert 0 < longest <= log_lines.MAX_LINE
+
+
+def _time_comparisons(kills: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """How often `merge_repeats` compared two records' times: ``kills`` kills of one pid a minute apart."""
+    calls = 0
+    real = oom_parser._same_time
+
+    def counting(a: OomKillRecord, b: OomKillRecord) -> bool:
+        nonlocal calls
+        calls += 1
+        return real(a, b)
+
+    monkeypatch.setattr(oom_parser, "_same_time", counting)
+    lines = []
+    for i in range(kills):
+        t = 1000.0 + 60.0 * i
+        lines.append(f"[{t:12.6f}] python3 invoked oom-killer: gfp_mask=0xcc0, order=0, oom_score_adj=0")
+        lines.append(f"[{t + 0.001:12.6f}] Killed process 6054 (python3) total-vm:98488kB, anon-rss:88820kB, "
+                     "file-rss:6616kB, shmem-rss:0kB")
+    assert len(oom_parser.parse_lines(lines)) == kills  # a minute apart: every one a kill of its own
+    return calls
+
+
+def test_many_kills_of_one_key_cost_each_record_bounded_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each record was compared with every earlier kill of its pid and cgroup: quadratic in the kills."""
+    small, large = _time_comparisons(300, monkeypatch), _time_comparisons(600, monkeypatch)
+    assert large <= 2.3 * small, f"{small} -> {large} comparisons for twice the kills"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import gc
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,6 +51,9 @@ from podmortem.reports.oom_record import (
 RECORD_GAP_S = 10.0
 #: Across an elision mark, a record goes on only if the lines on both sides are this close in time.
 CUT_BRIDGE_S = RECORD_GAP_S
+#: Earlier kills of the same key a record is compared with to tell a copy (`merge_repeats`): a block
+#: pasted twice repeats within a few records, far fewer than this.
+REPEAT_WINDOW = 32
 
 # -- messages, each with the kernels that print it ---------------------------------------------
 #: "%s invoked oom-killer: gfp_mask=%#x(%pGg), order=%d, oom_score_adj=%hd" (all; %pGg since 4.5,
@@ -904,9 +908,12 @@ def merge_repeats(records: list[OomKillRecord]) -> list[OomKillRecord]:
 
     The copy that lacks fewer parts stays, at the place of the first; without a victim, a
     trigger or whole copied lines there is nothing to tell two kills from one, and both stay.
+    A record is compared with the last `REPEAT_WINDOW` kills of its key only, so that many kills
+    of one key (a pid reused, one process invoking the killer again and again) cost each record
+    the same work, not work that grows with the kills before it.
     """
     out: list[OomKillRecord] = []
-    seen: dict[tuple[object, ...], list[int]] = {}
+    seen: dict[tuple[object, ...], deque[int]] = {}
     for record in _drop_repeated_runs(records):
         key = _kill_key(record)
         if key is None:
@@ -914,7 +921,7 @@ def merge_repeats(records: list[OomKillRecord]) -> list[OomKillRecord]:
             continue
         at = next((i for i in seen.get(key, ()) if _same_time(out[i], record)), None)
         if at is None:
-            seen.setdefault(key, []).append(len(out))
+            seen.setdefault(key, deque(maxlen=REPEAT_WINDOW)).append(len(out))
             out.append(record)
         elif len(record.missing) < len(out[at].missing):
             out[at] = record
