@@ -32,6 +32,7 @@ _API_WORDS = frozenset({
 
 
 def _yaml_documents(text: str) -> list[Any]:
+    """The YAML documents of a text, refusing aliases (`_no_alias_loader`)."""
     try:
         import yaml
     except ImportError as exc:
@@ -40,9 +41,24 @@ def _yaml_documents(text: str) -> list[Any]:
             "or give the pod as JSON: kubectl get pod POD -o json"
         ) from exc
     try:
-        return [_plain(doc) for doc in yaml.safe_load_all(text) if doc is not None]
+        return [_plain(doc) for doc in yaml.load_all(text, Loader=_no_alias_loader()) if doc is not None]
     except yaml.YAMLError as exc:
         raise BadInput(f"not valid YAML: {str(exc).splitlines()[0] if str(exc) else exc}") from exc
+
+
+def _no_alias_loader() -> Any:
+    """PyYAML's safe loader, refusing aliases: kubectl never writes an anchor, and aliases let a few
+    hundred bytes stand for a tree of a billion nodes that every walk below would visit."""
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(None, None, "an alias (kubectl never writes one)", mark)
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
 
 
 def _plain(doc: Any) -> Any:
@@ -64,8 +80,16 @@ def pods_from_document(text: str) -> list[dict[str, Any]]:
     the 2014 kubelet's container status too (``termination``, ``OOM Killed``, keyed by container
     name). Shell prompts and Markdown fences around the paste are left out. Other objects (a Job,
     an Event) hold no pod and are skipped. Raises `BadInput` when a whole document (one that begins
-    as a pod object does) is neither valid JSON nor valid YAML.
+    as a pod object does) is neither valid JSON nor valid YAML, and for nesting deeper than Python's
+    parsers go (a pod object is a dozen levels deep).
     """
+    try:
+        return _pods_from_document(text)
+    except RecursionError:
+        raise BadInput("nested deeper than the parser goes (a pod object is a dozen levels deep)") from None
+
+
+def _pods_from_document(text: str) -> list[dict[str, Any]]:
     body = "\n".join(pasted_lines(text.lstrip("\ufeff")))
     if not body:
         return []
