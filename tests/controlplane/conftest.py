@@ -38,3 +38,11 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
     control_plane.kubectl("create", "namespace", name)
     yield name
     control_plane.run("kubectl", "delete", "namespace", name, "--wait=false", check=False)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark this folder's tests ``controlplane``, so ``-m "not controlplane"`` leaves them out."""
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.path).startswith(here + os.sep):
+            item.add_marker(pytest.mark.controlplane)
