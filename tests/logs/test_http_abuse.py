@@ -24,8 +24,8 @@ from tests.logs.test_http import SARS, TOKENS, access_review, token_review, writ
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.serving import auth, http
 from podmortem.logs.settings import HttpSettings
-from podmortem.serving_limits import ServerLimits
 from podmortem.logs.storage.store import LogStore, StoreSettings
+from podmortem.serving_limits import ServerLimits
 from podmortem_demo.emulated.tls import make_pki
 
 api = base.api  # the bare emulated API of the access-review tests

@@ -15,6 +15,7 @@ biggest parts first) and one escaping rule; the SVG timeline is a module of its 
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 from collections.abc import Iterable, Sequence
@@ -124,9 +125,13 @@ def _utc(at: datetime | None, zone: ZoneInfo | None = None) -> str:
     """The time in UTC, and in the pod's local zone (its ``TZ``) when it has one."""
     if at is None:
         return "unknown"
-    text = at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        text = at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except OverflowError:  # a stamp at the edge of year 1 or 9999 whose offset takes it past the edge
+        return at.isoformat(sep=" ")
     if zone is not None:
-        text += at.astimezone(zone).strftime(f" (%Y-%m-%d %H:%M:%S {zone.key})")
+        with contextlib.suppress(OverflowError):  # the local time alone falls past year 9999
+            text += at.astimezone(zone).strftime(f" (%Y-%m-%d %H:%M:%S {zone.key})")
     return text
 
 
@@ -210,7 +215,10 @@ def after_kill(value: object) -> datetime | None:
         digits = min(len(fraction.group(1)), 6) if fraction is not None else 0
     else:  # a datetime: whole seconds unless it has a fraction
         digits = 6 if at.microsecond else 0
-    return at + timedelta(microseconds=10 ** (6 - digits))
+    try:
+        return at + timedelta(microseconds=10 ** (6 - digits))
+    except OverflowError:  # a kill in the last moment of year 9999: every stored line is before it
+        return None
 
 
 #: The fraction of a second in an RFC 3339 time (``12:00:03.250Z``).

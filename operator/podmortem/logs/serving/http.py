@@ -239,7 +239,13 @@ class TooManyReaders(PodmortemError):
 
 @dataclass
 class ReaderSlots:
-    """Counts streaming readers, in total and per caller; a slot is held for a whole response."""
+    """Counts streaming readers, in total and per caller; a slot is held for a whole response.
+
+    Fair to callers: besides its own cap (``per_caller``), a caller gets another slot only while it
+    holds fewer readers than there are free slots left. A few callers at their cap thus leave room
+    for others (8 callers of 32 readers once filled all 256 and everyone else got 429), and the
+    last free slots go to callers that hold fewest.
+    """
 
     total: int
     per_caller: int
@@ -248,7 +254,8 @@ class ReaderSlots:
 
     @contextlib.contextmanager
     def hold(self, caller: str) -> Iterator[None]:
-        if self.active >= self.total:
+        free = self.total - self.active
+        if free <= 0:
             raise TooManyReaders(
                 f"the log server is serving its limit of {self.total} readers; retry later", 5
             )
@@ -256,6 +263,9 @@ class ReaderSlots:
         if mine >= self.per_caller:
             raise TooManyReaders(f"you already have {mine} log readers open (the limit per caller); "
                                  "close one or retry later", 5)
+        if mine >= free:
+            raise TooManyReaders(f"you already have {mine} log readers open and the server has {free} "
+                                 "left for everyone; close one or retry later", 5)
         self.active += 1
         self.by_caller[caller] = mine + 1
         try:
