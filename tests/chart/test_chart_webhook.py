@@ -310,3 +310,37 @@ async def test_a_hung_webhook_also_admits_the_pod_unchanged(chart: helm.Chart) -
         pod = training_pod()
         assert await api_server_admits(pod, {**hook, "timeoutSeconds": 1}, hung,
                                        TEAM_A) == pod
+
+
+def test_an_operator_outside_the_cluster_is_called_at_webhook_url(chart: helm.Chart) -> None:
+    """``webhook.url``: the configuration calls that URL instead of the Service, with the same caBundle,
+    and the generated certificate also names its host (an IP SAN for an address); nothing else changes.
+    tests/controlplane/test_admission_real.py has the real API server call it."""
+    from cryptography import x509
+
+    values = _render.scenario_values(SCENARIO)
+    shipped, _, _ = webhook_objects(_render.render(chart, values))
+    values["webhook"] = {**values["webhook"], "url": "https://127.0.0.1:9443"}
+    rendered = _render.render(chart, values)
+    hook, _, _ = webhook_objects(rendered)
+    assert hook["clientConfig"]["url"] == "https://127.0.0.1:9443/mutate/pods"
+    assert "service" not in hook["clientConfig"]
+    (secret,) = [s for s in rendered.of_kind("Secret") if s["metadata"]["name"].endswith("-webhook-tls")]
+    assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    ignore = {"clientConfig"}
+    assert {k: v for k, v in hook.items() if k not in ignore} == {
+        k: v for k, v in shipped.items() if k not in ignore}
+    names = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"])).extensions \
+        .get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert f"pm-podmortem-webhook.{_render.NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
+
+    issuer = {"name": "ca", "kind": "ClusterIssuer"}
+    values["webhook"] = {**values["webhook"], "url": "https://dev.example:8443",
+                         "certManager": {"enabled": True, "issuerRef": issuer}}
+    (certificate,) = _render.render(chart, values).of_kind("Certificate")
+    assert "dev.example" in certificate["spec"]["dnsNames"] and "ipAddresses" not in certificate["spec"]
+    for bad in ("http://127.0.0.1:9443", "https://127.0.0.1:9443/path"):
+        values["webhook"] = {"enabled": True, "url": bad}
+        with pytest.raises(helm.HelmValuesError, match=r"webhook/url"):
+            chart.render(values, name=_render.RELEASE, namespace=_render.NAMESPACE)
