@@ -188,8 +188,30 @@ async def test_a_tls_handshake_that_does_not_complete_in_time_is_cut(tmp_path: P
         writer.write(b"GET / HTTP/1.1\r\n")
         await writer.drain()
         assert await closed_by_server(reader) == b""
-        assert guard.tally.cut[Phase.HEADER] == 1
+        assert guard.tally.cut[Phase.HEADER] == 2  # the handshake, then the header: one deadline
         writer.close()
+
+
+async def test_over_tls_a_connection_beyond_the_cap_is_dropped_before_its_handshake(tmp_path: Path) -> None:
+    pki = make_pki(server_names=("127.0.0.1",))
+    (tmp_path / "tls.crt").write_bytes(pki.server_pem)
+    (tmp_path / "tls.key").write_bytes(pki.server_key)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    limits = ServerLimits(header_timeout_s=PATIENCE_S, max_connections=8, max_connections_per_peer=2)
+    async with served(limits, tls=context) as (port, guard):
+        # Handshakes not even begun are counted: the cap holds before any TLS state exists.
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        for _ in range(50):
+            if guard.open == 2:
+                break
+            await asyncio.sleep(0.02)
+        client = ssl.create_default_context(cadata=pki.ca_pem.decode())
+        with pytest.raises((ConnectionError, ssl.SSLError)):
+            await asyncio.open_connection("127.0.0.1", port, ssl=client)
+        assert guard.tally.refused_peer == 1
+        for _, w in held:
+            w.close()
 
 
 def test_limits_are_checked() -> None:

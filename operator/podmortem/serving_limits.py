@@ -159,10 +159,20 @@ def _peer_of(transport: asyncio.BaseTransport) -> str:
 class GuardedConnection(asyncio.Protocol):
     """One connection: aiohttp's handler inside, the caps and deadlines around it."""
 
-    def __init__(self, guard: ConnectionGuard, inner: RequestHandler) -> None:
+    def __init__(self, guard: ConnectionGuard, inner: RequestHandler, *,
+                 tls: ssl.SSLContext | None = None) -> None:
         self._guard = guard
         self._inner = inner
+        #: Served over TLS: the handshake is made here, after the caps let the connection in, so a
+        #: refused one costs no TLS state (~256 KiB each in asyncio) and a handshake counts as open.
+        self._tls = tls
+        self._handshake: asyncio.Task[None] | None = None
         self._transport: asyncio.Transport | None = None
+        #: aiohttp's handler has the connection (after the handshake, over TLS).
+        self._serving = False
+        #: Bytes the TLS layer decrypted between the handshake's end and the handler taking over
+        #: (the same turn of the loop: a request sent right after the handshake).
+        self._early: list[bytes] = []
         self._peer = ""
         self._phase = Phase.HEADER
         self._timer: asyncio.TimerHandle | None = None
@@ -179,32 +189,66 @@ class GuardedConnection(asyncio.Protocol):
         if not self._guard.admit(peer):
             logger.debug("%s: refused a connection from %s (%d open, %d from it)", self._guard.name, peer,
                          self._guard.open, self._guard.by_peer.get(peer, 0))
-            transport.write(REFUSED)
-            transport.close()
+            if self._tls is None:
+                transport.write(REFUSED)
+                transport.close()
+            else:  # no handshake, no answer: nothing to spend on it
+                transport.abort()
             return
         self._transport = transport
         self._peer = peer
+        self._arm(Phase.HEADER, self._guard.limits.header_timeout_s)  # the handshake's deadline too
+        if self._tls is None:
+            self._serve(transport)
+        else:
+            transport.pause_reading()  # not a byte read before the TLS layer takes the connection
+            self._handshake = asyncio.get_running_loop().create_task(
+                self._start_tls(transport, self._tls), name=f"podmortem-{self._guard.name}-tls-handshake")
+
+    def _serve(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._serving = True
         self._guard.watch(transport, self)
-        self._arm(Phase.HEADER, self._guard.limits.header_timeout_s)
         self._inner.connection_made(transport)
+        early, self._early = self._early, []
+        for data in early:
+            self.data_received(data)
+
+    async def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+        try:
+            secured = await asyncio.get_running_loop().start_tls(
+                raw, self, context, server_side=True,
+                ssl_handshake_timeout=self._guard.limits.header_timeout_s)
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
+            logger.debug("%s: TLS handshake with %s failed: %r", self._guard.name, self._peer, exc)
+            raw.abort()  # connection_lost follows, and counts the connection out
+            return
+        finally:
+            self._handshake = None
+        if secured is None or self._transport is not raw:  # closed while the handshake ended
+            return
+        self._serve(secured)
 
     def data_received(self, data: bytes) -> None:
         if self._transport is None:
+            return
+        if not self._serving:
+            self._early.append(data)
             return
         if self._phase is Phase.IDLE:
             self._arm(Phase.HEADER, self._guard.limits.header_timeout_s)
         self._inner.data_received(data)
 
     def eof_received(self) -> None:
-        if self._transport is not None:
+        if self._serving and self._transport is not None:
             self._inner.eof_received()  # None: the transport closes its side, as aiohttp's own does
 
     def pause_writing(self) -> None:
-        if self._transport is not None:
+        if self._serving and self._transport is not None:
             self._inner.pause_writing()
 
     def resume_writing(self) -> None:
-        if self._transport is not None:
+        if self._serving and self._transport is not None:
             self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -213,8 +257,12 @@ class GuardedConnection(asyncio.Protocol):
             return
         self._transport = None
         self._cancel()
-        self._guard.watch(transport, None)
         self._guard.release(self._peer)
+        if self._handshake is not None:
+            self._handshake.cancel()
+        if not self._serving:  # lost before or during the handshake: aiohttp never saw it
+            return
+        self._guard.watch(transport, None)
         self._inner.connection_lost(exc)
 
     # --- the request cycle, told by the middleware ------------------------------------------------
@@ -312,8 +360,8 @@ def runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
 
 
 class GuardedSite(web.BaseSite):
-    """``web.TCPSite`` whose connections go through the app's :class:`ConnectionGuard`, with the TLS
-    handshake bounded by the header deadline."""
+    """``web.TCPSite`` whose connections go through the app's :class:`ConnectionGuard`: counted when
+    accepted, before any TLS handshake, which is then bounded by the header deadline."""
 
     def __init__(self, run: web.AppRunner, host: str, port: int, *,
                  ssl_context: ssl.SSLContext | None = None) -> None:
@@ -332,13 +380,14 @@ class GuardedSite(web.BaseSite):
         assert server is not None
         guard = self._guard
 
-        def connection() -> GuardedConnection:
-            return GuardedConnection(guard, server())
+        tls = self._ssl_context
 
+        def connection() -> GuardedConnection:
+            return GuardedConnection(guard, server(), tls=tls)
+
+        # Plain TCP: each connection makes its own TLS handshake once the caps let it in.
         self._server = await asyncio.get_running_loop().create_server(
-            connection, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
-            ssl_handshake_timeout=guard.limits.header_timeout_s if self._ssl_context else None,
-        )
+            connection, self._host, self._port, backlog=self._backlog)
 
 
 async def start(run: web.AppRunner, *, host: str, port: int,

@@ -189,8 +189,11 @@ class WebhookSettings:
     excluded_namespaces: tuple[str, ...] = ("kube-system",)
     #: Deadlines and connection caps (`podmortem.serving_limits`). The API server sends a review at
     #: once; any pod of the cluster can reach the port, and 1,000 slow connections held +196 MB
-    #: before these limits.
-    connections: ServerLimits = field(default_factory=ServerLimits)
+    #: before these limits. Each TLS connection costs ~256 KiB (asyncio's TLS read buffer), so the
+    #: caps are lower than other servers': 64 in all (16 MiB), 32 from one address (the API server
+    #: sends reviews of a few ms each, a handful at once).
+    connections: ServerLimits = field(default_factory=lambda: ServerLimits(
+        max_connections=64, max_connections_per_peer=32))
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
