@@ -19,7 +19,16 @@ Measured in this process:
 * Startup timestamps (operator up, kopf ready, followed gauge, lines stored);
   ``--profile`` adds a cProfile of the operator thread over startup.
 
+``--cluster real`` runs the same operator against a real control plane instead
+(``bench/real_cluster.py``: kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok
+on loopback, built by ``hack/control-plane/build.sh``): P pods on kwok nodes, each log a CRI file
+served through the API server's log proxy, the operator logged in as its chart's ServiceAccount.
+It also prints the API server's own count of the requests (``apiserver_request_total``; APF's
+dispatched and rejected requests by flow schema; the log streams open), the 429s and the
+operator's back-offs, and each component's CPU seconds and RSS over start-up.
+
 Usage: python bench/operator_scale.py [--pods 1000] [--idle 30] [--tracemalloc] [--profile]
+                                      [--cluster emulated|real] [--nodes 10] [--creators 8]
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import argparse
 import cProfile
 import gc
 import io
+import logging
 import os
 import pstats
 import sys
@@ -48,6 +58,7 @@ from podmortem.operator.watching import run as runtime
 from podmortem_demo.gc_pauses import GcPauses
 from podmortem_demo.scale_cluster import ScaleCluster
 from podmortem_demo.threads import OperatorThread
+from real_cluster import RealCluster  # the bench's own folder is on sys.path when it runs
 
 #: Seconds to wait after startup before measuring: kopf's per-object worker idle timeout (5 s) + margin.
 SETTLE_S = 8.0
@@ -114,10 +125,14 @@ def ready(health_url: str) -> bool:
 
 def measure(args: argparse.Namespace) -> int:
     pods = args.pods
-    cluster = ScaleCluster(pods, initial_lines=args.initial_lines, line_every=args.line_every)
-    print(f"emulated cluster: {pods:,} annotated Running pods seeded into kmock's store in "
-          f"{cluster.seed_s:.2f} s; each pod writes {args.initial_lines} lines, then one every "
-          f"{args.line_every:g} s")
+    cluster: ScaleCluster | RealCluster
+    if args.cluster == "real":
+        cluster = _real_cluster(args)
+    else:
+        cluster = ScaleCluster(pods, initial_lines=args.initial_lines, line_every=args.line_every)
+        print(f"emulated cluster: {pods:,} annotated Running pods seeded into kmock's store in "
+              f"{cluster.seed_s:.2f} s; each pod writes {args.initial_lines} lines, then one every "
+              f"{args.line_every:g} s")
     print("operator: run_operator with the production FollowSettings() (read timeout 120 s), agent off")
     try:
         with tempfile.TemporaryDirectory(prefix="podmortem-opscale-") as tmp:
@@ -126,6 +141,9 @@ def measure(args: argparse.Namespace) -> int:
                 listen_host="127.0.0.1", metrics_port=0, health_port=0, log_http_port=0, log_http_auth=False,
                 foreign_kinds=(),
             )
+            backoffs = WarningLog()
+            if isinstance(cluster, RealCluster):
+                logging.getLogger().addHandler(backoffs)
             startup_gc.freeze()  # as `podmortem operator` does after its imports
             startup_gc.set_thresholds()
             base = rss_bytes()
@@ -134,7 +152,9 @@ def measure(args: argparse.Namespace) -> int:
                 traced0 = tracemalloc.take_snapshot()
             pauses = GcPauses()
             operator = ScaleOperator(url=cluster.url, settings=settings, follow=FollowSettings(),
-                                     profile=args.profile)
+                                     profile=args.profile,
+                                     access=cluster.access if isinstance(cluster, RealCluster) else None)
+            server0 = ServerSide.read(cluster) if isinstance(cluster, RealCluster) else None
             t0 = time.monotonic()
             cpu0 = cpu_s()
             pauses.on = True
@@ -144,12 +164,21 @@ def measure(args: argparse.Namespace) -> int:
             operator.stop_profiling()
             startup_cpu = cpu_s() - cpu0
             pauses.on = False
-            ccpu, requests = cluster.stats()
-            for what, at in marks.items():
-                print(f"  {at:7.2f} s  {what}")
-            print(f"startup CPU: operator process {startup_cpu:.1f} s, emulated cluster {ccpu:.1f} s; "
-                  f"API requests served: {_requests(requests)} "
-                  f"({sum(requests.values()) / pods:.2f} per pod)")
+            if isinstance(cluster, RealCluster):
+                assert server0 is not None
+                server1 = ServerSide.read(cluster)
+                for what, at in marks.items():
+                    print(f"  {at:7.2f} s  {what}")
+                _print_server_side(server0, server1, pods=pods, startup_cpu=startup_cpu,
+                                   wall=time.monotonic() - t0)
+                _print_operator_backoffs(handles, cluster.uids, backoffs)
+            else:
+                ccpu, requests = cluster.stats()
+                for what, at in marks.items():
+                    print(f"  {at:7.2f} s  {what}")
+                print(f"startup CPU: operator process {startup_cpu:.1f} s, emulated cluster {ccpu:.1f} s; "
+                      f"API requests served: {_requests(requests)} "
+                      f"({sum(requests.values()) / pods:.2f} per pod)")
             print(f"garbage collector pauses over startup: {pauses.summary()}")
             if not done:
                 got = sum(n >= args.initial_lines for n in stored_lines(handles, cluster.uids))
@@ -178,7 +207,10 @@ def measure(args: argparse.Namespace) -> int:
                 if args.profile_out is not None:
                     operator.profiler.dump_stats(args.profile_out)
             if done and args.idle > 0:
-                _idle(args, handles, cluster)
+                if isinstance(cluster, RealCluster):
+                    _idle_real(args, handles, cluster)
+                else:
+                    _idle(args, handles, cluster)
             stop0 = time.monotonic()
             operator.stop(timeout=120)
             print(f"graceful stop with {pods:,} follows: {time.monotonic() - stop0:.1f} s")
@@ -191,7 +223,7 @@ def measure(args: argparse.Namespace) -> int:
 
 
 def _wait_startup(args: argparse.Namespace, operator: ScaleOperator, handles: runtime.Running,
-                  cluster: ScaleCluster, t0: float, marks: dict[str, float]) -> bool:
+                  cluster: ScaleCluster | RealCluster, t0: float, marks: dict[str, float]) -> bool:
     """Wait until every pod's first lines are stored; note when each stage was reached."""
     pods = args.pods
     deadline = t0 + args.startup_timeout
@@ -251,6 +283,132 @@ def _idle(args: argparse.Namespace, handles: runtime.Running, cluster: ScaleClus
     print(f"  API requests during the idle window: {_requests(during)}")
 
 
+# -- --cluster real ---------------------------------------------------------------------------------
+
+
+def _real_cluster(args: argparse.Namespace) -> RealCluster:
+    import real_cluster
+
+    limit = real_cluster.inotify_instances()
+    cluster = RealCluster(args.pods, initial_lines=args.initial_lines, line_every=args.line_every,
+                          nodes=args.nodes, creators=args.creators)
+    marks = ", ".join(f"{what} {at:.1f} s" for what, at in cluster.marks.items())
+    print(f"real control plane (kube-apiserver, etcd, controller-manager, scheduler, kwok; APF at its "
+          f"defaults): {args.pods:,} annotated pods on {args.nodes} kwok nodes (spec.nodeName set: no "
+          f"scheduler), each with its own Logs object and CRI file of {args.initial_lines} lines; "
+          f"{marks}; then a line every {args.line_every:g} s per pod")
+    print(f"operator: logged in as ServiceAccount {real_cluster.RELEASE_NAMESPACE}/"
+          f"{real_cluster.SERVICE_ACCOUNT} (the chart's ClusterRole; APF flow schema service-accounts)")
+    if limit is not None and limit < args.pods + 64:
+        print(f"NOTE: fs.inotify.max_user_instances is {limit}: kwok, as a kubelet, opens one inotify "
+              f"instance per followed log that reaches its end, so follows past about {limit} end at "
+              f"once (raise it: sysctl fs.inotify.max_user_instances={2 * args.pods})")
+    return cluster
+
+
+class WarningLog(logging.Handler):
+    """The operator's log records at WARNING and above: counted by logger, the first few kept."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.counts: dict[str, int] = {}
+        self.first: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.counts[record.name] = self.counts.get(record.name, 0) + 1
+        if len(self.first) < 5:
+            self.first.append(f"{record.levelname} {record.name}: {record.getMessage()[:200]}")
+
+
+class ServerSide:
+    """What the API server counts (its /metrics) and each component's CPU and RSS, at one moment."""
+
+    def __init__(self, metrics_text: str, usage: dict[str, tuple[float, int]]) -> None:
+        import real_cluster
+
+        self.requests = real_cluster.request_counts(metrics_text)
+        self.apf = real_cluster.apf_counts(metrics_text)
+        self.usage = usage
+
+    @classmethod
+    def read(cls, cluster: RealCluster) -> ServerSide:
+        return cls(cluster.metrics_text(), cluster.usage())
+
+
+#: The flow schema and priority level that APF gives an in-cluster ServiceAccount's requests (the operator's).
+OPERATOR_FLOW = "service-accounts/workload-low"
+
+
+def _print_server_side(before: ServerSide, after: ServerSide, *, pods: int, startup_cpu: float,
+                       wall: float) -> None:
+    import real_cluster
+
+    requests = real_cluster.diff(after.requests, before.requests)
+    dispatched = real_cluster.diff(after.apf["dispatched"], before.apf["dispatched"])
+    rejected = real_cluster.diff(after.apf["rejected"], before.apf["rejected"])
+    streams = sum(n for k, n in after.apf["longrunning"].items() if k.endswith(" pods/log"))
+    ended = sum(n for k, n in requests.items() if k.startswith(("GET pods/log", "CONNECT pods/log")))
+    operator = dispatched.get(OPERATOR_FLOW, 0.0)
+    print(f"startup CPU: operator process {startup_cpu:.1f} s; API requests by the API server's count "
+          f"(apiserver_request_total, completed ones, every client): {_requests(requests)}")
+    print(f"  the operator's requests: {operator:.0f} through APF ({OPERATOR_FLOW}) + "
+          f"{streams:.0f} log streams open + {ended} log requests ended = "
+          f"{(operator + streams + ended) / pods:.2f} per pod")
+    print("  APF dispatched by flow schema: "
+          + ", ".join(f"{n:.0f} {k}" for k, n in sorted(dispatched.items())))
+    print(f"  APF rejected (429): {', '.join(f'{n:.0f} {k}' for k, n in rejected.items()) or 'none'}; "
+          f"responses with code 429: {sum(n for k, n in requests.items() if k.endswith(' 429')) or 'none'}")
+    print(f"control plane over start-up ({wall:.1f} s):")
+    for name, (cpu1, rss1) in after.usage.items():
+        cpu0 = before.usage.get(name, (cpu1, 0))[0]
+        print(f"  {name:24} CPU {cpu1 - cpu0:6.1f} s ({100 * (cpu1 - cpu0) / wall:5.1f} % of a core); "
+              f"RSS {rss1 / 2**20:7.1f} MiB")
+
+
+def _print_operator_backoffs(handles: runtime.Running, uids: list[str], log: WarningLog) -> None:
+    from podmortem.logs.metrics import RECONNECT_REASONS
+
+    counts = {}
+    for sample in _registry_samples("podmortem_logs_reconnects_total"):
+        if sample.value:
+            counts[sample.labels.get("reason", "?")] = sample.value
+    print(f"operator: {_reconnects(handles, uids)} reconnects of its followers; "
+          f"podmortem_logs_reconnects_total by reason: "
+          + (", ".join(f"{counts[r]:.0f} {r}" for r in RECONNECT_REASONS if r in counts) or "none")
+          + "; log records at WARNING and above: "
+          + (", ".join(f"{n} {k}" for k, n in log.counts.items()) or "none"))
+    for line in log.first:
+        print(f"  {line}")
+
+
+def _registry_samples(name: str) -> list[Any]:
+    import prometheus_client
+
+    return [s for m in prometheus_client.REGISTRY.collect() for s in m.samples if s.name == name]
+
+
+def _idle_real(args: argparse.Namespace, handles: runtime.Running, cluster: RealCluster) -> None:
+    lines0 = sum(stored_lines(handles, cluster.uids))
+    reconnects0 = _reconnects(handles, cluster.uids)
+    server0, cpu0, wall0 = ServerSide.read(cluster), cpu_s(), time.monotonic()
+    time.sleep(args.idle)
+    server1, cpu1, wall1 = ServerSide.read(cluster), cpu_s(), time.monotonic()
+    lines = sum(stored_lines(handles, cluster.uids)) - lines0
+    reconnects = _reconnects(handles, cluster.uids) - reconnects0
+    wall = wall1 - wall0
+    cpu = cpu1 - cpu0
+    print(f"idle {wall:.1f} s with {args.pods:,} follows: operator CPU {cpu:.2f} s = "
+          f"{100 * cpu / wall:.1f} % of one core ({1e6 * cpu / wall / args.pods:.0f} µs/s per pod); "
+          f"{lines} lines stored ({lines / wall:.0f}/s), {reconnects} reconnects")
+    print("  control plane: " + "; ".join(
+        f"{name} {100 * (c1 - server0.usage.get(name, (c1, 0))[0]) / wall:.1f} % of a core"
+        for name, (c1, _) in server1.usage.items()))
+    import real_cluster
+
+    print(f"  API requests during the idle window (API server's count): "
+          f"{_requests(real_cluster.diff(server1.requests, server0.requests))}")
+
+
 def _requests(counts: dict[str, int]) -> str:
     shown = {k: n for k, n in counts.items() if n}
     return ", ".join(f"{n} {k}" for k, n in shown.items()) or "none"
@@ -302,6 +460,12 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the operator thread over startup")
     parser.add_argument("--profile-out", type=Path, default=None,
                         help="also save the profile here (for pstats / snakeviz)")
+    parser.add_argument("--cluster", choices=("emulated", "real"), default="emulated",
+                        help="emulated (podmortem_demo.scale_cluster, the default) or real (kube-apiserver, "
+                             "etcd and kwok from hack/control-plane/build.sh)")
+    parser.add_argument("--nodes", type=int, default=10, help="--cluster real: kwok nodes (default 10)")
+    parser.add_argument("--creators", type=int, default=8,
+                        help="--cluster real: threads creating the pods and Logs objects (default 8)")
     return measure(parser.parse_args())
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from podmortem.errors import PodmortemError
+from podmortem.kube.config import ClusterAccess
 from podmortem.logs.settings import FollowSettings
 from podmortem.operator.settings import OperatorSettings
 
@@ -124,7 +125,11 @@ class LoopThread:
 
 
 class OperatorThread:
-    """The real operator on a thread and loop of its own, against the API at ``url``."""
+    """The real operator on a thread and loop of its own, against the API at ``url``.
+
+    ``access`` is how it logs in where that is not anonymous (a real API server: a token, a CA);
+    by default plain ``url``, as an emulated API takes it.
+    """
 
     def __init__(
         self,
@@ -133,8 +138,10 @@ class OperatorThread:
         settings: OperatorSettings,
         follow: FollowSettings | None = None,
         name: str = "operator",
+        access: ClusterAccess | None = None,
     ) -> None:
         self.url = url
+        self.access = access or ClusterAccess(server=url, source="the emulated API")
         self.settings = settings
         self.follow = follow or FollowSettings(read_timeout_s=5.0, backoff_min_s=0.05, backoff_max_s=0.5)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -144,7 +151,6 @@ class OperatorThread:
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
 
     def _main(self) -> None:
-        from podmortem.kube.config import ClusterAccess
         from podmortem.operator.watching import run as runtime
 
         try:
@@ -153,7 +159,7 @@ class OperatorThread:
                 runner.run(
                     runtime.run_operator(
                         settings=self.settings,
-                        access=ClusterAccess(server=self.url, source="the emulated API"),
+                        access=self.access,
                         stop_flag=self._stop,
                         running=self.running,
                         follow_settings=self.follow,
