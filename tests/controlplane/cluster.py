@@ -53,6 +53,19 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 #: The binaries build.sh makes; all must be there for the control plane to start.
 BINARIES = ("etcd", "etcdctl", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
             "kubectl", "kwok", "helm")
+#: What the API server's audit log records (:meth:`ControlPlane.audit`): every request of a
+#: ServiceAccount (podmortem's processes log in as one) on pods and Leases, at Metadata level (the
+#: request URI with its query, the verb, the user, the response code), and nothing else. Each
+#: request is one line (its ResponseComplete stage; a watch also its ResponseStarted one).
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "userGroups": ["system:serviceaccounts"],
+         "resources": [{"group": "", "resources": ["pods"]},
+                       {"group": "coordination.k8s.io", "resources": ["leases"]}]},
+        {"level": "None"},
+    ],
+}
 
 
 def versions() -> dict[str, str]:
@@ -178,6 +191,11 @@ class ControlPlane:
         return self.root / "pod-logs"
 
     @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (JSON lines; what it holds: :data:`AUDIT_POLICY`)."""
+        return self.root / "audit.log"
+
+    @property
     def etcd_url(self) -> str:
         return f"http://127.0.0.1:{self.etcd_port}"
 
@@ -194,6 +212,7 @@ class ControlPlane:
         self.apiserver_port, self.etcd_port, self.kwok_port = free_port(), free_port(), free_port()
         peer_port = free_port()
         self._write_kubeconfigs()
+        (self.root / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
         self.components = {
             "etcd": self._component("etcd", [
                 "--name=podmortem", f"--data-dir={self.root / 'etcd'}",
@@ -301,6 +320,9 @@ class ControlPlane:
             f"--proxy-client-key-file={self.pki.front_proxy_client_key}",
             "--allow-privileged=true", "--profiling=false", "--v=1",
             "--event-ttl=1h",
+            f"--audit-policy-file={self.root / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
+            "--audit-log-mode=blocking",
         ]
 
     def _kwok_args(self) -> list[str]:
@@ -514,6 +536,23 @@ class ControlPlane:
                          "follow": True})
         self.apply({"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
                     "metadata": {"name": pod, "namespace": namespace}, "spec": {"logs": logs}})
+
+    def audit(self, *, user: str | None = None) -> list[dict[str, Any]]:
+        """The audit log's events (:data:`AUDIT_POLICY`), oldest first; only ``user``'s when given
+        (a ServiceAccount's: ``system:serviceaccount:NAMESPACE:NAME``)."""
+        try:
+            lines = self.audit_log.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+        events = []
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line being written now
+            if user is None or event.get("user", {}).get("username") == user:
+                events.append(event)
+        return events
 
     def compact_etcd(self) -> int:
         """Compact etcd at its current revision (as the API server's own compactor does); the revision."""

@@ -43,6 +43,11 @@ FOLLOWED_PODS = Gauge(
     "podmortem_followed_pods",
     "Pods whose logs this operator follows now.",
 )
+WATCHED_PODS = Gauge(
+    "podmortem_watched_pods",
+    "Pods the operator keeps state for now (each pod of a followed job, or annotated; running or not). "
+    "A pod leaves when its deletion is seen, also one deleted while the pod watch was down (at the relist).",
+)
 CONNECTION_WAITS = Gauge(
     "podmortem_log_follow_connection_waits",
     "Log followers waiting now for a connection: every connection the open-files limit leaves to log "

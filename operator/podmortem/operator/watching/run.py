@@ -258,6 +258,7 @@ async def run_operator(
         status = StatusWriter(kube=kube)
         agent = AgentClient(kube=kube, settings=settings.agent, session=session)
         targets = Targets()
+        metrics.WATCHED_PODS.set_function(lambda: len(targets.pods))
         early_warning = EarlyWarning(kube=kube, status=status, targets=targets, log_url=settings.log_base_url)
         reporter = Reporter(
             kube=kube,
