@@ -1,7 +1,8 @@
 """The operator's own pod watch: paged list, resumed watch, 410 relist, one handler call at a time per pod.
 
 Against a scripted API server (aiohttp) that records every request, so the resourceVersion each
-watch resumes from is checked, not assumed.
+watch resumes from is checked, not assumed. Time is fake (looptime): the back-off's steps take no
+real seconds. How each failure shape backs off: test_pod_watch_backoff.py.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from podmortem.operator.watching.pod_watch import (
     PodWatchSettings,
     event_lines,
 )
+
+pytestmark = pytest.mark.looptime
 
 
 def _pod(uid: str, rv: str, *, phase: str = "Running", followed: bool = True) -> dict[str, Any]:
@@ -84,7 +87,7 @@ async def served() -> AsyncIterator[tuple[Script, Connection]]:
 
 
 async def _until(check: Any, what: str) -> None:
-    for _ in range(500):
+    for _ in range(6000):  # a minute of fake time
         if check():
             return
         await asyncio.sleep(0.01)
@@ -102,10 +105,10 @@ async def test_lists_in_pages_resumes_each_watch_where_the_last_ended_and_lists_
         [_line("ERROR", {"kind": "Status", "code": 410, "reason": "Expired"})],
         [],
     ]
-    seen: list[tuple[str, str, bool]] = []
+    seen: list[tuple[str, str | None, bool]] = []
 
     async def handler(body: Mapping[str, Any], deleted: bool) -> None:
-        seen.append((body["metadata"]["uid"], body["metadata"]["resourceVersion"], deleted))
+        seen.append((body["metadata"]["uid"], body["metadata"].get("resourceVersion"), deleted))
 
     watches = PodWatches(connection=connection, namespaces=(), handler=handler,
                          accept=lambda pod: "podmortem.io/watch" in pod["metadata"]["annotations"],
@@ -113,7 +116,7 @@ async def test_lists_in_pages_resumes_each_watch_where_the_last_ended_and_lists_
     watches.start()
     try:
         await _until(lambda: script.lists == 2 and len(script.requests) >= 8, "a second list after the 410")
-        await _until(lambda: len(seen) == 7, "every event handled")
+        await _until(lambda: len(seen) == 8, "every event handled")
         assert watches.listed
     finally:
         await watches.stop()
@@ -123,7 +126,10 @@ async def test_lists_in_pages_resumes_each_watch_where_the_last_ended_and_lists_
     assert [r.get("watch") for r in script.requests[5:7]] == [None, None]  # the 410 lists again, paged
     assert seen[:5] == [("a", "5", False), ("b", "7", False), ("a", "11", False), ("c", "13", False),
                         ("b", "14", True)]
-    assert sorted(seen[5:]) == [("a", "5", False), ("b", "7", False)]  # the relist; "quiet" never
+    # The relist hands out what it has ("quiet" never), then c as deleted: it was added while
+    # watching and the relist does not have it (a tombstone: no resourceVersion, no containers).
+    assert sorted(seen[5:7]) == [("a", "5", False), ("b", "7", False)]
+    assert seen[7] == ("c", None, True)
 
 
 async def test_one_call_at_a_time_per_pod_and_the_latest_event_next() -> None:
@@ -232,17 +238,19 @@ async def test_an_object_the_filter_cannot_read_is_skipped_and_the_watch_goes_on
     watches = PodWatches(connection=connection, namespaces=(), handler=handler, accept=accept)
     watches.start()
     try:
-        await _until(lambda: "c" in seen, "the pod after the odd one handled")
+        await _until(lambda: "c" in seen and sum(r.get("watch") == "true" for r in script.requests) == 2,
+                     "the pod after the odd one handled, and the watch resumed after it")
     finally:
         await watches.stop()
     assert "odd" not in seen and "skipped the event of pod uid odd" in caplog.text
     assert [r.get("resourceVersion") for r in script.requests if r.get("watch")] == ["10", "12"]
 
 
-async def test_watches_that_end_with_no_event_back_off_doubling(
+async def test_watches_that_end_at_once_back_off_doubling_with_or_without_events(
     served: tuple[Script, Connection], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A proxy that cuts every watch at once must not make the operator spin on the API server."""
+    """A proxy that cuts every watch at once must not make the operator spin on the API server, and a
+    watch cut at once after an event is no healthier: only staying open resets the back-off."""
     script, connection = served
     script.watches = [[], [], [], [_line("ADDED", _pod("c", "12"))], []]
     caplog.set_level(logging.INFO, logger="podmortem.operator.watching.pod_watch")
@@ -251,14 +259,16 @@ async def test_watches_that_end_with_no_event_back_off_doubling(
         pass
 
     watches = PodWatches(connection=connection, namespaces=(), handler=handler, accept=lambda pod: True,
-                         settings=PodWatchSettings(backoff_s=0.01, backoff_max_s=0.02))
+                         settings=PodWatchSettings(backoff_s=0.01, backoff_max_s=0.02, backoff_jitter=0.0))
     watches.start()
     try:
         await _until(lambda: sum(r.get("watch") == "true" for r in script.requests) == 5, "five watches")
     finally:
         await watches.stop()
-    waits = [r.getMessage().rsplit(" ", 2)[-2] for r in caplog.records if "ended with no event" in r.message]
-    assert waits == ["0.01", "0.02", "0.02"]  # doubling to the most; the watch with an event resets it
+    waits = [r.getMessage().split("next request in ")[1].split(" ")[0] for r in caplog.records
+             if "next request in" in r.getMessage()]
+    assert waits == ["0.01", "0.02", "0.02", "0.02"]  # doubling to the most; the event did not reset it
+    assert "the watch ended after 0.0 s with 1 events" in caplog.text
 
 
 async def test_a_list_page_over_its_byte_budget_is_refused_and_retried(

@@ -10,14 +10,28 @@ What it keeps from kopf's contract:
 * a handler call per event, one at a time per pod (by uid); events that arrive meanwhile are
   merged into the latest one, as kopf's batching does;
 * events for other pods are handled concurrently;
-* a cut stream resumes from the last resourceVersion seen; ``410 Gone`` (the version is too old)
-  lists again; other failures back off (1 s doubling to 30 s) and resume;
+* a cut stream resumes from the last resourceVersion seen;
 * a handler's exception is logged and never stops the watch.
 
+What it does as client-go's reflector does, and kopf does not:
+
+* **A relist is a diff.** The watch remembers a little of each pod it handed out (uid, name,
+  namespace, phase: about 300 bytes, within :data:`MAX_KNOWN_BYTES`); a pod that a complete list no
+  longer has was deleted while the watch was down, and is handed out as deleted (its last known
+  name and phase, no containers), so its state is dropped.
+* **Back-off on every failure shape** (:mod:`.backoff`): an error, ``410 Gone`` on the watch or on
+  the list (list again), a watch that ended before :attr:`PodWatchSettings.healthy_watch_s` (with no
+  event, with one BOOKMARK, or with events), a resourceVersion that goes backwards (list again),
+  a list with more pages or time than its bound (an endless ``continue``: list again). After any of
+  them every request waits its step (1 s doubling to 30 s, plus up to as much again of jitter)
+  until a watch has stayed open for ``healthy_watch_s``.
+
 Lists are paged (``limit``, ``continue``) so a 10,000-pod list is never one 100 MB body. What the
-API server sends is held within a byte budget: a list page (:data:`MAX_PAGE_BYTES`, for a server
-that ignores ``limit``) and each watch event (:data:`MAX_EVENT_BYTES`); a longer one is a failure
-(back off, resume). As with kopf, a pod deleted while the watch was down is not reported as deleted.
+API server sends is held within budgets: a list page's text (:data:`MAX_PAGE_BYTES`, for a server
+that ignores ``limit``) is decoded item by item as it arrives (:mod:`.list_page`), never whole; each
+watch event and each list item is at most :data:`MAX_EVENT_BYTES`; and the decoded pods handed to
+handlers and not yet handled are at most :data:`MAX_HELD_BYTES` (estimated): the list and the watch
+wait for room. A page or event over its budget is a failure (back off, resume).
 """
 
 from __future__ import annotations
@@ -25,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,13 +48,28 @@ import aiohttp
 
 from podmortem.kube import clients
 from podmortem.kube.connection import Connection, list_path
+from podmortem.operator.watching import backoff, list_page
 
 logger = logging.getLogger(__name__)
 
-#: An event line longer than this ends the stream (etcd's default object limit is 1.5 MiB).
+#: An event line (or a list item) longer than this is a failure (etcd's default object limit is 1.5 MiB).
 MAX_EVENT_BYTES = 16 * 1024 * 1024
-#: A list page longer than this is refused: 500 pods of 500 KiB each (pods average a few KiB).
+#: A list page longer than this is refused: 500 pods of 500 KiB each (pods average a few KiB). It is
+#: the outer bound on what is read; what is held is bounded by :data:`MAX_HELD_BYTES` and one item.
 MAX_PAGE_BYTES = 256 * 1024 * 1024
+#: Pods handed to handlers and not yet handled, in estimated decoded bytes
+#: (:func:`.list_page.decoded_estimate`, 2 to 4 times what they hold): the list and the watch wait for
+#: room. 64 MiB is about 1,200 pods of 5 KiB of text (estimated at 11 times it; they decode to 3 or 4).
+MAX_HELD_BYTES = 64 * 1024 * 1024
+#: What the watch remembers of the pods it handed out, for the relist's diff: about 300 bytes a pod
+#: (counted as its strings' lengths plus 200), so 64 MiB is over 200,000 pods (Kubernetes supports
+#: 150,000 a cluster). Pods past it are not remembered: their deletion while the watch is down goes unseen.
+MAX_KNOWN_BYTES = 64 * 1024 * 1024
+_KNOWN_OVERHEAD = 200
+#: A uid longer than this (a real one is 36 characters) or a name longer than Kubernetes allows is
+#: not remembered.
+_MAX_UID = 64
+_MAX_NAME = 253
 
 Handler = Callable[[Mapping[str, Any], bool], Awaitable[None]]
 Filter = Callable[[Mapping[str, Any]], bool]
@@ -47,34 +77,73 @@ Filter = Callable[[Mapping[str, Any]], bool]
 
 @dataclass(frozen=True)
 class PodWatchSettings:
-    """How the pods are listed and watched."""
+    """How the pods are listed and watched, and how failures back off."""
 
     #: Pods per list page.
     page_size: int = 500
     #: The server ends each watch after this long (``timeoutSeconds``); it is then resumed.
     watch_timeout_s: int = 600
-    #: First wait after a failure; it doubles up to ``backoff_max_s``.
+    #: First back-off step after a failure; each next step doubles, up to ``backoff_max_s``.
     backoff_s: float = 1.0
     backoff_max_s: float = 30.0
+    #: Each step is lengthened by up to this fraction of itself, at random, so that operators cut off
+    #: together do not come back together (client-go's reflector uses 1.0).
+    backoff_jitter: float = 1.0
+    #: A watch that stayed open this long was healthy: the back-off is reset and the next watch starts
+    #: at once. A shorter one is a failure, whatever it brought (nothing, a BOOKMARK, events): a server
+    #: or proxy that ends every watch early must not be asked again at once. A quiet namespace's watch
+    #: brings nothing for its whole ``watch_timeout_s`` and is healthy. 30 s is many times a watch's
+    #: set-up, and a tenth of the least time a proxy's idle timeout is usually set to.
+    healthy_watch_s: float = 30.0
+    #: A list of more pages than this (an endless ``continue``) is a failure: back off and list again.
+    #: 400 pages of 500 pods are 200,000 pods, over the 150,000 Kubernetes supports in a cluster.
+    max_list_pages: int = 400
+    #: A list that takes longer than this, waits for handlers included, is a failure: back off and list
+    #: again. The API server's continue tokens expire after about 5 minutes (a 410) anyway.
+    max_list_s: float = 600.0
 
 
 class Gone(Exception):
     """The resourceVersion is too old (410): list again."""
 
 
+class WentBack(Exception):
+    """A watch event's resourceVersion is older than the one the watch had reached: list again."""
+
+
+class EndlessList(Exception):
+    """A list went on past its bound on pages or time (a ``continue`` that never ends): list again."""
+
+
+class ShortWatch(Exception):
+    """A watch ended before it had been healthy (open for ``healthy_watch_s``): back off, resume."""
+
+
 class PerObject:
-    """Runs ``handler`` for each object's events, one at a time per uid, latest event first."""
+    """Runs ``handler`` for each object's events, one at a time per uid, latest event first.
+
+    It counts the bytes it holds (as each :meth:`submit` states them): the bodies being handled and
+    the ones waiting; :meth:`room` waits until more fit.
+    """
 
     def __init__(self, handler: Handler, *, what: str = "pod") -> None:
         self._handler = handler
         self._what = what
         self._running: dict[str, asyncio.Task[None]] = {}
-        self._pending: dict[str, tuple[Mapping[str, Any], bool]] = {}
+        self._pending: dict[str, tuple[Mapping[str, Any], bool, int]] = {}
+        self._sizes: dict[str, int] = {}  # the size of the body each running call handles
+        self._freed = asyncio.Event()
+        #: Bytes of the bodies being handled and waiting, as submitted.
+        self.held = 0
 
-    def submit(self, uid: str, body: Mapping[str, Any], deleted: bool) -> None:
+    def submit(self, uid: str, body: Mapping[str, Any], deleted: bool, *, size: int = 0) -> None:
         if uid in self._running:
-            self._pending[uid] = (body, deleted)  # the handler sees the latest state next
+            replaced = self._pending.get(uid)
+            self.held += size - (replaced[2] if replaced is not None else 0)
+            self._pending[uid] = (body, deleted, size)  # the handler sees the latest state next
             return
+        self._sizes[uid] = size
+        self.held += size
         self._running[uid] = asyncio.get_running_loop().create_task(
             self._run(uid, body, deleted), name=f"podmortem-{self._what}-event-{uid}"
         )
@@ -82,6 +151,12 @@ class PerObject:
     @property
     def busy(self) -> int:
         return len(self._running)
+
+    async def room(self, size: int, limit: int) -> None:
+        """Wait until ``size`` more bytes fit within ``limit`` (or nothing is held: one body over it goes)."""
+        while self.held and self.held + size > limit:
+            self._freed.clear()
+            await self._freed.wait()
 
     async def _run(self, uid: str, body: Mapping[str, Any], deleted: bool) -> None:
         try:
@@ -95,12 +170,17 @@ class PerObject:
                 nxt = self._pending.pop(uid, None)
                 if nxt is None:
                     return
-                body, deleted = nxt
+                self.held -= self._sizes.get(uid, 0)
+                body, deleted, self._sizes[uid] = nxt
+                self._freed.set()
         finally:
             self._running.pop(uid, None)
+            self.held -= self._sizes.pop(uid, 0)
+            self._freed.set()
 
     async def close(self) -> None:
         """Cancel every handler call in progress and wait for them to end."""
+        self.held -= sum(size for _, _, size in self._pending.values())
         self._pending.clear()
         tasks = list(self._running.values())
         for task in tasks:
@@ -141,13 +221,19 @@ class PodWatch:
         self.accept = accept
         self.settings = settings or PodWatchSettings()
         self.objects = PerObject(handler)
+        s = self.settings
+        self.backoff = backoff.Backoff(first_s=s.backoff_s, max_s=s.backoff_max_s, jitter=s.backoff_jitter)
         #: Set once the first list has been handed out (readiness).
         self.listed = asyncio.Event()
         self._version: str | None = None
+        #: uid -> (name, namespace, phase) of each pod handed out and not deleted: the relist's diff.
+        self._known: dict[str, tuple[str, str, str]] = {}
+        self._known_bytes = 0
+        self._known_full_logged = False
+        self._why = ""
 
     async def run(self) -> None:
-        """List and watch until cancelled; a failure backs off and resumes."""
-        delay = self.settings.backoff_s
+        """List and watch until cancelled; every failure backs off (:mod:`.backoff`) and resumes."""
         refused = False
         try:
             while True:
@@ -156,31 +242,44 @@ class PodWatch:
                     refused = False
                     async with clients.aiohttp_session(access) as session:
                         if self._version is None:
+                            await self._step()
                             self._version = await self._list(session, access.server)
                             self.listed.set()
-                        events = await self._watch(session, access.server)
-                    if events:
-                        delay = self.settings.backoff_s
-                    else:  # a stream cut at once, again and again, must not spin: back off
-                        logger.info("pods at %s: the watch ended with no event; again in %.2f s", self.path,
-                                    delay)
-                        await asyncio.sleep(delay)
-                        delay = min(delay * 2, self.settings.backoff_max_s)
-                except Gone:
-                    logger.info("pods at %s: resourceVersion %s is gone; listing again", self.path,
-                                self._version)
+                        await self._step()
+                        await self._watch(session, access.server)
+                except (Gone, WentBack) as exc:
+                    why = str(exc) or (f"resourceVersion {self._version} is gone (410)" if self._version
+                                       else "the list was answered 410 Gone")
+                    self._failed(f"{why}; listing again", level=logging.INFO)
                     self._version = None
+                except (ShortWatch, EndlessList) as exc:
+                    self._failed(str(exc), level=logging.INFO)
                 except Exception as exc:  # whatever it was, the watch goes on: pods must not go unseen
                     refused = isinstance(exc, aiohttp.ClientResponseError) and exc.status == 401
                     expected = isinstance(exc, (aiohttp.ClientError, TimeoutError, OSError, ValueError))
-                    logger.warning("pods at %s: watch failed (%s: %s); again in %.0f s", self.path,
-                                   type(exc).__name__, exc, delay, exc_info=None if expected else exc)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, self.settings.backoff_max_s)
+                    self._failed(f"watch failed ({type(exc).__name__}: {exc})", level=logging.WARNING,
+                                 exc=None if expected else exc)
         finally:
             await self.objects.close()
 
-    def _dispatch(self, obj: Any, deleted: bool) -> None:
+    def _failed(self, why: str, *, level: int, exc: BaseException | None = None) -> None:
+        self.backoff.failed()
+        self._why = why
+        if exc is not None:
+            logger.warning("pods at %s: %s", self.path, why, exc_info=exc)
+        else:
+            logger.log(level, "pods at %s: %s", self.path, why)
+
+    async def _step(self) -> None:
+        """Wait the back-off's next step before a request if anything failed since the last healthy watch."""
+        delay = self.backoff.take()
+        if delay:
+            logger.info("pods at %s: next request in %.2f s (back-off step %d, after: %s)", self.path, delay,
+                        self.backoff.steps, self._why)
+            await asyncio.sleep(delay)
+
+    async def _hand_out(self, obj: Any, deleted: bool, size: int, listed: set[str] | None = None) -> None:
+        """Hand ``obj`` to the handler if accepted, once there is room; remember it for the relist's diff."""
         if not isinstance(obj, dict):
             return
         meta = obj.get("metadata")
@@ -192,55 +291,136 @@ class PodWatch:
         except Exception:  # one odd object must not stop the watch (it would resume at the same event)
             logger.exception("pods at %s: skipped the event of pod uid %s", self.path, uid[:64])
             return
-        if accepted:
-            self.objects.submit(uid, obj, deleted)
+        if not accepted or deleted:
+            self._forget(uid)
+        else:
+            self._remember(uid, obj)
+        if not accepted:
+            return
+        if listed is not None:
+            listed.add(uid)
+        await self.objects.room(size, MAX_HELD_BYTES)
+        self.objects.submit(uid, obj, deleted, size=size)
+
+    def _remember(self, uid: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        status = obj.get("status")
+        name, namespace = meta.get("name"), meta.get("namespace")
+        phase = status.get("phase") if isinstance(status, dict) else None
+        self._forget(uid)
+        if not (isinstance(name, str) and isinstance(namespace, str) and len(uid) <= _MAX_UID
+                and len(name) <= _MAX_NAME and len(namespace) <= _MAX_NAME):
+            return
+        phase = phase if isinstance(phase, str) and len(phase) <= _MAX_NAME else ""
+        cost = len(uid) + len(name) + len(namespace) + _KNOWN_OVERHEAD
+        if self._known_bytes + cost > MAX_KNOWN_BYTES:
+            if not self._known_full_logged:
+                self._known_full_logged = True
+                logger.warning("pods at %s: over %d pods known (%d bytes); the deletion of pods past them "
+                               "while the watch is down will go unseen", self.path, len(self._known),
+                               MAX_KNOWN_BYTES)
+            return
+        self._known[uid] = (name, sys.intern(namespace), sys.intern(phase))
+        self._known_bytes += cost
+
+    def _forget(self, uid: str) -> None:
+        known = self._known.pop(uid, None)
+        if known is not None:
+            self._known_bytes -= len(uid) + len(known[0]) + len(known[1]) + _KNOWN_OVERHEAD
+
+    async def _hand_out_unlisted(self, listed: set[str]) -> None:
+        """Hand out as deleted each pod known before a complete list that the list does not have."""
+        gone = [uid for uid in self._known if uid not in listed]
+        if gone:
+            logger.info("pods at %s: %d pods were deleted while the watch was down", self.path, len(gone))
+        for uid in gone:
+            name, namespace, phase = self._known[uid]
+            self._forget(uid)
+            # What is known of it, as client-go's DeletedFinalStateUnknown: no containers (their end is
+            # not known, so nothing is reported of them), the last phase seen (a status that mirrors
+            # it is not rewritten).
+            body: dict[str, Any] = {"metadata": {"uid": uid, "name": name, "namespace": namespace}}
+            if phase:
+                body["status"] = {"phase": phase}
+            await self.objects.room(_KNOWN_OVERHEAD, MAX_HELD_BYTES)
+            self.objects.submit(uid, body, True, size=_KNOWN_OVERHEAD)
 
     async def _list(self, session: aiohttp.ClientSession, server: str) -> str:
-        """Hand out every pod, page by page: the list's resourceVersion."""
+        """Hand out every pod, page by page, then the pods gone since: the list's resourceVersion."""
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         token = ""
-        while True:
-            params = {"limit": str(self.settings.page_size)}
+        listed: set[str] = set()
+        for _ in range(s.max_list_pages):
+            left = s.max_list_s - (loop.time() - started)
+            if left <= 0:
+                raise EndlessList(f"the list took over {s.max_list_s:.0f} s; listing again")
+            params = {"limit": str(s.page_size)}
             if token:
                 params["continue"] = token
             async with session.get(server + self.path, params=params,
                                    headers={"Accept": "application/json"},
-                                   timeout=aiohttp.ClientTimeout(total=120)) as response:
+                                   timeout=aiohttp.ClientTimeout(total=left, sock_read=120)) as response:
                 await _raise_for(response)
-                page = json.loads(await _read_bounded(response, MAX_PAGE_BYTES, what="a pod list page"))
-            for item in page.get("items") or ():
-                self._dispatch(item, False)
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or ""
+                page = list_page.ListPage(limit=MAX_PAGE_BYTES, item_limit=MAX_EVENT_BYTES)
+                async for item, size in page.items(response.content.iter_any()):
+                    await self._hand_out(item, False, size, listed)
+            token = page.metadata.get("continue") or ""
+            if not isinstance(token, str):
+                raise ValueError(f"a pod list page's continue is not a string: {token!r:.100}")
             if not token:
-                return str(meta.get("resourceVersion") or "")
+                await self._hand_out_unlisted(listed)
+                return str(page.metadata.get("resourceVersion") or "")
+        raise EndlessList(f"the list went on past {s.max_list_pages} pages; listing again")
 
-    async def _watch(self, session: aiohttp.ClientSession, server: str) -> int:
-        """One watch from the last version, until the server ends it: the events it brought."""
+    async def _watch(self, session: aiohttp.ClientSession, server: str) -> None:
+        """One watch from the last version, until the server ends it; ShortWatch if it was not healthy."""
         timeout_s = self.settings.watch_timeout_s
         params = {"watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_s)}
         if self._version:
             params["resourceVersion"] = self._version
-        async with session.get(server + self.path, params=params, headers={"Accept": "application/json"},
-                               timeout=aiohttp.ClientTimeout(sock_read=timeout_s + 60)) as response:
-            await _raise_for(response)
-            events = 0
-            async for line in event_lines(response.content.iter_any()):
-                events += 1
-                event = json.loads(line)
-                kind = event.get("type")
-                obj = event.get("object")
-                if kind == "ERROR":
-                    code = obj.get("code") if isinstance(obj, dict) else None
-                    if code == 410:
-                        raise Gone()
-                    raise ValueError(f"watch error: {json.dumps(obj)[:300]}")
-                meta = obj.get("metadata") if isinstance(obj, dict) else None
-                version = meta.get("resourceVersion") if isinstance(meta, dict) else None
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._dispatch(obj, kind == "DELETED")
-                if isinstance(version, str) and version:
-                    self._version = version  # BOOKMARK events carry only this
-        return events
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        events = 0
+        try:
+            async with session.get(server + self.path, params=params, headers={"Accept": "application/json"},
+                                   timeout=aiohttp.ClientTimeout(sock_read=timeout_s + 60)) as response:
+                await _raise_for(response)
+                async for line in event_lines(response.content.iter_any()):
+                    events += 1
+                    event = json.loads(line)
+                    kind = event.get("type")
+                    obj = event.get("object")
+                    if kind == "ERROR":
+                        code = obj.get("code") if isinstance(obj, dict) else None
+                        if code == 410:
+                            raise Gone()
+                        raise ValueError(f"watch error: {json.dumps(obj)[:300]}")
+                    meta = obj.get("metadata") if isinstance(obj, dict) else None
+                    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+                    if isinstance(version, str) and _older(version, self._version):
+                        raise WentBack(f"the resourceVersion went back from {self._version} to {version:.40}")
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        await self._hand_out(obj, kind == "DELETED", list_page.decoded_estimate(line))
+                    if isinstance(version, str) and version:
+                        self._version = version  # BOOKMARK events carry only this
+        finally:
+            lasted = loop.time() - started
+            if lasted >= self.settings.healthy_watch_s:
+                self.backoff.healthy()
+        if lasted < self.settings.healthy_watch_s:
+            raise ShortWatch(f"the watch ended after {lasted:.1f} s with {events} events")
+
+
+def _older(version: str, than: str | None) -> bool:
+    """Whether ``version`` is before ``than``; resourceVersions are compared only where both are integers
+    (etcd's revisions; the API calls them opaque, so others are never judged)."""
+    if not than or not (version.isascii() and version.isdecimal() and than.isascii() and than.isdecimal()):
+        return False
+    if len(version) > 32 or len(than) > 32:
+        return False
+    return int(version) < int(than)
 
 
 class PodWatches:
@@ -273,16 +453,6 @@ class PodWatches:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-
-
-async def _read_bounded(response: aiohttp.ClientResponse, limit: int, *, what: str) -> bytes:
-    """The whole body, or ValueError as soon as it is over ``limit`` bytes."""
-    body = bytearray()
-    async for chunk in response.content.iter_any():
-        body += chunk
-        if len(body) > limit:
-            raise ValueError(f"{what} is over {limit} bytes; lower the page size")
-    return bytes(body)
 
 
 async def _raise_for(response: aiohttp.ClientResponse) -> None:
