@@ -47,7 +47,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from podmortem import startup_gc
+from podmortem import startup_gc, tls_buffers
 from podmortem.logs.settings import FollowSettings
 
 # Everything the operator runs is imported before the baseline, so the baseline holds the code
@@ -146,6 +146,7 @@ def measure(args: argparse.Namespace) -> int:
                 logging.getLogger().addHandler(backoffs)
             startup_gc.freeze()  # as `podmortem operator` does after its imports
             startup_gc.set_thresholds()
+            tls_buffers.shrink()  # as `podmortem operator` does (the emulated cluster is plain HTTP)
             base = rss_bytes()
             if args.tracemalloc:
                 tracemalloc.start(1)

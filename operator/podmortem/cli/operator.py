@@ -547,7 +547,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"podmortem operator: {exc}", file=sys.stderr)
         return 2
 
-    from podmortem import open_files, startup_gc
+    from podmortem import open_files, startup_gc, tls_buffers
     from podmortem.kube import config as kube_config
     from podmortem.operator.watching import run as runtime
 
@@ -569,6 +569,7 @@ def run(args: argparse.Namespace) -> int:
     open_files.raise_and_log()
     startup_gc.freeze()
     startup_gc.set_thresholds()
+    tls_buffers.shrink()  # one log stream per pod, each a TLS connection: 16 KiB each, not 256
     try:
         asyncio.run(runtime.run_operator(settings=settings, access=access))
     except runtime.LeadershipLost as exc:
