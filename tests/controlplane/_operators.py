@@ -12,10 +12,14 @@ server's own audit log (:meth:`ControlPlane.audit`).
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import http.server
+import json
 import os
 import signal
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -280,3 +284,107 @@ class Relay:
     def close(self) -> None:
         self._server.close()
         self.cut()
+
+
+class LeaseHold:
+    """A validating admission webhook that holds the operator's Lease writes at the API server.
+
+    The API server calls it between reading the stored Lease and writing it: a write held here while
+    another lands behind it fails the API server's compare-and-swap, and the held request is answered
+    ``409 Conflict`` by the API server itself (its own message and body), as in a real race. It only
+    sees the release's ServiceAccount's Lease writes of the operation it was armed for (a
+    ``matchConditions`` on the user), and holds nothing until :meth:`arm` is called.
+    """
+
+    def __init__(self, plane: ControlPlane, release: Release, tmp: Path) -> None:
+        from tests.controlplane.pki import Authority
+
+        self.plane = plane
+        authority = Authority("podmortem-test-webhook-ca")
+        cert, key = authority.issue("127.0.0.1", names=("127.0.0.1",))
+        (tmp / "webhook.crt").write_bytes(cert)
+        (tmp / "webhook.key").write_bytes(key)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tmp / "webhook.crt", tmp / "webhook.key")
+        self._cond = threading.Condition()
+        self._operation = ""
+        self._want = 0
+        self._auto = False
+        self._released = True
+        #: (operation, holderIdentity) of each write held so far.
+        self.held: list[tuple[str, str]] = []
+        hold = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                request = review["request"]
+                hold._admit(request["operation"],
+                            str(((request.get("object") or {}).get("spec") or {}).get("holderIdentity")))
+                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                   "response": {"uid": request["uid"], "allowed": True}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        threading.Thread(target=self._server.serve_forever, name="lease-hold", daemon=True).start()
+        self.name = f"{release.name}-lease-hold"
+        plane.apply({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": self.name},
+            "webhooks": [{
+                "name": "hold.leases.podmortem.test",
+                "clientConfig": {"url": f"https://127.0.0.1:{self._server.server_address[1]}/hold",
+                                 "caBundle": base64.b64encode(authority.pem).decode()},
+                "rules": [{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"],
+                           "operations": ["CREATE", "UPDATE"], "resources": ["leases"],
+                           "scope": "Namespaced"}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": release.namespace}},
+                "matchConditions": [{"name": "the-operator-only",
+                                     "expression": f"request.userInfo.username == '{release.user}'"}],
+                "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 30,
+                "failurePolicy": "Fail",
+            }],
+        })
+
+    def _admit(self, operation: str, holder: str) -> None:
+        with self._cond:
+            if self._released or operation != self._operation:
+                return
+            self.held.append((operation, holder))
+            if self._auto and len(self.held) >= self._want:
+                self._released = True
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._released, timeout=25)
+
+    def arm(self, operation: str, count: int = 1, *, together: bool = False) -> None:
+        """Hold the next writes of ``operation`` (CREATE, UPDATE: a patch is an UPDATE) until
+        :meth:`release`; ``together``: until ``count`` of them are held, then let them all go at once."""
+        with self._cond:
+            self._operation, self._want, self._auto = operation, count, together
+            self._released, self.held = False, []
+
+    def wait_held(self, count: int, *, timeout: float = 60) -> list[tuple[str, str]]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self.held) >= count, timeout=timeout):
+                raise AssertionError(f"{count} Lease write(s) never reached the webhook; held {self.held}")
+            return list(self.held)
+
+    def release(self) -> None:
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        self.release()
+        self.plane.run("kubectl", "delete", "validatingwebhookconfiguration", self.name, "--ignore-not-found",
+                       check=False)
+        self._server.shutdown()
+        self._server.server_close()
