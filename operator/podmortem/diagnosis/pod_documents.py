@@ -31,8 +31,30 @@ _API_WORDS = frozenset({
 })
 
 
+#: Flow collections (``[`` and ``{``) open at once in a YAML text, at most: kubectl writes a pod in
+#: block style, with flow style for a few short values only. PyYAML's scanner re-checks every open
+#: level on each token, so 2 KiB of ``[`` took half a second (found by bench/fuzz.py).
+MAX_FLOW_DEPTH = 64
+_FLOW = re.compile(r"[\[\]{}]")
+
+
+def _flow_depth(text: str) -> int:
+    """How many flow brackets are open at most, quotes not told apart (linear, and cheap on a pod's YAML)."""
+    depth = deepest = 0
+    for m in _FLOW.finditer(text):
+        if m.group() in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_FLOW_DEPTH:
+                    break
+        elif depth:
+            depth -= 1
+    return deepest
+
+
 def _yaml_documents(text: str) -> list[Any]:
-    """The YAML documents of a text, refusing aliases (`_no_alias_loader`)."""
+    """The YAML documents of a text, refusing aliases (`_no_alias_loader`) and deep flow nesting."""
     try:
         import yaml
     except ImportError as exc:
@@ -40,6 +62,9 @@ def _yaml_documents(text: str) -> list[Any]:
             "reading YAML needs PyYAML (pip install pyyaml, or podmortem[operator]); "
             "or give the pod as JSON: kubectl get pod POD -o json"
         ) from exc
+    if _flow_depth(text) > MAX_FLOW_DEPTH:
+        raise BadInput(f"not read as YAML: brackets nested over {MAX_FLOW_DEPTH} deep (kubectl writes a pod "
+                       "in block style)")
     try:
         return [_plain(doc) for doc in yaml.load_all(text, Loader=_no_alias_loader()) if doc is not None]
     except yaml.YAMLError as exc:
