@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-
 #: Inputs not counted for the slowest: the first calls pay for imports and caches filled once.
 WARM_UP = 100
 
