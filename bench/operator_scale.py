@@ -324,7 +324,7 @@ class WarningLog(logging.Handler):
 class ServerSide:
     """What the API server counts (its /metrics) and each component's CPU and RSS, at one moment."""
 
-    def __init__(self, metrics_text: str, usage: dict[str, tuple[float, int]]) -> None:
+    def __init__(self, metrics_text: str, usage: dict[str, tuple[float, int, int]]) -> None:
         import real_cluster
 
         self.requests = real_cluster.request_counts(metrics_text)
@@ -360,10 +360,10 @@ def _print_server_side(before: ServerSide, after: ServerSide, *, pods: int, star
     print(f"  APF rejected (429): {', '.join(f'{n:.0f} {k}' for k, n in rejected.items()) or 'none'}; "
           f"responses with code 429: {sum(n for k, n in requests.items() if k.endswith(' 429')) or 'none'}")
     print(f"control plane over start-up ({wall:.1f} s):")
-    for name, (cpu1, rss1) in after.usage.items():
-        cpu0 = before.usage.get(name, (cpu1, 0))[0]
+    for name, (cpu1, rss1, fds1) in after.usage.items():
+        cpu0 = before.usage.get(name, (cpu1, 0, 0))[0]
         print(f"  {name:24} CPU {cpu1 - cpu0:6.1f} s ({100 * (cpu1 - cpu0) / wall:5.1f} % of a core); "
-              f"RSS {rss1 / 2**20:7.1f} MiB")
+              f"RSS {rss1 / 2**20:7.1f} MiB; {fds1:,} descriptors")
 
 
 def _print_operator_backoffs(handles: runtime.Running, uids: list[str], log: WarningLog) -> None:
@@ -402,8 +402,8 @@ def _idle_real(args: argparse.Namespace, handles: runtime.Running, cluster: Real
           f"{100 * cpu / wall:.1f} % of one core ({1e6 * cpu / wall / args.pods:.0f} µs/s per pod); "
           f"{lines} lines stored ({lines / wall:.0f}/s), {reconnects} reconnects")
     print("  control plane: " + "; ".join(
-        f"{name} {100 * (c1 - server0.usage.get(name, (c1, 0))[0]) / wall:.1f} % of a core"
-        for name, (c1, _) in server1.usage.items()))
+        f"{name} {100 * (c1 - server0.usage.get(name, (c1, 0, 0))[0]) / wall:.1f} % of a core"
+        for name, (c1, _, _) in server1.usage.items()))
     import real_cluster
 
     print(f"  API requests during the idle window (API server's count): "

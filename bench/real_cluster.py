@@ -91,8 +91,8 @@ def parse_metrics(text: str, names: Iterable[str]) -> list[tuple[str, dict[str, 
     return out
 
 
-def proc_usage(pid: int) -> tuple[float, int]:
-    """A process's CPU seconds (user + system) and RSS in bytes, from /proc."""
+def proc_usage(pid: int) -> tuple[float, int, int]:
+    """A process's CPU seconds (user + system), RSS in bytes and open descriptors, from /proc."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
@@ -102,7 +102,11 @@ def proc_usage(pid: int) -> tuple[float, int]:
         for line in f:
             if line.startswith("VmRSS:"):
                 rss = int(line.split()[1]) * 1024
-    return cpu, rss
+    try:
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        fds = -1
+    return cpu, rss, fds
 
 
 class Poster:
@@ -299,8 +303,8 @@ class RealCluster:
         assert status == 200 and isinstance(body, str), status
         return body
 
-    def usage(self) -> dict[str, tuple[float, int]]:
-        """CPU seconds and RSS bytes of each component's process."""
+    def usage(self) -> dict[str, tuple[float, int, int]]:
+        """CPU seconds, RSS bytes and open descriptors of each component's process."""
         out = {}
         for name in COMPONENTS:
             comp = self.plane.components.get(name)
@@ -311,7 +315,7 @@ class RealCluster:
     def stats(self) -> tuple[float, dict[str, int]]:
         """As the emulated cluster's: the control plane's CPU seconds, and the API requests served
         (completed ones, by verb and resource, from ``apiserver_request_total``)."""
-        cpu = sum(c for c, _ in self.usage().values())
+        cpu = sum(c for c, _, _ in self.usage().values())
         return cpu, request_counts(self.metrics_text())
 
     def close(self) -> None:
