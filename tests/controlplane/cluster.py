@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -33,13 +32,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-
+from tests.cli import entrypoints
 from tests.controlplane.pki import Authority, Files, write_pki
 
 T = TypeVar("T")
@@ -108,9 +107,12 @@ def missing_binaries() -> list[str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port, never one this test process handed out before (``tests.cli.entrypoints``' registry).
+
+    Another process may still bind it before the component does: :meth:`ControlPlane.start` then
+    starts over with new ports.
+    """
+    return entrypoints.free_port()
 
 
 class ControlPlaneError(RuntimeError):
@@ -201,10 +203,23 @@ class ControlPlane:
 
     # -- start and stop ----------------------------------------------------------------------
 
+    #: Starts tried when a component finds its port taken between our pick and its bind.
+    START_ATTEMPTS = 3
+
     def start(self) -> ControlPlane:
         missing = missing_binaries()
         if missing:
             raise ControlPlaneError(f"not built: {', '.join(missing)} (run hack/control-plane/build.sh)")
+        for attempt in range(1, self.START_ATTEMPTS + 1):
+            try:
+                return self._start_once()
+            except ControlPlaneError as exc:
+                if "address already in use" not in str(exc) or attempt == self.START_ATTEMPTS:
+                    raise
+                shutil.rmtree(self.root / "etcd", ignore_errors=True)
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> ControlPlane:
         self.root.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
         self._authority = Authority()
@@ -259,6 +274,10 @@ class ControlPlane:
             self.add_nodes(self.nodes)
             self._wait(self._default_service_account, what="the default ServiceAccount",
                        component="kube-controller-manager", timeout=60)
+            for comp in self.components.values():
+                if not comp.alive():
+                    code = comp.proc.returncode if comp.proc else None
+                    raise ControlPlaneError(f"{comp.name} exited {code} during start:\n{comp.tail()}")
         except BaseException:
             self.stop()
             raise
@@ -656,10 +675,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         print(f"export KUBECONFIG={plane.admin_kubeconfig} PATH={plane.bin}:$PATH", file=sys.stderr)
         print(plane.admin_kubeconfig, flush=True)
-        try:
+        with suppress(KeyboardInterrupt):
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
-        except KeyboardInterrupt:
-            pass
     return 0
 
 
