@@ -26,8 +26,10 @@ ANNOTATION_MAX_BYTES = 256 << 10
 #: (``evidence.workingSet.points[i][j]``); a much deeper one is an edit, and Python's JSON
 #: parser and ``str()`` recurse (RecursionError at about 1,000 levels).
 MAX_DEPTH = 32
-#: The largest integer read back: Kubernetes keeps JSON integers as int64; a bigger one (Python
-#: parses any) would overflow a float where the page scales or formats it.
+#: Integers read back lie in int64, ``-MAX_INT`` to ``MAX_INT - 1``: what Kubernetes keeps as an
+#: integer (the real API server turns 2**63 into the float 9223372036854775808.0, so a report holding
+#: it would not read back as written); a bigger one (Python parses any) would overflow a float where
+#: the page scales or formats it.
 MAX_INT = 1 << 63
 
 
@@ -82,7 +84,7 @@ def checked(document: object) -> dict[str, Any]:
         elif isinstance(value, bool) or value is None:
             size += 5
         elif isinstance(value, int):
-            if abs(value) > MAX_INT:
+            if not -MAX_INT <= value < MAX_INT:
                 raise Unreadable("a number beyond 64 bits")
             size += 20
         elif isinstance(value, float):
