@@ -206,3 +206,21 @@ def test_uninstall_leaves_only_the_crd(control_plane: ControlPlane, release_name
                 # knew it) and, stopping, releases it without deleting it (its Role grants no delete).
                 f"Lease {namespace}/podmortem-operator"]
     assert left == expected, left
+
+
+def test_the_readmes_example_trainingjob_is_accepted(control_plane: ControlPlane, namespace: str) -> None:
+    """``kubectl apply -f examples/trainingjob.yaml`` (the README's step 3) against the chart's CRD:
+    its ``logRetention: 14d,2Gi`` (an age and a size, which the operator parses) was refused by the
+    CRD's pattern; a retention in words still is."""
+    cp = control_plane
+    crd = str(rel.CHART / "crds" / "trainingjob.yaml")
+    cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", crd)
+    cp.kubectl("wait", "--for=condition=Established", "crd/trainingjobs.podmortem.io", "--timeout=60s")
+    example = (rel.CHART.parents[1] / "examples" / "trainingjob.yaml").read_text()
+    assert "logRetention: 14d,2Gi" in example
+    cp.kubectl("apply", "--dry-run=server", "--validate=strict", "-n", namespace, "-f", "-",
+               input=example.replace("namespace: default", f"namespace: {namespace}"))
+    words = cp.run("kubectl", "apply", "--dry-run=server", "--validate=strict", "-n", namespace, "-f", "-",
+                   input=example.replace("namespace: default", f"namespace: {namespace}")
+                   .replace("14d,2Gi", "one week"), check=False)
+    assert words.returncode != 0 and "spec.logRetention" in words.stderr, words.stderr
