@@ -10,9 +10,16 @@ mount's root in the same terms (relative to the reader's cgroup namespace) as
 ``/proc/<pid>/cgroup`` gives the process's cgroup, so the cgroup's place under
 the mount is the one path less the other.
 
-The directory is opened once and read through ``/proc/self/fd/<fd>`` from then on:
+The directory is opened once and its files are opened relative to it from then on:
 after the trainer's last process exits, ``/proc/<pid>/root`` is gone, but the open
 directory still reads the cgroup's final numbers until the runtime removes it.
+
+That mount is the trainer's, and a trainer able to make a user namespace controls it
+(docs/sidecar.md, "Trust model"). So on the real /proc (``verify``) the directory must be on a
+cgroup filesystem and list the trainer's pid in its ``cgroup.procs`` (a process is in exactly one
+cgroup of a hierarchy, so that is the trainer's own cgroup, not the sidecar's nor a made-up one),
+and every file is read by `podmortem.sidecar.untrusted_files`: a regular file on a cgroup
+filesystem, on the directory's own mount, non-blocking, within `MAX_FILE_BYTES`.
 """
 
 from __future__ import annotations
@@ -24,11 +31,19 @@ from pathlib import Path
 
 from podmortem.cgroups import hostfs
 from podmortem.errors import PodmortemError
+from podmortem.sidecar import untrusted_files
 from podmortem.sidecar.container import MemoryCgroupLine
 
 #: Where container runtimes mount the cgroup tree (v1: one directory per controller below it).
 DEFAULT_MOUNTS = {1: "/sys/fs/cgroup/memory", 2: "/sys/fs/cgroup"}
 _OCTAL = re.compile(r"\\([0-7]{3})")
+#: Bytes read of one cgroup file: memory.stat is about 1.5 KiB, the others a line or a few.
+MAX_FILE_BYTES = 16 * 1024
+#: Bytes read of cgroup.procs to find the trainer's pid in it (8 bytes a pid: 130,000 pids).
+MAX_PROCS_BYTES = 1024 * 1024
+#: Bytes read of a process's mountinfo (a mount namespace the trainer may fill with mounts).
+MAX_MOUNTINFO_BYTES = 1024 * 1024
+V1_UNLIMITED = 1 << 62
 
 
 class CgroupUnreachable(PodmortemError):
@@ -92,7 +107,8 @@ def locate(proc_root: Path, pid: int, line: MemoryCgroupLine) -> Path:
     """
     root = proc_root / str(pid) / "root"
     try:
-        mounts = parse_mountinfo((proc_root / str(pid) / "mountinfo").read_text(errors="replace"))
+        with open(proc_root / str(pid) / "mountinfo", "rb") as info:
+            mounts = parse_mountinfo(info.read(MAX_MOUNTINFO_BYTES).decode("utf-8", "replace"))
     except OSError:
         mounts = []
     for mount in mounts:
@@ -108,24 +124,49 @@ def locate(proc_root: Path, pid: int, line: MemoryCgroupLine) -> Path:
     return full if full.is_dir() else base
 
 
+def _int(text: str | None) -> int | None:
+    value = (text or "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def _limit(text: str | None, version: hostfs.CgroupVersion) -> int | None:
+    value = _int(text)
+    return None if value is None or (version == 1 and value >= V1_UNLIMITED) else value
+
+
+def _key(text: str | None, key: str) -> int | None:
+    for row in (text or "").splitlines():
+        name, _, value = row.partition(" ")
+        if name == key:
+            return _int(value)
+    return None
+
+
 class OpenCgroup:
     """The trainer's memory cgroup, held open as a directory; read with `read` until it is removed."""
 
-    def __init__(self, fd: int, version: hostfs.CgroupVersion, path: str, where: Path) -> None:
+    def __init__(
+        self, fd: int, version: hostfs.CgroupVersion, path: str, where: Path, *, verify: bool = False
+    ) -> None:
         self._fd = fd
         self.version: hostfs.CgroupVersion = version
         #: As the sidecar saw it in /proc/<pid>/cgroup.
         self.path = path
         #: Where it was opened (for messages).
         self.where = where
-        self._hierarchy = hostfs.MemoryHierarchy(Path(f"/proc/self/fd/{fd}"), version)
+        #: Files must be the kernel's cgroup files (the real /proc; off for test trees of plain files).
+        self.verify = verify
+        self._mount = untrusted_files.mount_id(fd) if verify else None
 
     @classmethod
-    def open(cls, proc_root: Path, pid: int, line: MemoryCgroupLine) -> OpenCgroup:
-        """Open ``pid``'s memory cgroup; raise `CgroupUnreachable` with the reason."""
+    def open(cls, proc_root: Path, pid: int, line: MemoryCgroupLine, *, verify: bool = False) -> OpenCgroup:
+        """Open ``pid``'s memory cgroup; raise `CgroupUnreachable` with the reason.
+
+        ``verify``: the directory must be on a cgroup filesystem and list ``pid`` in cgroup.procs.
+        """
         where = locate(proc_root, pid, line)
         try:
-            fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except PermissionError as exc:
             raise CgroupUnreachable(
                 f"{where}: {exc.strerror} (the sidecar must run as the trainer's user, and the trainer "
@@ -133,34 +174,63 @@ class OpenCgroup:
             ) from exc
         except OSError as exc:
             raise CgroupUnreachable(f"{where}: {exc.strerror or exc}") from exc
-        opened = cls(fd, line.version, line.path, where)
-        if not opened.has_memory_files():
+        opened = cls(fd, line.version, line.path, where, verify=verify)
+        try:
+            if verify:
+                untrusted_files.check_directory(fd)
+                procs = opened._text("cgroup.procs", MAX_PROCS_BYTES)
+                if str(pid) not in procs.split():
+                    raise CgroupUnreachable(
+                        f"{where}: its cgroup.procs does not list pid {pid}: not the trainer's cgroup")
+            if opened._maybe("memory.stat") is None:
+                raise CgroupUnreachable(f"{where} has no memory.stat: not a memory cgroup")
+        except CgroupUnreachable:
             opened.close()
-            raise CgroupUnreachable(f"{where} has no memory.stat: not a memory cgroup")
+            raise
+        except OSError as exc:
+            opened.close()
+            raise CgroupUnreachable(f"{where}: {exc}") from exc
         return opened
 
-    def has_memory_files(self) -> bool:
-        return os.path.exists(f"/proc/self/fd/{self._fd}/memory.stat")
+    def _text(self, name: str, max_bytes: int = MAX_FILE_BYTES) -> str:
+        """One file of the cgroup; OSError (`untrusted_files.FileRefused` too) when it cannot be read."""
+        return untrusted_files.read_bounded(
+            self._fd, name, max_bytes=max_bytes, cgroupfs=self.verify, dir_mount=self._mount
+        )
+
+    def _maybe(self, name: str) -> str | None:
+        """One file, None where this kernel has none; refusals and other errors raise."""
+        try:
+            return self._text(name)
+        except FileNotFoundError:
+            return None
 
     def read(self) -> hostfs.CgroupReading:
-        """usage, peak, limit, memory.stat and the OOM-kill counter; raises OSError once it is removed."""
-        return hostfs.read_cgroup(self._hierarchy, "/")
+        """usage, peak, limit, memory.stat and the OOM-kill counter; raises OSError once it is removed
+        (or a file is refused: `untrusted_files.FileRefused`)."""
+        stat = self._text("memory.stat")
+        if self.version == 1:
+            usage, peak = self._maybe("memory.usage_in_bytes"), self._maybe("memory.max_usage_in_bytes")
+            limit, oom = self._maybe("memory.limit_in_bytes"), self._maybe("memory.oom_control")
+        else:
+            usage, peak = self._maybe("memory.current"), self._maybe("memory.peak")
+            limit, oom = self._maybe("memory.max"), self._maybe("memory.events")
+        return hostfs.CgroupReading(
+            usage_bytes=_int(usage),
+            peak_bytes=_int(peak),
+            limit_bytes=_limit(limit, self.version),
+            stat_text=stat,
+            oom_kill_count=_key(oom, "oom_kill"),
+        )
 
     def limit_hits(self) -> int | None:
         """How often a charge hit the limit: memory.failcnt (v1), ``max`` of memory.events (v2)."""
-        name, key = ("memory.failcnt", None) if self.version == 1 else ("memory.events", "max")
         try:
-            text = (self._hierarchy.root / name).read_text()
+            if self.version == 1:
+                return _int(self._text("memory.failcnt"))
+            return _key(self._text("memory.events"), "max")
         except OSError:
             return None
-        if key is None:
-            value = text.strip()
-            return int(value) if value.isdigit() else None
-        for row in text.splitlines():
-            name_, _, value = row.partition(" ")
-            if name_ == key and value.strip().isdigit():
-                return int(value)
-        return None
 
     def close(self) -> None:
         if self._fd >= 0:

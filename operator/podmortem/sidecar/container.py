@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,9 @@ logger = logging.getLogger("podmortem.sidecar")
 
 #: The name of the pod sandbox's pid 1 (the kubelet's pause image).
 PAUSE_COMM = "pause"
+#: Processes whose name and state are read at one look (to leave zombies out, to find the trainer by
+#: name): beyond that, the cost of a look would grow with a count the trainer chooses.
+DETAIL_MAX = 256
 
 
 @dataclass(frozen=True)
@@ -83,12 +88,62 @@ def parent_if_running(proc_root: Path, pid: int) -> int | None:
     return int(fields[1])
 
 
+class ListingFailed(OSError):
+    """The pod's /proc could not be listed: nothing may be concluded about which processes run."""
+
+
 def list_pids(proc_root: Path) -> list[int]:
+    """Every pid in ``proc_root``, lowest first; raises `ListingFailed` (never an empty list for an error:
+    "no process runs" is concluded only from a listing that was read)."""
     try:
         names = os.listdir(proc_root)
-    except OSError:
-        return []
+    except OSError as exc:
+        raise ListingFailed(exc.errno, f"cannot list {proc_root}: {exc.strerror or exc}") from exc
     return sorted(int(name) for name in names if name.isdigit())
+
+
+class PidIndex:
+    """pid → its memory cgroup, for the pids of the latest listing, kept from one look to the next.
+
+    A process's cgroup is read once, not at every look: at 20,000 processes that is the difference
+    between 20,000 reads a look and the few new pids since the last. At most ``per_look`` new pids are
+    read in one look, and none once ``budget_s`` has passed; the rest are `pending` (not known yet), and
+    while any is pending the container is not concluded gone. Memory: one entry per pid of the pod
+    (about 100 bytes), the cgroup lines themselves shared.
+    """
+
+    def __init__(self, *, per_look: int = 4096, budget_s: float = 0.05,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_look = per_look
+        self.budget_s = budget_s
+        self._clock = clock
+        self._lines: dict[int, MemoryCgroupLine | None] = {}
+        self._shared: dict[MemoryCgroupLine, MemoryCgroupLine] = {}
+        #: Pids of the latest listing whose cgroup was not read yet (over the bound).
+        self.pending = 0
+
+    def update(self, proc_root: Path, pids: list[int]) -> None:
+        listed = set(pids)
+        for gone in [p for p in self._lines if p not in listed]:
+            del self._lines[gone]
+        deadline = self._clock() + self.budget_s
+        read = pending = 0
+        for pid in pids:
+            if pid in self._lines:
+                continue
+            if read >= self.per_look or (read % 32 == 31 and self._clock() > deadline):
+                pending += 1
+                continue
+            line = process_cgroup(proc_root, pid)
+            read += 1
+            self._lines[pid] = None if line is None else self._shared.setdefault(line, line)
+        self.pending = pending
+
+    def line(self, pid: int) -> MemoryCgroupLine | None:
+        return self._lines.get(pid)
+
+    def __len__(self) -> int:
+        return len(self._lines)
 
 
 @dataclass(frozen=True)
@@ -114,55 +169,96 @@ class Container:
     comms: dict[int, str] = field(default_factory=dict, compare=False)
     #: pid -> its parent's pid.
     parents: dict[int, int] = field(default_factory=dict, compare=False)
+    #: Whether every pid of the listing was classified (none `PidIndex.pending`): only then does an empty
+    #: ``pids`` mean that none of the container's processes runs.
+    complete: bool = True
+    #: Whether zombies were told apart (``pids`` then holds running processes only): at most
+    #: `DETAIL_MAX` processes have their state read at a look.
+    detailed: bool = True
 
 
 def _inside(path: str, cgroup: str) -> bool:
     return path == cgroup or path.startswith(cgroup.rstrip("/") + "/")
 
 
-def find_container(proc_root: Path, selection: Selection, *, cgroup: str | None = None) -> Container | None:
+def find_container(
+    proc_root: Path,
+    selection: Selection,
+    *,
+    cgroup: str | MemoryCgroupLine | None = None,
+    index: PidIndex | None = None,
+) -> Container | None:
     """The trainer container now, by the `Selection` rule; None while none of its processes runs.
 
     ``cgroup`` fixes the container once it has been found, so that a new container in the pod does
-    not move the watch to another cgroup. Only processes in the wanted cgroup are read further.
+    not move the watch to another cgroup. ``index`` keeps the pids' cgroups from look to look. Raises
+    `ListingFailed` when /proc cannot be listed. With some pids not classified yet (the index's bound),
+    a found container with no known process is returned with ``complete`` False, never None.
+    At most `DETAIL_MAX` processes have their name and state read: with more, zombies count as running.
     """
-    own = process_cgroup(proc_root, selection.own_pid)
-    wanted = cgroup if cgroup is not None else selection.container_cgroup
-    candidates: list[tuple[int, MemoryCgroupLine]] = []
-    comms: dict[int, str] = {}
-    parents: dict[int, int] = {}
+    pids = list_pids(proc_root)
+    index = index if index is not None else PidIndex(per_look=len(pids) + 1, budget_s=float("inf"))
+    index.update(proc_root, pids)
+    own = index.line(selection.own_pid) or process_cgroup(proc_root, selection.own_pid)
+    known = cgroup if isinstance(cgroup, MemoryCgroupLine) else None
+    wanted: str | None = (
+        known.path if known is not None else cgroup if isinstance(cgroup, str) else selection.container_cgroup
+    )
+    target: MemoryCgroupLine | None = known
+    if wanted is None:
+        assert target is None
+        checked = 0
+        for pid in pids:
+            line = index.line(pid)
+            if pid == selection.own_pid or line is None or (own is not None and line.path == own.path):
+                continue
+            if checked >= DETAIL_MAX:
+                break
+            checked += 1
+            comm = comm_of(proc_root, pid) if pid == 1 or selection.comm is not None else ""
+            if (pid == 1 and comm == PAUSE_COMM) or parent_if_running(proc_root, pid) is None:
+                continue
+            if selection.comm is None or selection.comm.fullmatch(comm):
+                target = line
+                break
+        if target is None:
+            return None
+        wanted = target.path
+    members: list[int] = []
     others = 0
-    for pid in list_pids(proc_root):
-        if pid == selection.own_pid:
+    version: CgroupVersion | None = target.version if target is not None else None
+    for pid in pids:
+        line = index.line(pid)
+        if pid == selection.own_pid or line is None or (own is not None and line.path == own.path):
             continue
-        line = process_cgroup(proc_root, pid)
-        if line is None or (own is not None and line.path == own.path):
-            continue
-        if wanted is not None and not _inside(line.path, wanted):
+        if not _inside(line.path, wanted):
             others += pid != 1  # pid 1: the pause process, not a container of the pod's own
             continue
-        comm = comm_of(proc_root, pid)
-        parent = parent_if_running(proc_root, pid)
-        if (pid == 1 and comm == PAUSE_COMM) or parent is None:
-            continue
-        candidates.append((pid, line))
-        comms[pid] = comm
-        parents[pid] = parent
-    target: MemoryCgroupLine | None = None
-    if wanted is not None:
-        if candidates:
-            target = MemoryCgroupLine(candidates[0][1].version, wanted)
-    elif selection.comm is not None:
-        target = next((line for pid, line in candidates if selection.comm.fullmatch(comms[pid])), None)
-    elif candidates:
-        target = candidates[0][1]
-    if target is None:
+        version = line.version
+        members.append(pid)
+    comms: dict[int, str] = {}
+    parents: dict[int, int] = {}
+    detailed = len(members) <= DETAIL_MAX
+    if detailed:
+        running: list[int] = []
+        for pid in members:
+            comm = comm_of(proc_root, pid)
+            parent = parent_if_running(proc_root, pid)
+            if (pid == 1 and comm == PAUSE_COMM) or parent is None:
+                continue
+            running.append(pid)
+            comms[pid], parents[pid] = comm, parent
+        members = running
+    complete = index.pending == 0
+    if not members and (complete or version is None):
         return None
-    pids = tuple(pid for pid, line in candidates if _inside(line.path, target.path))
+    assert version is not None
     return Container(
-        cgroup=target,
-        pids=pids,
-        others=others + len(candidates) - len(pids),
-        comms={pid: comms[pid] for pid in pids},
-        parents={pid: parents[pid] for pid in pids},
+        cgroup=MemoryCgroupLine(version, wanted),
+        pids=tuple(members),
+        others=others,
+        comms=comms,
+        parents=parents,
+        complete=complete,
+        detailed=detailed,
     )

@@ -148,8 +148,9 @@ class SidecarEvidence(_Part):
     v: Literal[1] = EVIDENCE_VERSION
     #: The podmortem version that wrote it.
     podmortem: Annotated[str, Field(max_length=32), _printable(32)]
-    #: Why it was written: the trainer's processes were all gone, or the sidecar got SIGTERM.
-    reason: Literal["trainer-gone", "sigterm"]
+    #: Why it was written: the trainer's processes were all gone, the sidecar got SIGTERM, or the
+    #: sidecar failed (``notes`` say what failed and why; the rest is what it had until then).
+    reason: Literal["trainer-gone", "sigterm", "failed"]
     #: When it was written.
     at: AwareDatetime
     cgroup: Cgroup | None = None

@@ -20,6 +20,10 @@ logger = logging.getLogger("podmortem.sidecar")
 #: Seconds between two looks at the processes where exits cannot be waited for: the kill-to-message
 #: time's bound then (the goal is under 1 s).
 POLL_S = 0.25
+#: Pidfds held at most: the trainer and the largest processes (the likely victims); the others'
+#: exits are seen at the next look. One descriptor per process let 1,100 processes exhaust a soft
+#: limit of 1,024.
+MAX_PIDFDS = 64
 
 
 class ExitWaiter:
@@ -37,8 +41,8 @@ class ExitWaiter:
         return self._use_pidfds
 
     def track(self, pids: tuple[int, ...]) -> None:
-        """Watch exactly these pids from now on (new ones opened, those no longer listed closed)."""
-        wanted = set(pids)
+        """Watch these pids from now on (at most `MAX_PIDFDS`; new ones opened, the others closed)."""
+        wanted = set(sorted(pids)[:MAX_PIDFDS])
         for pid in [p for p in self._pidfds if p not in wanted]:
             os.close(self._pidfds.pop(pid))
         if not self._use_pidfds:
@@ -54,7 +58,9 @@ class ExitWaiter:
                     self._use_pidfds = False
                     self.track(())
                     return
-                self._missed = True
+                # EMFILE, ENFILE, ENOMEM: this one's exit is seen at the next look; never a busy loop
+                logger.info("pidfd_open of pid %d failed (%s): its exit is seen at the next look", pid, exc)
+                return
 
     def wait(self, timeout_s: float) -> None:
         """Return after ``timeout_s``, or as soon as a watched process exits or the wake-up fd is written."""
@@ -72,6 +78,12 @@ class ExitWaiter:
             with contextlib.suppress(BlockingIOError):
                 while os.read(self._wake_fd, 512):
                     pass
+
+    def pause(self, timeout_s: float) -> None:
+        """Sleep ``timeout_s``, woken only by the wake-up fd (a signal), not by exits."""
+        poller = select.poll()
+        poller.register(self._wake_fd, select.POLLIN)
+        poller.poll(max(0, int(timeout_s * 1000 + 0.999)))
 
     def close(self) -> None:
         self.track(())

@@ -53,8 +53,26 @@ class SidecarSettings:
     #: This process's pid as ``proc_root`` numbers it (tests with a fake tree give the fake one).
     own_pid: int = field(default_factory=os.getpid)
 
+    #: Processes whose PSS a sample reads: the trainer and the largest by resident size (smaps_rollup
+    #: walks a process's page tables; the trainer chooses how many processes it has). 16: twice `top`.
+    sampled: int = 16
+
+    #: Seconds one look may spend classifying new pids, and one sample choosing the largest: the
+    #: sidecar's CPU stays bounded (goal: 5% of a core at 20,000 processes) whatever the count.
+    look_budget_s: float = 0.05
+
+    #: Seconds between two looks that an exit (not a due sample) triggers: a trainer whose processes
+    #: exit by the thousand cannot make the sidecar look more than 4 times a second.
+    min_look_gap_s: float = 0.25
+
+    @property
+    def real_proc(self) -> bool:
+        """Whether ``proc_root`` is this kernel's /proc: pidfds and cgroup-filesystem checks apply
+        (test trees of plain files are neither)."""
+        return os.path.realpath(self.proc_root) == os.path.realpath("/proc")
+
     def __post_init__(self) -> None:
         if not self.interval_s > 0:
             raise ValueError(f"interval_s must be above 0, not {self.interval_s}")
-        if self.ring_size < 1 or self.top < 0 or self.trend < 0:
+        if self.ring_size < 1 or self.top < 0 or self.trend < 0 or self.sampled < 1:
             raise ValueError("ring_size must be at least 1, top and trend not negative")

@@ -22,6 +22,7 @@ from podmortem.sidecar.cgroup import CgroupUnreachable, OpenCgroup
 from podmortem.sidecar.kill_watch import Kill, KillWatch
 from podmortem.sidecar.sampling import (
     CgroupNumbers,
+    LargestProcesses,
     ProcessSample,
     Sample,
     SampleRing,
@@ -32,7 +33,7 @@ from podmortem.sidecar.settings import SidecarSettings
 
 logger = logging.getLogger("podmortem.sidecar")
 
-Reason = Literal["trainer-gone", "sigterm"]
+Reason = Literal["trainer-gone", "sigterm", "failed"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,13 @@ class ContainerWatch:
             own_pid=settings.own_pid, container_cgroup=settings.container_cgroup, comm=settings.comm
         )
         self.ring = SampleRing(settings.ring_size)
+        self.index = containers.PidIndex(budget_s=settings.look_budget_s)
+        self.picker = LargestProcesses(
+            keep=max(settings.sampled, settings.top), budget_s=settings.look_budget_s
+        )
+        #: The processes the last sample read (the trainer and the largest): the ones whose exits
+        #: are waited on (a bounded number of pidfds, never one per process).
+        self.watched: tuple[int, ...] = ()
         self.kills = KillWatch()
         self.cgroup: OpenCgroup | None = None
         #: The container's cgroup once found (fixed from then on), and its running pids at the last look.
@@ -68,10 +76,23 @@ class ContainerWatch:
         return self.found is not None
 
     def look(self, *, now: float, sample: bool) -> bool:
-        """Look at the pod once; False when the trainer container was found before and nothing of it runs."""
-        found = containers.find_container(
-            self.settings.proc_root, self.selection, cgroup=None if self.found is None else self.found.path
-        )
+        """Look at the pod once; False when the trainer container was found before and nothing of it runs.
+
+        False only from evidence: a /proc listing that was read, every pid in it classified, and none
+        of them the container's. A listing that fails (EMFILE, ENOMEM...) concludes nothing.
+        """
+        try:
+            found = containers.find_container(
+                self.settings.proc_root, self.selection, cgroup=self.found, index=self.index
+            )
+        except containers.ListingFailed as exc:
+            self.notes["listing"] = f"{exc.strerror}: the trainer's processes unknown at some looks"
+            logger.warning("%s", exc.strerror)
+            if self.found is not None:
+                self._observe(running=set(self.pids), numbers=read_numbers(self.cgroup), now=now)
+            return True
+        if found is not None and not found.complete:
+            self.notes["pending"] = "too many new processes at some looks to classify them all at once"
         if found is None:
             self.pids = ()
             if self.found is None:
@@ -79,12 +100,19 @@ class ContainerWatch:
             self._observe(running=set(), numbers=read_numbers(self.cgroup), now=now)
             return False
         if self.found is None:
+            if not found.pids:
+                return True
             self._start(found)
         if found.others:
             self.notes["others"] = f"{found.others} processes of other containers left out"
         self.pids = found.pids
         if sample:
-            taken = take_sample(cgroup=self.cgroup, proc_root=self.settings.proc_root, found=found, now=now)
+            taken = take_sample(cgroup=self.cgroup, proc_root=self.settings.proc_root, found=found, now=now,
+                                picker=self.picker)
+            self.watched = tuple(p.pid for p in taken.processes)
+            if len(found.pids) > len(taken.processes):
+                self.notes["sampled"] = (f"{len(found.pids)} processes: the PSS of the largest "
+                                         f"{len(taken.processes)} by resident size read")
             self.ring.add(taken)
             self.kills.saw(taken.processes)
             if taken.unreadable:
@@ -98,13 +126,17 @@ class ContainerWatch:
     def _start(self, found: containers.Container) -> None:
         self.found = found.cgroup
         try:
-            self.cgroup = OpenCgroup.open(self.settings.proc_root, found.pids[0], found.cgroup)
+            self.cgroup = OpenCgroup.open(
+                self.settings.proc_root, found.pids[0], found.cgroup, verify=self.settings.real_proc
+            )
         except CgroupUnreachable as exc:
             self.notes["cgroup"] = f"cgroup unreadable: {exc}"
             logger.warning("trainer container's memory cgroup unreadable, sampling processes only: %s", exc)
+        more = len(found.pids) - 8
+        shown = ", ".join(map(str, found.pids[:8])) + (f" and {more} more" if more > 0 else "")
         logger.info(
             "trainer container found: cgroup v%d %s, processes %s%s",
-            found.cgroup.version, found.cgroup.path, list(found.pids),
+            found.cgroup.version, found.cgroup.path, f"[{shown}]",
             f", read at {self.cgroup.where}" if self.cgroup is not None else "",
         )
 
@@ -156,7 +188,7 @@ class ContainerWatch:
             mem = _memory(base, after, age_s=(kill.kill.noticed_at if kill is not None else now) - base.at)
             ranked = sorted(base.processes, key=lambda p: (-(p.pss_bytes or 0), p.pid))
             top = [_process(p) for p in ranked[: min(s.top, ev.MAX_PROCESSES)]]
-            procs = len(base.processes)
+            procs = max(base.count, len(base.processes))
             usages = [x.cgroup.usage_bytes for x in self.ring.up_to(base.at)]
             trend = [u for u in usages if u is not None][-min(s.trend, ev.MAX_TREND) :] if s.trend else []
         notes = list(self.notes.values())
