@@ -187,20 +187,26 @@ async def test_several_containers_are_prefixed_and_one_can_be_chosen(
     cluster: tuple[PodLogsApi, str],
     kubeconfig: Path,
 ) -> None:
+    """As kubectl: the first container unless -c or --all-containers; several are prefixed as stern
+    prefixes them (``pod container line``), one alone is not."""
     api, _ = cluster
     pod = api.add_pod("p", containers=("main", "sidecar"))
     for name, n in (("main", 50), ("sidecar", 20)):
         pod.containers[name].write(n)
-    run = await podmortem_logs("p", "--kubeconfig", str(kubeconfig), *FAST_FLAGS)
+    run = await podmortem_logs("p", "--all-containers", "--kubeconfig", str(kubeconfig), *FAST_FLAGS)
     assert run.rc == 0, run.err
     got = lines_of(run.out)
     for name in ("main", "sidecar"):
-        tag = f"[{name}] ".encode()
+        tag = f"p {name} ".encode()
         mine = [line[len(tag) :] for line in got if line.startswith(tag)]
         assert b"".join(mine) == texts(pod, container=name)
     assert len(got) == 70
     run = await podmortem_logs("p", "-c", "sidecar", "--kubeconfig", str(kubeconfig), *FAST_FLAGS)
     assert run.rc == 0 and run.out == texts(pod, container="sidecar")
+    run = await podmortem_logs("p", "--kubeconfig", str(kubeconfig), *FAST_FLAGS)
+    assert run.rc == 0 and run.out == texts(pod, container="main")
+    assert run.err_lines == ['podmortem: Defaulted container "main" out of: main, sidecar '
+                             "(--all-containers prints them all)"], run.err
 
 
 # -- exit codes ---------------------------------------------------------------------------------------
@@ -228,9 +234,10 @@ async def test_unknown_container_exits_1_with_one_line(
     cluster: tuple[PodLogsApi, str],
     kubeconfig: Path,
 ) -> None:
-    cluster[0].add_pod("p")
+    cluster[0].add_pod("p", containers=("main", "sidecar"))
     run = await podmortem_logs("p", "-c", "nope", "--kubeconfig", str(kubeconfig), *FAST_FLAGS)
-    assert_one_line_error(run, "nope")
+    assert_one_line_error(run, "'nope' is not in pod default/p; its containers: main, sidecar")
+    assert "ApiFatal" not in run.err
 
 
 async def test_unreachable_api_exits_1_with_one_line(tmp_path: Path) -> None:
@@ -363,6 +370,14 @@ async def test_help_describes_the_options() -> None:
         "--backoff-max",
         "--store",
         "KUBECONFIG",
+        "--selector",
+        "--tail",
+        "--since",
+        "--since-time",
+        "--previous",
+        "--all-containers",
+        "--color",
+        "--operator-namespace",
     ):
         assert option in text, f"--help does not mention {option}"
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -37,10 +38,20 @@ PLUGIN_GROUP = "podmortem.commands"
 LEAN: tuple[str, ...] = ("sidecar",)
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+#: The kubectl plugin's executable (``kubectl podmortem ...`` runs it with the rest of the command line).
+PLUGIN_EXECUTABLE = "kubectl-podmortem"
+
+
+def program_name(argv0: str | None = None) -> str:
+    """``podmortem``, or ``kubectl podmortem`` when run as the kubectl plugin (usage says what was typed)."""
+    name = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    return "kubectl podmortem" if name.startswith(PLUGIN_EXECUTABLE) else "podmortem"
+
+
+def build_parser(only: str | None = None, *, prog: str = "podmortem") -> argparse.ArgumentParser:
     """The whole CLI; ``only``: just that one subcommand (one of `LEAN`), for a lean process."""
     parser = argparse.ArgumentParser(
-        prog="podmortem",
+        prog=prog,
         description="Why did my training pod die? OOM forensics, lossless pod logs, failure reports.",
     )
     parser.add_argument("--version", action="version", version=f"podmortem {__version__}")
@@ -53,13 +64,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
         for entry in sorted(metadata.entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
             entry.load().register(subparsers)
+    for sub in subparsers.choices.values():
+        # An unknown flag is the subcommand's mistake: `main` shows that subcommand's usage.
+        sub.set_defaults(_subparser=sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(args_in[0] if args_in and args_in[0] in LEAN else None)
-    args = parser.parse_args(args_in)
+    parser = build_parser(args_in[0] if args_in and args_in[0] in LEAN else None, prog=program_name())
+    args, unknown = parser.parse_known_args(args_in)
+    if unknown:
+        owner: argparse.ArgumentParser = getattr(args, "_subparser", None) or parser
+        owner.error(f"unrecognized arguments: {' '.join(unknown)}")  # exits 2 with its usage
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)

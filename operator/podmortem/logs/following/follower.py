@@ -124,6 +124,14 @@ class ContainerFollower:
     #: it instead of a GET, and a new stream's instance is checked against it while it agrees, so
     #: starting thousands of followers asks the API for nothing but their streams.
     watched: podstate.WatchedPod | None = None
+    #: ``kubectl logs --tail``: the first read of the instance followed first starts this many lines
+    #: from its end (later instances, and reconnects from the cursor, are read whole). None: the
+    #: settings' ``tail_lines``.
+    start_tail_lines: int | None = None
+    #: ``kubectl logs --since``/``--since-time``: the first read of that instance starts at this RFC3339
+    #: time (the kubelet's ``sinceTime``).
+    start_since_time: str | None = None
+    _moved_on: bool = False
     _attempt: int = 0
     _limit_growth: int = 1
 
@@ -181,6 +189,7 @@ class ContainerFollower:
 
     async def _finish_old_instance(self, state: podstate.ContainerState) -> None:
         """Read the tail of the cursor's (replaced) instance, then point the cursor at ``state``'s."""
+        self._moved_on = True  # --tail/--since chose where the first instance starts, not later ones
         old = self.cursor
         old_id = old.container_id
         self._note("restart", detail=f"container restarted (restartCount {state.restart_count});"
@@ -403,6 +412,11 @@ class ContainerFollower:
         if limit is not None:
             limit = limit * self._limit_growth or None  # growth 0: this one request goes unlimited
         since = cursor.since_time_param()
+        first = cursor.last_ts_ns is None and not previous
+        tail = self.settings.tail_lines if first else None
+        if first and not self._moved_on:
+            since = since or self.start_since_time
+            tail = self.start_tail_lines if self.start_tail_lines is not None else tail
         parser = lines.StreamParser(container=self.container, cursor=cursor)
         # The kubelet serves whatever instance runs now (or ran before it): maybe not the cursor's.
         saved = cursor.copy()
@@ -443,7 +457,7 @@ class ContainerFollower:
         async with self.api.open_log(
             namespace=self.namespace, name=self.pod, container=container,
             follow=follow, previous=previous, since_time=since, limit_bytes=limit,
-            tail_lines=self.settings.tail_lines if cursor.last_ts_ns is None and not previous else None,
+            tail_lines=tail,
         ) as body:
             try:
                 try:
@@ -636,6 +650,8 @@ async def follow_pod(
     rng: random.Random | None = None,
     on_reconnect: Callable[[Reconnect], None] | None = None,
     watched: podstate.WatchedPod | None = None,
+    start_tail_lines: int | None = None,
+    start_since_time: str | None = None,
 ) -> dict[str, LogEnd]:
     """Follow the chosen containers of a pod (all by default) until each one's log is over.
 
@@ -643,7 +659,8 @@ async def follow_pod(
     containers and their first states are read from it, with no GET, and so is each new instance's
     check while it agrees (`ContainerFollower._check_instance`). Raises :class:`errors.PodGone` when
     the pod does not exist at the start, and :class:`errors.ApiFatal` for unknown container names or
-    a refused request.
+    a refused request. ``start_tail_lines``, ``start_since_time``: where each container's first read
+    starts (``kubectl logs --tail``, ``--since``).
     """
     settings = settings or FollowSettings()
     metrics = metrics or for_registry()
@@ -660,7 +677,8 @@ async def follow_pod(
         ContainerFollower(api=api, namespace=namespace, pod=pod, container=name, sink=sink,
                           settings=settings, metrics=metrics, follow=follow, on_reconnect=on_reconnect,
                           rng=random.Random(rng.random()) if rng is not None else _JITTER,
-                          watched=watched)
+                          watched=watched, start_tail_lines=start_tail_lines,
+                          start_since_time=start_since_time)
         for name in names
     ]
     del body  # this frame lives as long as the followers

@@ -16,6 +16,7 @@ A new sink is one class here implementing :class:`LogSink`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from podmortem.logs.cursor import LogCursor
@@ -55,10 +56,12 @@ class StdoutSink:
     #: Bytes gathered before a write even while more lines are ready.
     FLUSH_BYTES = 1 << 20
 
-    def __init__(self, out: BinaryIO, *, timestamps: bool, prefix: bool, err: Any = None) -> None:
+    def __init__(self, out: BinaryIO, *, timestamps: bool, prefix: bool | Callable[[str], bytes],
+                 err: Any = None) -> None:
         self._out = out
         self._timestamps = timestamps
-        #: Tag each line with ``[container]`` (several containers share stdout).
+        #: Tag each line with ``[container]`` (several containers share stdout), or with what the
+        #: callable gives for the container (``podmortem logs``: ``pod container``, maybe coloured).
         self.prefix = prefix
         self._err = err if err is not None else sys.stderr
         self._pending: list[bytes] = []
@@ -73,7 +76,7 @@ class StdoutSink:
         block = batch.text_block(timestamps=self._timestamps)
         if self.prefix:
             # Only "\n" ends a line: "\r" (progress bars) stays inside it, as kubectl prints it.
-            tag = f"[{container}] ".encode()
+            tag = self.prefix(container) if callable(self.prefix) else f"[{container}] ".encode()
             block = tag + block[:-1].replace(b"\n", b"\n" + tag) + b"\n"
         self._pending.append(block)
         self._pending_bytes += len(block)
