@@ -116,6 +116,9 @@ def test_two_replicas_racing_to_create_the_lease_make_one_leader_and_a_409(
         assert "already exists" in conflicts[0][1]
         looks = watch_for_two_leaders(2 * duration_s(release), a, b)
         assert leaders(a, b) == [winner] and ops.holder(control_plane, release) == winner, looks
+        # The loser never believed it led, not even before its first renewal (/readyz would not say
+        # so then: it is not ready until its handlers run).
+        assert "became the leader" not in loser.output(), loser.output()[-3000:]
 
 
 def test_a_renewal_answered_409_is_retried_and_the_leader_keeps_the_lease(
