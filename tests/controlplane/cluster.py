@@ -352,14 +352,17 @@ class ControlPlane:
             "--node-ip=127.0.0.1", f"--node-port={self.kwok_port}",
             f"--server-address=127.0.0.1:{self.kwok_port}",
             f"--tls-cert-file={self.pki.kwok_serving}", f"--tls-private-key-file={self.pki.kwok_serving_key}",
-            "--enable-crds=Logs",
+            "--enable-crds=Logs,PortForward",
         ]
 
     def _install_kwok(self) -> None:
-        """kwok's Logs CRD (one object per pod names its log files) and its stages, from its module."""
+        """kwok's Logs CRD (one object per pod names its log files), its PortForward CRD (one object per
+        pod sends its ports' forwards to a local address: :meth:`forward_port`) and its stages."""
         data = kwok_data_dir()
-        self.kubectl("apply", "--server-side", "-f", str(data / "crds" / "kwok.x-k8s.io_logs.yaml"))
-        self.kubectl("wait", "--for=condition=Established", "crd/logs.kwok.x-k8s.io", "--timeout=60s")
+        for kind in ("logs", "portforwards"):
+            self.kubectl("apply", "--server-side", "-f", str(data / "crds" / f"kwok.x-k8s.io_{kind}.yaml"))
+            self.kubectl("wait", "--for=condition=Established", f"crd/{kind}.kwok.x-k8s.io",
+                         "--timeout=60s")
         stages = [
             data / "stages" / "node" / "fast" / "node-initialize.yaml",
             data / "stages" / "node" / "heartbeat-with-lease" / "node-heartbeat-with-lease.yaml",
@@ -370,7 +373,7 @@ class ControlPlane:
         # kwok applies its option defaults only when no configuration is given: they are spelled out.
         # The CIDR only names pods' IPs in their status (no traffic goes there); /16 holds 65,534 pods.
         config = [{"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
-                   "options": {"enableCRDs": ["Logs"], "cidr": "10.0.0.1/16",
+                   "options": {"enableCRDs": ["Logs", "PortForward"], "cidr": "10.0.0.1/16",
                                "manageAllNodes": False, "enableDebuggingHandlers": True,
                                "enableContentionProfiling": False, "enableProfilingHandler": False,
                                "podPlayStageParallelism": 16, "nodePlayStageParallelism": 4,
@@ -555,6 +558,14 @@ class ControlPlane:
                          "follow": True})
         self.apply({"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
                     "metadata": {"name": pod, "namespace": namespace}, "spec": {"logs": logs}})
+
+    def forward_port(self, namespace: str, pod: str, port: int, *, to: tuple[str, int]) -> None:
+        """Tell kwok to serve ``pods/portforward`` of ``pod``'s ``port`` by connecting to ``to`` (a local
+        address, where a test's process listens), as a kubelet would connect to the container."""
+        self.apply({"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward",
+                    "metadata": {"name": pod, "namespace": namespace},
+                    "spec": {"forwards": [{"ports": [port],
+                                           "target": {"address": to[0], "port": to[1]}}]}})
 
     def audit(self, *, user: str | None = None) -> list[dict[str, Any]]:
         """The audit log's events (:data:`AUDIT_POLICY`), oldest first; only ``user``'s when given

@@ -267,9 +267,11 @@ def _one_line(exc: BaseException) -> str:
     from podmortem.cli.logs_stored import StoredCopyError
     from podmortem.kube.config import KubeconfigError
     from podmortem.kube.portforward import PortForwardError
+    from podmortem.logs.errors import ApiFatal
 
     text = str(exc).strip().splitlines()
-    if text and isinstance(exc, LookupError | KubeconfigError | StoredCopyError | PortForwardError):
+    said = (LookupError, KubeconfigError, StoredCopyError, PortForwardError, ApiFatal)  # say what they are
+    if text and isinstance(exc, said):
         return text[0]
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
@@ -491,12 +493,18 @@ async def _read_stored_copy(args: argparse.Namespace, access: ClusterAccess, req
     async with clients.aiohttp_session(plain, headers=False) as session:
         target = await logs_stored.find_operator(logs_stored.ApiReader(session, plain),
                                                  namespace=o.Values(args).optional(OPERATOR_NAMESPACE))
-        printer.note(f"{why}: reading the operator's stored copy ({target})")
+        noted: list[bool] = []
+
+        def opened() -> None:  # said once the store answers, so that a refusal is one line alone
+            if not noted:
+                noted.append(True)
+                printer.note(f"{why}: reading the operator's stored copy ({target})")
+
         async with logs_stored.connected(plain, target) as client:
             async def read(container: str | None) -> None:
                 await client.read(namespace=request.namespace, pod=pod, container=container, sink=printer,
                                   previous=request.previous, tail=request.tail, since=request.since,
-                                  follow=request.follow, note=printer.note)
+                                  follow=request.follow, note=printer.note, opened=opened)
 
             if containers:
                 for container in containers:

@@ -200,8 +200,9 @@ class StoreClient:
 
     async def read(self, *, namespace: str, pod: str, container: str | None, sink: StdoutSink,
                    previous: bool, tail: int | None, since: str | None, follow: bool,
-                   note: Callable[[str], None]) -> None:
-        """Print one stored container log into ``sink``; the store's own lines go to ``note``."""
+                   note: Callable[[str], None], opened: Callable[[], None]) -> None:
+        """Print one stored container log into ``sink``; the store's own lines go to ``note``;
+        ``opened`` is called once the log server answered with the log."""
         import aiohttp
 
         query = {"timestamps": "true"}
@@ -228,6 +229,7 @@ class StoreClient:
                     text = (await resp.content.read(ERROR_BODY_MAX)).decode("utf-8", "replace").strip()
                     raise self._refused(resp.status, text, namespace=namespace, pod=pod,
                                         bearer=authorization is not None)
+                opened()
                 await _print(resp.content, container=container or "", sink=sink, note=note)
         except (aiohttp.ClientError, OSError) as exc:
             said = self.forward.error_text()
