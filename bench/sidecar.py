@@ -15,6 +15,11 @@ of a pod's, where /proc holds only the pod's processes. Needs root (a memory cgr
 without it, it says why and exits 0.
 
     python bench/sidecar.py [--idle 30] [--kills 5]
+    python bench/sidecar.py --processes 20000 [--idle 30]
+
+``--processes N`` measures a trainer of N sleeping processes instead (no kill): the sidecar's RSS
+and CPU while it watches them, against the goals for a hostile process count (issue 36): RSS <
+32 MiB and CPU < 5% of a core at 20,000 processes. The sidecar is started once the N are there.
 """
 
 from __future__ import annotations
@@ -37,6 +42,67 @@ from podmortem_demo import sandbox
 GOAL_RSS = 32 * pod.MIB
 GOAL_CPU = 0.01
 GOAL_LATENCY_S = 1.0
+GOAL_CPU_MANY = 0.05
+
+#: N sleeping children (forked from one python, so they share its pages), then "ready".
+MANY = r"""
+import gc, os, signal, sys
+gc.freeze()
+for _ in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        signal.pause()
+        os._exit(0)
+print("ready", flush=True)
+signal.pause()
+"""
+
+
+def many(idle_s: float, count: int) -> int:
+    """The sidecar watching ``count`` sleeping processes of the trainer for ``idle_s`` seconds."""
+    directory = pod.user_dir("podmortem-bench-sidecar-")
+    try:
+        with sandbox.MemoryCgroup(limit_bytes=None, prefix="podmortem-bench-many") as cgroup:
+            trainer = cgroup.popen(pod.as_user([sys.executable, "-c", MANY, str(count - 1)]),
+                                   stdout=subprocess.PIPE)
+            sidecar = None
+            try:
+                assert trainer.stdout is not None
+                started = time.monotonic()
+                if trainer.stdout.readline().strip() != b"ready":
+                    raise SystemExit("the trainer did not start its processes")
+                print(f"{count} trainer processes started in {time.monotonic() - started:.1f} s")
+                log = directory / "sidecar.log"
+                with log.open("wb") as out:
+                    sidecar = subprocess.Popen(
+                        pod.sidecar_args(termination_log=directory / "termination-log",
+                                         container_cgroup=pod.cgroup_line(trainer.pid)),
+                        stdout=out, stderr=subprocess.STDOUT)
+                found_at = time.monotonic()
+                while "trainer container found" not in log.read_text():
+                    if sidecar.poll() is not None or time.monotonic() > found_at + 120:
+                        raise SystemExit(f"the sidecar did not find the trainer:\n{log.read_text()}")
+                    time.sleep(0.05)
+                print(f"found by the sidecar after {time.monotonic() - found_at:.2f} s")
+                cpu0, t0 = cpu_seconds(sidecar.pid), time.monotonic()
+                time.sleep(idle_s)
+                cpu1, t1 = cpu_seconds(sidecar.pid), time.monotonic()
+                rss, hwm = status_kib(sidecar.pid, "VmRSS") * 1024, status_kib(sidecar.pid, "VmHWM") * 1024
+                sidecar.send_signal(15)
+                sidecar.wait(timeout=60)
+                doc = ev.parse((directory / "termination-log").read_text())
+            finally:
+                subprocess.run(["kill", "-KILL", *map(str, cgroup.pids())], check=False)
+                stop(*(p for p in (trainer, sidecar) if p is not None))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    cpu = (cpu1 - cpu0) / (t1 - t0)
+    print(f"watched {doc.procs} processes for {t1 - t0:.1f} s at the default 2 s interval "
+          f"({doc.samples} samples, {len(doc.top)} in top)")
+    print(f"RSS          {rss / pod.MIB:6.1f} MiB (peak {hwm / pod.MIB:.1f} MiB)   "
+          f"goal < 32 MiB: {hwm / GOAL_RSS:.2f}x of it")
+    print(f"CPU          {cpu * 100:6.3f} % of a core              "
+          f"goal < 5%:    {cpu / GOAL_CPU_MANY:.2f}x of it")
+    return 0
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -109,11 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of sampling measured (default 30)")
     parser.add_argument("--kills", type=int, default=5, help="OOM kills timed (default 5)")
+    parser.add_argument("--processes", type=int, default=0,
+                        help="instead: the sidecar watching this many sleeping trainer processes (no kill)")
     args = parser.parse_args(argv)
     reason = pod.why_not()
     if reason is not None:
         print(f"skipped: {reason}")
         return 0
+    if args.processes:
+        return many(args.idle, args.processes)
     directory = pod.user_dir("podmortem-bench-sidecar-")
     latencies: list[float] = []
     try:

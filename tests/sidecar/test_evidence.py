@@ -159,10 +159,11 @@ _text = st.text(st.characters(codec="utf-8"), max_size=ev.MAX_COMM).map(
 _bytes = st.integers(0, ev.MAX_INT)
 _maybe_bytes = st.none() | _bytes
 _seconds = st.floats(0, ev.MAX_SECONDS, allow_nan=False, allow_infinity=False)
-_when = st.datetimes(timezones=st.just(UTC))
+_when = st.datetimes(min_value=datetime(ev.MIN_YEAR, 1, 1), max_value=datetime(ev.MAX_YEAR, 12, 31),
+                     timezones=st.just(UTC))
 _process = st.builds(
     ev.Process,
-    pid=st.integers(1, ev.MAX_PID),
+    pid=st.integers(1, ev.MAX_PID - 1),
     comm=_text,
     pss=_maybe_bytes,
     role=st.sampled_from(["trainer", "worker"]),
@@ -196,7 +197,8 @@ _documents = st.builds(
     oom=st.builds(ev.OomCounter, before=_maybe_bytes, after=_maybe_bytes),
     kill=st.none()
     | st.builds(
-        ev.Kill, victim=_process, gone=st.lists(st.integers(1, ev.MAX_PID), max_size=ev.MAX_GONE), at=_when
+        ev.Kill, victim=_process, gone=st.lists(st.integers(1, ev.MAX_PID - 1), max_size=ev.MAX_GONE),
+        at=_when,
     ),
     later_kills=_bytes,
     top=st.lists(_process, max_size=ev.MAX_PROCESSES),
@@ -302,7 +304,7 @@ def test_documents_far_over_the_limit_still_fit_and_keep_the_victim(
         update={
             "top": top,
             "kill": ev.Kill(
-                victim=top[0], gone=list(range(ev.MAX_PID - ev.MAX_GONE + 1, ev.MAX_PID + 1)), at=AT
+                victim=top[0], gone=list(range(ev.MAX_PID - ev.MAX_GONE, ev.MAX_PID)), at=AT
             ),
             "cgroup": ev.Cgroup(version=2, path="".join(names)[: ev.MAX_PATH]),
             "podmortem": names[0][:32],

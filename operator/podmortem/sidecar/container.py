@@ -123,20 +123,20 @@ class PidIndex:
         self.pending = 0
 
     def update(self, proc_root: Path, pids: list[int]) -> None:
-        listed = set(pids)
-        for gone in [p for p in self._lines if p not in listed]:
-            del self._lines[gone]
+        old, lines = self._lines, {}
         deadline = self._clock() + self.budget_s
         read = pending = 0
         for pid in pids:
-            if pid in self._lines:
+            if pid in old:
+                lines[pid] = old[pid]
                 continue
             if read >= self.per_look or (read % 32 == 31 and self._clock() > deadline):
                 pending += 1
                 continue
             line = process_cgroup(proc_root, pid)
             read += 1
-            self._lines[pid] = None if line is None else self._shared.setdefault(line, line)
+            lines[pid] = None if line is None else self._shared.setdefault(line, line)
+        self._lines = lines  # the pids no longer listed are gone with the old map
         self.pending = pending
 
     def line(self, pid: int) -> MemoryCgroupLine | None:

@@ -12,8 +12,10 @@ valuable parts first. Pure: no I/O.
 
 from __future__ import annotations
 
+import json
 import unicodedata
-from typing import Annotated, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
@@ -33,8 +35,11 @@ MAX_PROCESSES = 16
 MAX_TREND = 32
 MAX_GONE = 32
 MAX_NOTES = 8
-#: Linux's PID_MAX_LIMIT: no pid is larger.
+#: Linux's PID_MAX_LIMIT: every pid is below it.
 MAX_PID = 4_194_304
+#: Years a time in the document may have: the sidecar writes the node's clock, so anything outside is
+#: not a clock reading (and year 1 with a +14:00 offset cannot even be turned into UTC).
+MIN_YEAR, MAX_YEAR = 2000, 2200
 MAX_INT = 2**63 - 1
 #: Seconds (an interval, an age): a year is more than any of them can honestly be.
 MAX_SECONDS = 365 * 86400.0
@@ -67,9 +72,21 @@ def _printable(limit: int) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _sane_time(value: datetime) -> datetime:
+    """In UTC, between `MIN_YEAR` and `MAX_YEAR`; anything else is refused (never an OverflowError later)."""
+    try:
+        utc = value.astimezone(UTC)
+    except (OverflowError, ValueError) as exc:
+        raise ValueError("a time that cannot be given in UTC") from exc
+    if not MIN_YEAR <= utc.year <= MAX_YEAR:
+        raise ValueError(f"a time outside the years {MIN_YEAR}..{MAX_YEAR}")
+    return utc
+
+
 Bytes = Annotated[int, Field(ge=0, le=MAX_INT)]
 Count = Annotated[int, Field(ge=0, le=MAX_INT)]
-Pid = Annotated[int, Field(ge=1, le=MAX_PID)]
+Pid = Annotated[int, Field(ge=1, lt=MAX_PID)]
+Time = Annotated[AwareDatetime, AfterValidator(_sane_time)]
 Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
 Comm = Annotated[str, Field(max_length=MAX_COMM), _printable(MAX_COMM)]
 Text = Annotated[str, Field(max_length=MAX_TEXT), _printable(MAX_TEXT)]
@@ -139,7 +156,7 @@ class Kill(_Part):
     #: Every pid that vanished with it, the victim included, smallest first.
     gone: Annotated[list[Pid], Field(max_length=MAX_GONE)] = Field(default_factory=list)
     #: When the sidecar noticed it.
-    at: AwareDatetime
+    at: Time
 
 
 class SidecarEvidence(_Part):
@@ -152,7 +169,7 @@ class SidecarEvidence(_Part):
     #: sidecar failed (``notes`` say what failed and why; the rest is what it had until then).
     reason: Literal["trainer-gone", "sigterm", "failed"]
     #: When it was written.
-    at: AwareDatetime
+    at: Time
     cgroup: Cgroup | None = None
     mem: Memory | None = None
     oom: OomCounter = Field(default_factory=OomCounter)
@@ -240,11 +257,22 @@ def _why(exc: ValidationError) -> str:
     return clean_text(f"{where}: {first.get('msg', 'invalid')}{more}", MAX_TEXT)
 
 
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (two readers could otherwise take different ones)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise EvidenceInvalid(clean_text(f"the key {key!r} twice in one object", MAX_TEXT))
+        seen[key] = value
+    return seen
+
+
 def parse(text: str | bytes) -> SidecarEvidence:
     """Read a termination message back into a `SidecarEvidence`; raise `EvidenceInvalid` for anything else.
 
-    Checked, in order: at most `MAX_MESSAGE_BYTES` bytes, UTF-8, JSON, then the schema (strict types,
-    finite non-negative numbers in range, bounded strings and lists, ``v`` = `EVIDENCE_VERSION`).
+    Checked, in order: at most `MAX_MESSAGE_BYTES` bytes, UTF-8, JSON without a key twice in one
+    object, then the schema (strict types, finite non-negative numbers in range, bounded strings and
+    lists, times in UTC within `MIN_YEAR`..`MAX_YEAR`, ``v`` = `EVIDENCE_VERSION`).
     """
     if isinstance(text, str):
         data = text.encode("utf-8", "surrogatepass")
@@ -256,6 +284,12 @@ def parse(text: str | bytes) -> SidecarEvidence:
         raise EvidenceInvalid(f"{len(data)} bytes, over the {MAX_MESSAGE_BYTES} a termination message holds")
     if not data.strip():
         raise EvidenceInvalid("empty")
+    try:
+        json.loads(data, object_pairs_hook=_refuse_duplicates)
+    except EvidenceInvalid:
+        raise
+    except (ValueError, RecursionError):
+        pass  # not JSON: the schema's reading below says why
     try:
         return SidecarEvidence.model_validate_json(data)
     except ValidationError as exc:

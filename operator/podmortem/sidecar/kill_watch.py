@@ -19,6 +19,7 @@ that has already paired the kill. Pure: the caller reads /proc and the cgroup.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from podmortem.sidecar.sampling import ProcessSample
@@ -59,8 +60,15 @@ class KillWatch:
         for process in processes:
             self._known[process.pid] = process
 
-    def observe(self, *, running: set[int], counter: int | None, now: float) -> Kill | None:
-        """The running pids (read first), then the counter (read second); the kill this completes, if any."""
+    @property
+    def known(self) -> tuple[int, ...]:
+        """The pids whose exit this watch would notice (those of the samples)."""
+        return tuple(self._known)
+
+    def observe(self, *, running: Collection[int], counter: int | None, now: float) -> Kill | None:
+        """The running pids (read first), then the counter (read second); the kill this completes, if any.
+
+        ``running`` need hold only the running ones among `known`."""
         for pid in [p for p in self._known if p not in running]:
             self._gone[pid] = (self._known.pop(pid), now)
         for pid in [p for p, (_, at) in self._gone.items() if now - at > PAIRING_WINDOW_S]:

@@ -18,7 +18,6 @@ least what failed and why (``reason: failed``).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import signal
@@ -46,7 +45,7 @@ PR_SET_DUMPABLE = 4
 def make_undumpable() -> bool:
     """``prctl(PR_SET_DUMPABLE, 0)`` (through libc: Python has no prctl); False where it fails."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False

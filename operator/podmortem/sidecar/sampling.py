@@ -121,7 +121,7 @@ class LargestProcesses:
         """At most ``keep`` of ``pids`` (sorted, lowest first), the lowest always among them."""
         if len(pids) <= self.keep:
             return pids
-        ordered = sorted(pids)
+        ordered = pids  # sorted, as the container lists them
         deadline = self._clock() + self.budget_s
         sizes: dict[int, int] = {}
         for pid in list(self._rss):

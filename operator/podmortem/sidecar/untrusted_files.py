@@ -22,7 +22,6 @@ which check failed; callers treat it like a missing file and say so in the evide
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import stat
@@ -50,9 +49,8 @@ class FileRefused(OSError):
 
 @cache
 def _libc_fstatfs() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols: libc's, no ldconfig run
         fstatfs = libc.fstatfs
     except (OSError, AttributeError):
         return None

@@ -10,6 +10,7 @@ operator reads.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -89,7 +90,8 @@ class ContainerWatch:
             self.notes["listing"] = f"{exc.strerror}: the trainer's processes unknown at some looks"
             logger.warning("%s", exc.strerror)
             if self.found is not None:
-                self._observe(running=set(self.pids), numbers=read_numbers(self.cgroup), now=now)
+                running = _running(self.kills.known, self.pids)
+                self._observe(running=running, numbers=read_numbers(self.cgroup), now=now)
             return True
         if found is not None and not found.complete:
             self.notes["pending"] = "too many new processes at some looks to classify them all at once"
@@ -120,7 +122,7 @@ class ContainerWatch:
             numbers = taken.cgroup
         else:
             numbers = read_numbers(self.cgroup)
-        self._observe(running=set(found.pids), numbers=numbers, now=now)
+        self._observe(running=_running(self.kills.known, found.pids), numbers=numbers, now=now)
         return True
 
     def _start(self, found: containers.Container) -> None:
@@ -225,6 +227,16 @@ class ContainerWatch:
             trend=trend,
             notes=[ev.clean_text(n, ev.MAX_TEXT) for n in notes[: ev.MAX_NOTES]],
         )
+
+
+def _running(known: tuple[int, ...], pids: tuple[int, ...]) -> set[int]:
+    """Those of ``known`` in ``pids`` (sorted): no set of every pid of a container of 20,000."""
+    found = set()
+    for pid in known:
+        at = bisect.bisect_left(pids, pid)
+        if at < len(pids) and pids[at] == pid:
+            found.add(pid)
+    return found
 
 
 def _wall(at: datetime, now: float, then: float) -> datetime:
