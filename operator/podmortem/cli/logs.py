@@ -181,7 +181,8 @@ def check_args(args: argparse.Namespace) -> None:
     if v.optional(CONTAINERS) and args.all_containers:
         raise o.SettingError(f"{v.where(CONTAINERS)} and --all-containers: give one of them, not both")
     v.optional(TAIL)
-    if v.optional(SINCE) is not None and v.optional(SINCE_TIME) is not None:
+    since, since_time = v.optional(SINCE), v.optional(SINCE_TIME)
+    if since is not None and since_time is not None:
         raise v.conflict("give one of them, not both (as kubectl)", SINCE, SINCE_TIME)
     v.value(COLOR)
     v.optional(OPERATOR_NAMESPACE)

@@ -345,8 +345,10 @@ class ContainerFollower:
                     ended = await kubelet_checks.tail_ends_at_cursor(
                         self.api, namespace=self.namespace, pod=self.pod, container=self.container,
                         cursor=self.cursor, previous=previous)
-                    if ended is None:
-                        unanswered += 1  # an empty answer: an empty log, or a cut before the first byte
+                    if ended is None or (ended is False and self._start_limited(previous=previous)):
+                        # An empty answer: an empty log, or a cut before the first byte. Or a log whose
+                        # lines all lie before where --tail/--since start it: nothing to read.
+                        unanswered += 1
                     if ended or unanswered >= _MISSED_READS:
                         await self._confirm_instance(previous=previous)
                         return True
@@ -373,6 +375,11 @@ class ContainerFollower:
             self.metrics.reconnects.labels(result.ended).inc()
             if not result.new_lines and same_partial > 1:
                 await self._backoff(reason=result.ended)
+
+    def _start_limited(self, *, previous: bool) -> bool:
+        """Whether the reads so far were limited by ``start_tail_lines``/``start_since_time``."""
+        return (not previous and not self._moved_on and self.cursor.last_ts_ns is None
+                and (self.start_tail_lines is not None or self.start_since_time is not None))
 
     async def _confirm_instance(self, *, previous: bool) -> None:
         """Raise :class:`InstanceChanged` unless the pod still shows the cursor's instance there."""
