@@ -129,7 +129,8 @@ STORED = (b"2024-05-01T12:00:00.000000001Z epoch 0\r progress\n"
 async def test_lines_to_stdout_and_the_stores_own_to_notes_however_the_answer_is_cut(seed: int) -> None:
     rng = random.Random(seed)
     body = Chunks(STORED, [rng.randrange(len(STORED)) for _ in range(rng.randrange(8))])
-    out, notes = Out(), []
+    out = Out()
+    notes: list[str] = []
     sink = StdoutSink(out, timestamps=False, prefix=False)  # type: ignore[arg-type]
     await logs_stored._print(body, container="main", sink=sink, note=notes.append)  # type: ignore[arg-type]
     sink.flush()
