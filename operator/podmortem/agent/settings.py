@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from podmortem.connection_limits import ServerLimits
 from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, WATCH_ANNOTATION, ForeignKind
-from podmortem.serving_limits import ServerLimits
 
 KernelLogSource = Literal["auto", "kmsg", "syslog", "off"]
 KERNEL_LOG_SOURCES: tuple[KernelLogSource, ...] = ("auto", "kmsg", "syslog", "off")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from podmortem.connection_limits import ServerLimits
 from podmortem.logs.tls import ServerCertificate
-from podmortem.serving_limits import ServerLimits
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from podmortem.connection_limits import ServerLimits
 from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, ForeignKind
 from podmortem.logs.settings import FollowSettings, HttpSettings
-from podmortem.serving_limits import ServerLimits
 
 #: The API coordinates of the TrainingJob custom resource.
 TRAININGJOB_GROUP = "podmortem.io"
