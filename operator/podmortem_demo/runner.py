@@ -76,7 +76,7 @@ TRAINER_CONTAINER = "trainer"
 #: hands a record over after about a second of kernel-log quiet, so the report comes first here too.
 RECORDED_HANDOVER_S = 1.0
 #: What everything taken from the recorded kernel record is labelled with, in progress and describe.
-RECORDED_LABEL = f"RECORDED, not from this run: {kernel.RECORDED_EXAMPLE}"
+RECORDED_LABEL = kernel.RECORDED_LABEL
 #: What the pod's memory figures are where no memory cgroup holds the pod.
 PSS_MEASURE = "summed charged PSS of the pod's processes (no memory cgroup: the demo kubelet's measure)"
 
@@ -203,8 +203,15 @@ def check_log(
     )
 
 
+def evaluator_for(policy: str) -> str:
+    """The baseline keeps Pointcept's evaluator (its masks grow each epoch); a patched run has the whole
+    fix: the runtime patch's lean evaluator as well as its loader policy."""
+    return trainer.POINTCEPT if policy == trainer.FRESH_FORK else trainer.LEAN
+
+
 def training_job(name: str, *, namespace: str, policy: str, limit_bytes: int, epochs: int) -> dict[str, Any]:
-    """The TrainingJob the demo submits: the trainer under a memory limit, with the given loader policy."""
+    """The TrainingJob the demo submits: the trainer under a memory limit, with the given loader policy
+    (and the evaluator that goes with it, `evaluator_for`)."""
     limit = quantity.format_mib(limit_bytes)
     return {
         "apiVersion": f"{TRAININGJOB_GROUP}/{TRAININGJOB_VERSION}",
@@ -221,7 +228,10 @@ def training_job(name: str, *, namespace: str, policy: str, limit_bytes: int, ep
                             "name": TRAINER_CONTAINER,
                             "image": "podmortem-demo/trainer:local",
                             "command": ["python", "-m", "podmortem_demo.trainer"],
-                            "args": ["--val-policy", policy, "--epochs", str(epochs)],
+                            "args": [
+                                "--val-policy", policy, "--evaluator", evaluator_for(policy),
+                                "--epochs", str(epochs),
+                            ],
                             "resources": {"requests": {"memory": limit}, "limits": {"memory": limit}},
                         }
                     ],
@@ -386,7 +396,7 @@ class _Cluster(LoopThread):
         if memory_line.MARKER in line:
             self.memory_lines[run.uid].append(line)
             self.progress.say(f"  {line}")
-        elif line.startswith(("validation loader:", "pod memory:", "RuntimeError", "training finished")):
+        elif line.startswith(("validation loader:", "evaluator:", "pod memory:", "RuntimeError", "training finished")):
             self.progress.say(f"  {line}")
 
     def _exited(self, run: PodRun) -> None:
@@ -397,14 +407,17 @@ class _Cluster(LoopThread):
         """
         if self.choice.mode == "real" or run.reason != "OOMKilled":
             return
-        task = asyncio.get_running_loop().create_task(self._hand_over_recorded(), name="demo-recorded")
+        task = asyncio.get_running_loop().create_task(
+            self._hand_over_recorded(run.limit_bytes), name="demo-recorded"
+        )
         self._handovers.add(task)
         task.add_done_callback(self._handovers.discard)
 
-    async def _hand_over_recorded(self) -> None:
+    async def _hand_over_recorded(self, limit_bytes: int | None) -> None:
         await asyncio.sleep(RECORDED_HANDOVER_S)
         await self.agent.agent.sample_once()
-        self.agent.agent.on_records(kernel.recorded_records())
+        # Scaled to the pod's limit, and its source says so (`kernel.recorded_records`).
+        self.agent.agent.on_records(kernel.recorded_records(limit_bytes))
 
 
 async def _stored_lines(
@@ -731,22 +744,22 @@ class Demo:
 
 
 def recorded_labels(tj: dict[str, Any]) -> describe.Labels:
-    """What `describe` marks in recorded mode: each part of the report taken from the recorded kernel
-    record, the condition and Event that quote it, and the pod memory figures (no cgroup: PSS sums)."""
+    """What `describe` marks in recorded mode besides what the object says itself: each part of the
+    report taken from the recorded kernel record, and the pod memory figures (no cgroup: PSS sums).
+
+    The ``Failed`` condition, the ``KernelRecordAttached`` Event and ``failureReport.record_source``
+    carry the label in the object (the operator writes the record's ``source``), so a real ``kubectl
+    describe`` shows it too; they are not marked again here."""
     report = stored_reports.in_status(tj)
     attached = report is not None and report.kernel_record_state == kernel_record.ATTACHED
     mark = f"[{RECORDED_LABEL}]"
     fields: dict[tuple[str, ...], str] = {("status", "memory"): f"[{PSS_MEASURE}]"}
-    conditions: dict[str, str] = {}
-    events: dict[str, str] = {}
     if attached:
         base = ("status", "failureReport")
         for key in ("verdict", "tasks", "findings", "kill", "cgroup"):
             fields[(*base, key)] = mark
         fields[(*base, "evidence", "kernelRecord")] = mark
-        conditions["Failed"] = mark
-        events["KernelRecordAttached"] = mark
-    return describe.Labels(fields=fields, conditions=conditions, events=events)
+    return describe.Labels(fields=fields)
 
 
 def peak_text(peak: int, limit: int | None, measure: str) -> str:
@@ -789,7 +802,7 @@ def _record_line(record: OomKillRecord | None, mode: kernel.KernelMode) -> str:
             "kernel: no OOM record of this pod reached the agent (the report says what it could "
             "find without one)"
         )
-    label = "real, read by the agent from /dev/kmsg" if mode == "real" else RECORDED_LABEL
+    label = "real, read by the agent from /dev/kmsg" if mode == "real" else (record.source or RECORDED_LABEL)
     victim = f"pid {record.victim_pid} ({record.victim_comm})"
     memcg = record.oom_memcg or "?"
     counter = record.counters.get("memory")

@@ -14,6 +14,14 @@ Any other value is a policy of ``podmortem_runtime.val_loader`` ("none",
 "persistent", "forkserver", "spawn", "auto"), resolved by its own rule; with it
 the same job completes under the same limit.
 
+``--evaluator`` picks what evaluation keeps. ``pointcept`` (the default, the
+post-mortem's evaluator) keeps every proposal's full-size mask until AP runs, so
+the heap grows by ``scenes × proposals × mask`` bytes an epoch. ``lean`` is the
+runtime patch's evaluator (``podmortem_runtime.insseg``): each scene's masks are
+counted against its ground truth as they come and dropped, and only the counts
+(a few hundred bytes a scene) are kept for AP, so the heap does not grow. The
+fix the demo shows is both: the lean evaluator and a loader policy.
+
 torch is not needed: the workers are ``multiprocessing`` processes with the
 context the policy names, and the heap is numpy arrays. Run it with
 ``python -m podmortem_demo.trainer --help``.
@@ -43,12 +51,20 @@ from typing import Any
 import numpy as np
 
 from podmortem_demo import watchdog
-from podmortem_runtime import memory, own_cgroup, val_loader
+from podmortem_runtime import insseg, memory, own_cgroup, val_loader
+from podmortem_runtime.insseg import association
 
 MIB = 1024**2
 #: The baseline policy: Pointcept's validation loader (workers forked anew at every evaluation).
 FRESH_FORK = "fresh-fork"
 POLICIES = (FRESH_FORK, *val_loader.POLICIES)
+#: Pointcept's evaluator: a full-size mask kept per proposal of every scene (grows each epoch).
+POINTCEPT = "pointcept"
+#: The runtime patch's evaluator: per-scene counts kept, masks dropped (flat).
+LEAN = "lean"
+EVALUATORS = (POINTCEPT, LEAN)
+#: The demo scenes' classes (index 0 is the ignored "void" class, as in ScanNet's lists).
+CLASS_NAMES = ("void", "chair", "table", "door", "window")
 
 
 @dataclass(frozen=True)
@@ -229,11 +245,14 @@ def load_in_process(scene: int, scene_bytes: int) -> Any:
 class Trainer:
     """Training progress, a leaking evaluator, and the validation loader the policy asks for."""
 
-    def __init__(self, settings: TrainerSettings, policy: str) -> None:
+    def __init__(self, settings: TrainerSettings, policy: str, *, evaluator: str = POINTCEPT) -> None:
         self.s = settings
         self.policy = policy
+        self.evaluator = evaluator
         #: The evaluator's leak: a full-size mask per proposal for every validation scene, never freed.
         self.kept_masks: list[Any] = []
+        #: The lean evaluator's whole state: one scene's counts per evaluated scene (of this epoch).
+        self.scene_counts: list[insseg.Scene] = []
         self.resolved: str = FRESH_FORK
         self.persistent: SceneLoader | None = None
         #: The pod's memory where no cgroup holds it (see `TreePss`); None in a real memory cgroup.
@@ -269,6 +288,13 @@ class Trainer:
             self.sampler = memory.PeakSampler(self.account, interval_s=0.05).start()
         else:
             self.sampler = memory.start_sampler(interval_s=0.05)
+        if self.evaluator == LEAN:
+            # numba's compiled pass would cost its import and a compile (~100 MiB, seconds) in this
+            # small pod; numpy reads these few proposals as fast.
+            association.DENSE_BACKEND = "numpy"
+            self.say("evaluator: lean (podmortem_runtime.insseg: per-scene counts kept, masks dropped)")
+        else:
+            self.say("evaluator: pointcept (a full-size mask kept per proposal until AP)")
 
     def train(self, epoch: int) -> None:
         s = self.s
@@ -304,27 +330,60 @@ class Trainer:
         s = self.s
         loader, close = self._loader()
         older = len(self.kept_masks)
+        self.scene_counts = []
         try:
             for scene in range(s.scenes):
                 points = loader.load(scene) if loader is not None else load_in_process(scene, s.scene_bytes)
                 score = float(points[:1024].mean())
-                # Full-size masks, one per proposal, kept for the final AP: the post-mortem's leak.
-                for _ in range(s.proposals):
-                    self.kept_masks.append(np.ones(s.mask_bytes, dtype=np.bool_))
-                # Matching rewrites the masks kept so far, a slice per scene: copy-on-write gives the
-                # trainer fresh pages while forked workers keep the old ones.
-                lo, hi = older * scene // s.scenes, older * (scene + 1) // s.scenes
-                for mask in self.kept_masks[lo:hi]:
-                    np.logical_not(mask, out=mask)
+                if self.evaluator == LEAN:
+                    self.scene_counts.append(self._count_scene(epoch, scene))
+                    kept = f"scenes counted {len(self.scene_counts)}"
+                else:
+                    # Full-size masks, one per proposal, kept for the final AP: the post-mortem's leak.
+                    for _ in range(s.proposals):
+                        self.kept_masks.append(np.ones(s.mask_bytes, dtype=np.bool_))
+                    # Matching rewrites the masks kept so far, a slice per scene: copy-on-write gives
+                    # the trainer fresh pages while forked workers keep the old ones.
+                    lo, hi = older * scene // s.scenes, older * (scene + 1) // s.scenes
+                    for mask in self.kept_masks[lo:hi]:
+                        np.logical_not(mask, out=mask)
+                    kept = f"masks kept {len(self.kept_masks)}"
                 self.charge()
                 self.say(
                     f"eval epoch {epoch} scene {scene + 1}/{s.scenes}: {s.proposals} proposals, "
-                    f"score {score:.3f}, masks kept {len(self.kept_masks)}"
+                    f"score {score:.3f}, {kept}"
                 )
         finally:
             if close and loader is not None:
                 loader.close()
-        self.say(f"eval epoch {epoch}: mAP 0.{31 + epoch:02d} AP50 0.{52 + epoch:02d}")
+        if self.evaluator == LEAN:
+            ap = insseg.average_precision(self.scene_counts, class_names=CLASS_NAMES, segment_ignore_index=(0,))
+            self.say(f"eval epoch {epoch}: mAP {ap['all_ap']:.3f} AP50 {ap['all_ap_50%']:.3f}")
+        else:
+            self.say(f"eval epoch {epoch}: mAP 0.{31 + epoch:02d} AP50 0.{52 + epoch:02d}")
+
+    def _count_scene(self, epoch: int, scene: int) -> insseg.Scene:
+        """One scene's proposals (full-size masks, as the model gives them) counted against its ground
+        truth by the lean evaluator; the masks are dropped when this returns."""
+        s = self.s
+        n = s.mask_bytes
+        rng = np.random.default_rng(epoch * 1000 + scene)
+        # Ground truth: one instance per class (1..4) in contiguous blocks of the scene's points.
+        block = max(1, n // len(CLASS_NAMES))
+        instance = np.minimum(np.arange(n, dtype=np.int32) // block, len(CLASS_NAMES) - 1).astype(np.int32)
+        segment = instance.copy()
+        masks = np.zeros((s.proposals, n), dtype=np.bool_)
+        classes = np.empty(s.proposals, dtype=np.int64)
+        for p in range(s.proposals):
+            target = 1 + (p % (len(CLASS_NAMES) - 1))
+            lo = target * block + int(rng.integers(0, max(1, block // 4)))
+            masks[p, lo : min(n, lo + block)] = True
+            classes[p] = target
+        scores = rng.random(s.proposals)
+        return insseg.associate(
+            classes, scores, masks, segment, instance,
+            class_names=CLASS_NAMES, segment_ignore_index=(0,),
+        )
 
     def charge(self) -> None:
         """Where the limit is enforced from outside (`TreePss`), wait while past it, up to
@@ -376,6 +435,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="fresh-fork (the baseline that gets OOM-killed) or a podmortem_runtime.val_loader "
         "policy (default: %(default)s)",
     )
+    p.add_argument(
+        "--evaluator",
+        choices=EVALUATORS,
+        default=POINTCEPT,
+        help="pointcept (keeps a full-size mask per proposal: grows each epoch) or lean "
+        "(podmortem_runtime.insseg: keeps per-scene counts) (default: %(default)s)",
+    )
     p.add_argument("--epochs", type=int, default=d.epochs, help="epochs (default: %(default)s)")
     p.add_argument(
         "--steps", type=int, default=d.steps, help="training steps per epoch (default: %(default)s)"
@@ -408,8 +474,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         mask_bytes=int(args.mask_mib * MIB),
         workers=args.workers,
     )
-    print(f"trainer pid {os.getpid()}: {settings.epochs} epochs, val policy {args.val_policy}", flush=True)
-    return Trainer(settings, args.val_policy).run()
+    print(
+        f"trainer pid {os.getpid()}: {settings.epochs} epochs, val policy {args.val_policy}, "
+        f"evaluator {args.evaluator}",
+        flush=True,
+    )
+    return Trainer(settings, args.val_policy, evaluator=args.evaluator).run()
 
 
 if __name__ == "__main__":

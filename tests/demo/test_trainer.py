@@ -128,3 +128,27 @@ def test_an_allocation_past_an_outside_limit_waits_for_the_kill_then_gives_up() 
     assert 0.05 <= time.monotonic() - began < 1.0
     t.account = None
     t.charge()  # in a real cgroup the kernel does it
+
+
+def test_the_lean_evaluator_removes_the_growth_the_pointcept_one_has() -> None:
+    """The fix is the whole fix: with the runtime patch's evaluator the heap does not grow by an epoch's
+    masks (scenes × proposals × mask = 8 MiB here), while Pointcept's keeps every mask."""
+    args = ["--epochs", "4", "--steps", "2", "--step-seconds", "0", "--scenes", "4", "--proposals", "2",
+            "--mask-mib", "1", "--workers", "1"]
+    rss: dict[str, list[int]] = {}
+    for evaluator in trainer.EVALUATORS:
+        environ = {k: v for k, v in os.environ.items() if k != watchdog.PSS_LIMIT_ENV}
+        done = subprocess.run(
+            [sys.executable, "-m", "podmortem_demo.trainer", "--val-policy", "auto", "--evaluator", evaluator,
+             *args], capture_output=True, timeout=60, check=False, env=environ,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        lines = done.stdout.decode().splitlines()
+        assert f"evaluator: {evaluator} (" in "\n".join(lines)
+        parsed = [memory_line.parse(line) for line in lines if line.startswith(memory_line.MARKER)]
+        rss[evaluator] = [m.rss_bytes for m in parsed if m is not None]
+        assert len(rss[evaluator]) == 4
+    epoch_masks = 4 * 2 * 2**20
+    pointcept, lean = rss[trainer.POINTCEPT], rss[trainer.LEAN]
+    assert pointcept[-1] - pointcept[0] >= 3 * epoch_masks * 0.9  # three epochs' masks kept
+    assert lean[-1] - lean[1] < epoch_masks / 2  # flat after the first evaluation's imports

@@ -45,6 +45,7 @@ def diagnose(record: OomKillRecord, *, pod: PodRef | None = None) -> FailureRepo
         partial=record.partial,
         missing=list(record.missing),
         page_size_bytes=facts.page_size,
+        record_source=record.source,
     )
 
 

@@ -236,7 +236,12 @@ def pending_parts(report: ReportDocument) -> list[str]:
 
 
 def verdict_sentence(report: ReportDocument) -> str:
-    """One sentence: who died, the verdict, and the cause finding's message."""
+    """One sentence: who died, the verdict, and the cause finding's message; led by the record's
+    source (``[RECORDED, not from this run: ...]``) when the kernel record is not the node's."""
+    return report.report.labelled(_verdict_words(report))
+
+
+def _verdict_words(report: ReportDocument) -> str:
     pod = report.pod
     who = "/".join(p for p in (pod.name, pod.container) if p) or "the pod"
     verdict = report.report.verdict
@@ -294,6 +299,17 @@ def timeline_of(data: PageInput) -> tuple[tm.Timeline, list[str]]:
     cgroup = report.report.cgroup
     if tl.limit_bytes is None and cgroup is not None and cgroup.limit_bytes is not None:
         tl.limit_bytes = cgroup.limit_bytes
+    at_kill = kill_point(report)
+    if at_kill is not None and tl.usage and tl.usage[-1][0] <= at_kill[0]:
+        # Samples miss the last rise (one every poll interval); the kernel's own usage at the kill
+        # ends the curve, so it reaches the figure the report names as the peak.
+        tl.usage.append(at_kill)
+        notes.append(
+            f"the curve's last point is the kernel's usage at the kill ({human_bytes(at_kill[1])}, "
+            "from its OOM record"
+            + (f"; {report.report.record_source}" if report.report.record_source else "")
+            + ")"
+        )
     if not tl.epochs:
         notes.append("no per-epoch memory lines were found in the log read for this page")
     if not data.restarts:
@@ -303,6 +319,15 @@ def timeline_of(data: PageInput) -> tuple[tm.Timeline, list[str]]:
     tl.kill_at = report.pod.finished_at
     tl.last_line_at = report.evidence.log.last_line_at
     return tl, notes
+
+
+def kill_point(report: ReportDocument) -> tuple[datetime, int] | None:
+    """(the kill's time, the cgroup's usage the kernel printed then), when the report has both."""
+    cgroup = report.report.cgroup
+    at = report.pod.finished_at
+    if cgroup is None or cgroup.usage_bytes is None or at is None:
+        return None
+    return at, cgroup.usage_bytes
 
 
 def _legend(tl: tm.Timeline) -> str:

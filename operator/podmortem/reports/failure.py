@@ -150,6 +150,17 @@ class FailureReport(BaseModel):
     page_size_bytes: int = DEFAULT_PAGE_SIZE
     #: What ``trimmed()`` dropped to fit a size budget, in words; empty when nothing was dropped.
     dropped: list[str] = Field(default_factory=list)
+    #: Where the kernel record came from when it is not the node's kernel log (the record's
+    #: ``source``: ``podmortem demo``'s recorded record says "RECORDED, not from this run: ..."); None
+    #: for a record the agent read. Every headline of the report starts with it (`labelled`).
+    record_source: str | None = None
+
+    def labelled(self, text: str) -> str:
+        """``text`` (a headline quoting this report) with ``[record_source]`` in front, when there is one."""
+        return f"[{self.record_source}] {text}" if self.record_source else text
+    #: The codes of the findings that rest on in-pod evidence (the sidecar's termination message: the
+    #: pod's own testimony, which a hostile trainer may have shaped), not on the kubelet or the kernel.
+    in_pod_evidence: list[str] = Field(default_factory=list)
 
     def finding(self, code: str) -> Finding | None:
         return next((f for f in self.findings if f.code == code), None)

@@ -119,6 +119,10 @@ class OomKillRecord(BaseModel):
     time_text: str | None = None
     #: /dev/kmsg sequence number of the record's first line.
     kmsg_seq: int | None = None
+    #: Where the record came from when it is not this node's kernel log, in words (``podmortem demo``
+    #: replays a recorded one: "RECORDED, not from this run: ..."); None for a record the agent read.
+    #: The report carries it as ``record_source`` and puts it in front of its headline.
+    source: str | None = None
 
     # -- the header: who asked for memory -------------------------------------------------------
     trigger_comm: str | None = None

@@ -333,7 +333,7 @@ class Reporter:
             record_pending=record == kernel_record.PENDING,
             log_tail=facts.last_lines(t.container) if facts is not None else (),
         )
-        sidecar = sidecar_report.read(t)
+        sidecar = sidecar_report.read(t, sidecar_report.identity(self.settings.sidecar))
         if record != kernel_record.ATTACHED and sidecar.evidence is not None:
             report = sidecar_report.apply(report, t, sidecar.evidence)
         document = self._document(t, agent_evidence, record, errors, working_set, facts, prom_pending)
@@ -496,7 +496,7 @@ class Reporter:
         verdict = outcome.report.verdict or "unknown"
         cause = next((f for f in outcome.report.findings if f.code == verdict), None)
         t = outcome.termination
-        return verdict, (
+        return verdict, outcome.report.labelled(
             cause.message if cause is not None else f"exit {t.exit_code}, reason {t.reason or t.pod_reason}"
         )
 
@@ -754,7 +754,7 @@ class Reporter:
         outcome = self.by_pod.get(termination.pod_uid)
         if outcome is None or outcome.sidecar_read or outcome.termination.key != termination.key:
             return False
-        read = sidecar_report.read(termination)
+        read = sidecar_report.read(termination, sidecar_report.identity(self.settings.sidecar))
         if read.summary is None or read.summary.state == "pending":
             return False
         outcome.sidecar_read = True
@@ -812,7 +812,7 @@ class Reporter:
             await self._post_event(
                 outcome,
                 reason="KernelRecordAttached",
-                message=(
+                message=outcome.report.labelled(
                     f"{t.pod}/{t.container}: the kernel's OOM record reached the node agent {waited_s:.1f} s "
                     f"after the report; verdict {verdict}, findings {codes} "
                     f"({self._pointer(outcome.target)}; updated)"
