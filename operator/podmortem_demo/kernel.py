@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from podmortem.errors import PodmortemError
 from podmortem import quantity
+from podmortem.errors import PodmortemError
 from podmortem.kernel import kmsg, oom_parser
 from podmortem.reports.oom_record import OomKillRecord
 from podmortem_demo import sandbox
@@ -151,7 +151,8 @@ def scaled_text(text: str, factor: float) -> str:
             cols = row[2].split()
             widths = re.findall(r"\s+\d+", row[2])
             scaled = [size(c) for c in cols]
-            body = row[1] + "".join(w[: len(w) - len(w.lstrip())] + v for w, v in zip(widths, scaled)) + row[3]
+            spaced = (w[: len(w) - len(w.lstrip())] + v for w, v in zip(widths, scaled, strict=True))
+            body = row[1] + "".join(spaced) + row[3]
         elif "Killed process" in body:
             body = _KILLED_KB.sub(lambda m: f"{m[1]}:{size(m[2])}kB", body)
         out.append(prefix + sep + body + end)

@@ -396,7 +396,9 @@ class _Cluster(LoopThread):
         if memory_line.MARKER in line:
             self.memory_lines[run.uid].append(line)
             self.progress.say(f"  {line}")
-        elif line.startswith(("validation loader:", "evaluator:", "pod memory:", "RuntimeError", "training finished")):
+        elif line.startswith(
+            ("validation loader:", "evaluator:", "pod memory:", "RuntimeError", "training finished")
+        ):
             self.progress.say(f"  {line}")
 
     def _exited(self, run: PodRun) -> None:

@@ -357,7 +357,9 @@ class Trainer:
             if close and loader is not None:
                 loader.close()
         if self.evaluator == LEAN:
-            ap = insseg.average_precision(self.scene_counts, class_names=CLASS_NAMES, segment_ignore_index=(0,))
+            ap = insseg.average_precision(
+                self.scene_counts, class_names=CLASS_NAMES, segment_ignore_index=(0,)
+            )
             self.say(f"eval epoch {epoch}: mAP {ap['all_ap']:.3f} AP50 {ap['all_ap_50%']:.3f}")
         else:
             self.say(f"eval epoch {epoch}: mAP 0.{31 + epoch:02d} AP50 0.{52 + epoch:02d}")

@@ -100,10 +100,12 @@ def test_demo_with_a_recorded_kernel_record(capsys: pytest.CaptureFixture[str], 
     # Everything from the recorded record is labelled; the pod's memory is the pod's, not the host's.
     assert f"Verdict:  memcg-limit  [{runner.RECORDED_LABEL}]" in err
     source = kernel.record_source(256 * 2**20)
-    assert source.startswith(runner.RECORDED_LABEL) and "scaled ×2 from its 128Mi limit to this pod's 256Mi" in source
+    assert source.startswith(runner.RECORDED_LABEL)
+    assert "scaled ×2 from its 128Mi limit to this pod's 256Mi" in source
     assert f"Message:  [{source}] The kernel killed python3 (pid {record.victim_pid})" in err
     # The object itself carries the label (a real kubectl describe, the JSON), not only this printout.
     assert report["record_source"] == source
+    status = data["runs"][0]["trainingJob"]["status"]
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert failed["message"].startswith(f"[{source}] ") and "of 256.0 MiB" in failed["message"]
     assert " of unlimited" not in err and "Peak Of Limit:  " in err
