@@ -201,11 +201,12 @@ def test_uninstall_leaves_only_the_crd(control_plane: ControlPlane, release_name
         owned = ("Pod", "ReplicaSet", "ControllerRevision")
         return None if any(x.split()[0] in owned for x in left) else left
     left = rel.wait(settled, what="the garbage collector removing the release's pods", timeout=120, step=2)
-    expected = ["CustomResourceDefinition trainingjobs.podmortem.io",
-                # The operator's leader-election Lease: the operator creates it at run time (Helm never
-                # knew it) and, stopping, releases it without deleting it (its Role grants no delete).
-                f"Lease {namespace}/podmortem-operator"]
-    assert left == expected, left
+    # The operator's leader-election Lease is left: the operator creates it at run time (Helm never
+    # knew it) and, stopping, releases it without deleting it (its Role grants no delete).
+    assert left == [f"Lease {namespace}/podmortem-operator"], left
+    # Helm's convention: the CRD (from crds/, unlabelled by Helm) stays, and with it the TrainingJobs.
+    assert cp.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/trainingjobs.podmortem.io")
+    assert cp.get(f"/apis/podmortem.io/v1alpha1/namespaces/{jobs_namespace}/trainingjobs/gone")
 
 
 def test_the_readmes_example_trainingjob_is_accepted(control_plane: ControlPlane, namespace: str) -> None:

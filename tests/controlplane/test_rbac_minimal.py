@@ -90,7 +90,10 @@ def _without(rendered: list[dict[str, Any]], fullname: str, dropped: RuleRef | N
     for obj in objects:
         if obj["kind"] == dropped.kind and obj["metadata"]["name"] == f"{fullname}-{dropped.suffix}":
             rule = obj["rules"].pop(dropped.index)
-            assert tuple(sorted((k, tuple(v)) for k, v in rule.items())) == dropped.rule, rule
+            # Collected for the full name "pm": a resourceName carries the full name.
+            seen = {k: [n.replace(f"{fullname}-", "pm-", 1) for n in v] if k == "resourceNames" else v
+                    for k, v in rule.items()}
+            assert tuple(sorted((k, tuple(v)) for k, v in seen.items())) == dropped.rule, rule
             return objects
     raise AssertionError(f"{dropped.id}: no such rule in this rendering")
 
