@@ -86,6 +86,12 @@ def cuda_oom(facts: LogFacts) -> list[Finding]:
         held.append(f"{_size(oom.allocated)} allocated by PyTorch")
     if oom.reserved_unallocated is not None:
         held.append(f"{_size(oom.reserved_unallocated)} reserved but unallocated")
+    if oom.self_seen_as is not None and oom.process_in_use is not None:
+        held.append(
+            f"{_size(oom.process_in_use)} held by this process in all (its reserve and the CUDA "
+            f"context), which PyTorch printed as 'Process {oom.self_seen_as}': the host's pid for it, "
+            "seen from another pid namespace (a pod without hostPID), not another process"
+        )
     if oom.other_processes:
         held.append(
             f"{len(oom.other_processes)} other process(es) on the device holding "
@@ -111,6 +117,7 @@ def cuda_oom(facts: LogFacts) -> list[Finding]:
                 "allocated_bytes": oom.allocated,
                 "reserved_unallocated_bytes": oom.reserved_unallocated,
                 "other_pids": [pid for pid, _ in oom.other_processes],
+                "self_seen_as_pid": oom.self_seen_as,
                 "form": oom.form,
                 "line": oom.line[:300],
             },

@@ -61,10 +61,13 @@ class CudaOom:
     allocated: int | None
     #: Reserved by the allocator but not handed out: memory it cannot use for this request.
     reserved_unallocated: int | None
-    #: Other processes on the same device (``Process N has X memory in use``).
+    #: Other processes on the same device (``Process N has X memory in use``), without this one.
     other_processes: tuple[tuple[int, int], ...] = ()
     #: "2.x" (``GPU N has a total capacity``), "1.x" (``(GPU N; ... total capacity; ...)``).
     form: str = "2.x"
+    #: The host pid under which this process itself was printed as ``Process N has X memory in use``
+    #: (see `own_process`); None when PyTorch wrote ``this process has``, or no entry fits.
+    self_seen_as: int | None = None
 
     @property
     def fragmented(self) -> bool:
@@ -85,6 +88,37 @@ _OOM_OLD = re.compile(
 _OOM_BARE = re.compile(rf"CUDA out of memory\. Tried to allocate (?P<tried>{_SIZE})")
 _IN_USE = re.compile(rf"this process has (?P<v>{_SIZE}) memory in use")
 _OTHER = re.compile(rf"Process (?P<pid>\d+) has (?P<v>{_SIZE}) memory in use")
+#: What a process holds on the device beyond PyTorch's reserve: the CUDA context (a few hundred MiB:
+#: 300-600 on current GPUs and drivers) and cuBLAS/cuDNN workspaces. An entry within this of allocated +
+#: reserved-but-unallocated is this process.
+CONTEXT_SLACK_BYTES = 1024**3
+#: Two printed sizes (two decimals each: up to 5 MiB off at GiB) may undershoot by this much.
+ROUNDING_BYTES = 16 * 1024**2
+
+
+def own_process(
+    entries: Sequence[tuple[int, int]], *, allocated: int | None, reserved_unallocated: int | None
+) -> int | None:
+    """The index of the ``Process N has X memory in use`` entry that is this process itself, or None.
+
+    PyTorch writes ``this process has`` only when ``getpid()`` equals the pid NVML reports. NVML
+    reports host pids, so in a pod without ``hostPID`` the two differ and the trainer's own usage is
+    printed as ``Process <host pid> has ...``. It is this process when its figure is PyTorch's reserve
+    (allocated + reserved-but-unallocated) plus at most the CUDA context (`CONTEXT_SLACK_BYTES`);
+    of several that fit, the closest. One pass over the entries.
+    """
+    if allocated is None or reserved_unallocated is None:
+        return None
+    reserve = allocated + reserved_unallocated
+    best: int | None = None
+    best_gap = 0
+    for i, (_pid, used) in enumerate(entries):
+        gap = used - reserve
+        if -ROUNDING_BYTES <= gap <= CONTEXT_SLACK_BYTES and (best is None or abs(gap) < best_gap):
+            best, best_gap = i, abs(gap)
+    return best
+
+
 _ALLOC = re.compile(
     rf"Of the allocated memory (?P<a>{_SIZE}) is allocated by PyTorch, and (?P<r>{_SIZE}) is reserved "
     r"by PyTorch but unallocated"
@@ -103,17 +137,27 @@ def cuda_oom(lines: Sequence[str]) -> CudaOom | None:
             in_use = _IN_USE.search(rest)
             alloc = _ALLOC.search(rest)
             others = tuple((int(o.group("pid")), size_bytes(o.group("v"))) for o in _OTHER.finditer(rest))
+            allocated = size_bytes(alloc.group("a")) if alloc else None
+            unallocated = size_bytes(alloc.group("r")) if alloc else None
+            process_in_use = size_bytes(in_use.group("v")) if in_use else None
+            seen_as: int | None = None
+            if process_in_use is None:
+                mine = own_process(others, allocated=allocated, reserved_unallocated=unallocated)
+                if mine is not None:
+                    seen_as, process_in_use = others[mine]
+                    others = others[:mine] + others[mine + 1 :]
             return CudaOom(
                 line=line,
                 device=int(m.group("dev")),
                 tried=size_bytes(m.group("tried")),
                 total=size_bytes(m.group("total")),
                 free=size_bytes(m.group("free")),
-                process_in_use=size_bytes(in_use.group("v")) if in_use else None,
-                allocated=size_bytes(alloc.group("a")) if alloc else None,
-                reserved_unallocated=size_bytes(alloc.group("r")) if alloc else None,
+                process_in_use=process_in_use,
+                allocated=allocated,
+                reserved_unallocated=unallocated,
                 other_processes=others,
                 form="2.x",
+                self_seen_as=seen_as,
             )
         m = _OOM_OLD.search(line)
         if m is not None:
