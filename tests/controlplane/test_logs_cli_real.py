@@ -218,6 +218,9 @@ def test_as_a_kubectl_plugin(stored: Stored) -> None:
                   env={"PATH": path, "KUBECONFIG": str(kubeconfig)})
     assert got.returncode == 2
     assert got.stderr.startswith("usage: kubectl podmortem logs "), got.stderr
+    got = run_cli([str(stored.plane.bin / "kubectl"), "podmortem", "diagnose", "--example", "k3s-stress"],
+                  env={"PATH": path})
+    assert got.returncode == 0 and "OOM" in got.stdout, got
 
 
 def test_selector_prints_each_matching_pod_prefixed(control_plane: ControlPlane, namespace: str,

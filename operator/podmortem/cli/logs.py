@@ -354,7 +354,7 @@ async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
     from podmortem.background import Background
     from podmortem.cli import logs_output
     from podmortem.logs import errors
-    from podmortem.logs.events import EndReason
+    from podmortem.logs.events import EndReason, LogEnd
     from podmortem.logs.following import follower, pod_log_api
     from podmortem.logs.following.sinks import StdoutSink, TeeSink
 
@@ -422,18 +422,22 @@ async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
             log_store = await stack.enter_async_context(store_module.LogStore(args.store))
             store_sink = log_store.sink(namespace=namespace, pod=args.pod)
         printers = {name: printer_for(name, prefixed) for name, _ in live}
-        group = Background("logs")
-        started = {}
-        for name, containers in live:
+
+        async def follow_one(name: str, containers: list[str]) -> dict[str, LogEnd]:
             sink: Any = printers[name] if store_sink is None else TeeSink(store_sink, printers[name])
-            started[name] = group.start(follower.follow_pod(
-                api=api, namespace=namespace, pod=name, sink=sink, containers=containers,
-                settings=settings, follow=request.follow, on_reconnect=on_reconnect,
-                start_tail_lines=request.tail, start_since_time=request.since), name=name)
+            try:
+                return await follower.follow_pod(
+                    api=api, namespace=namespace, pod=name, sink=sink, containers=containers,
+                    settings=settings, follow=request.follow, on_reconnect=on_reconnect,
+                    start_tail_lines=request.tail, start_since_time=request.since)
+            except errors.PodGone as exc:  # gone between the read (or the list) and the first stream
+                raise LookupError(f"pod {namespace}/{name} not found") from exc
+
+        # Every pod at once (kubectl -l stops at --max-log-requests, 5); the first failure stops the rest.
+        group = Background("logs")
+        started = {name: group.start(follow_one(name, containers), name=name) for name, containers in live}
         try:
             await group.join()
-        except errors.PodGone as exc:
-            raise LookupError(f"pod {namespace}/{args.pod or ''} not found") from exc
         finally:
             await group.close()
             for printer in printers.values():
