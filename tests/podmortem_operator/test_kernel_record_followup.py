@@ -25,7 +25,7 @@ from podmortem.operator.jobs import Target
 from podmortem.operator.reporting import kernel_record
 from podmortem.operator.reporting.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.reporting.reporter import Reporter
-from podmortem.operator.settings import AgentAccessSettings, OperatorSettings
+from podmortem.operator.settings import AgentAccessSettings, OperatorSettings, SidecarInjectionSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets
 from podmortem.reports.document import merge_patch
@@ -35,6 +35,8 @@ from podmortem_demo.harness import evidence_for
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "oom-records"
 RECORD = oom_parser.parse_text((RECORDS / "01-k3s-v1-dmesgT-stress-4.15.log").read_text())[0]
 UID = "pod-uid-1"
+#: The sidecar image the operator injects (its evidence is read only from a container running it).
+SIDECAR_IMAGE = "registry.example.com/podmortem:0.1.0"
 
 
 class ScriptedAgent:
@@ -107,7 +109,8 @@ async def running_reporter(
     settings = OperatorSettings(
         agent=AgentAccessSettings(
             enabled=agent_enabled, record_wait_s=wait_s, record_retry_min_s=0.01, record_retry_max_s=0.05
-        )
+        ),
+        sidecar=SidecarInjectionSettings(image=SIDECAR_IMAGE),
     )
     async with aiohttp.ClientSession() as session:
         reporter = Reporter(

@@ -67,7 +67,8 @@ def oom_killed_with_message(h: Harness, name: str, message: str) -> None:
 @pytest.fixture
 def no_agent(tmp_path: Path) -> Iterator[Harness]:
     with harness(tmp_path) as h:
-        settings = h.settings(log_http_auth=False, patch_pods=True, agent=AgentAccessSettings(enabled=False))
+        settings = h.settings(log_http_auth=False, patch_pods=True, agent=AgentAccessSettings(enabled=False),
+                              sidecar=SidecarInjectionSettings(image="podmortem"))
         h.start_operator(settings)
         yield h
         assert h.operator_error is None, h.operator_error
@@ -83,7 +84,8 @@ def test_a_pod_with_the_sidecar_and_no_agent_gets_a_report_of_its_containers_lim
                      "annotations": {"podmortem.io/watch": "true"}},
         "spec": {"shareProcessNamespace": True,
                  "initContainers": [
-                     {"name": SIDECAR_CONTAINER, "image": "podmortem", "restartPolicy": "Always"}],
+                     {"name": SIDECAR_CONTAINER, "image": "podmortem", "restartPolicy": "Always",
+                      "command": ["podmortem", "sidecar"]}],
                  "containers": [{"name": "trainer", "image": "x"}]},
     })
     run_pod(h, name="sidecar-mode")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,7 +19,15 @@ from podmortem.operator.reporting import sidecar_report
 from podmortem.sidecar.evidence import SidecarEvidence, render
 from podmortem_demo.harness import evidence_for
 
-from .test_kernel_record_followup import RECORD, TARGET, UID, ScriptedAgent, running_reporter, termination
+from .test_kernel_record_followup import (
+    RECORD,
+    SIDECAR_IMAGE,
+    TARGET,
+    UID,
+    ScriptedAgent,
+    running_reporter,
+    termination,
+)
 
 MIB = 1 << 20
 
@@ -44,7 +51,8 @@ def evidence(**over: Any) -> SidecarEvidence:
 
 
 def pod(message: str | None, *, sidecar: bool = True) -> dict[str, Any]:
-    init = [{"name": term_mod.SIDECAR_CONTAINER, "restartPolicy": "Always"}] if sidecar else []
+    init = [{"name": term_mod.SIDECAR_CONTAINER, "restartPolicy": "Always", "image": SIDECAR_IMAGE,
+             "command": ["podmortem", "sidecar"]}] if sidecar else []
     side_state: dict[str, Any] = (
         {"terminated": {"exitCode": 0, "reason": "Completed", "message": message}}
         if message is not None else {"running": {}}
@@ -138,7 +146,7 @@ async def test_with_an_agent_the_kernel_record_wins_and_both_name_the_same_kill(
     victim = RECORD.victim_pid
     assert victim is not None
     side = evidence(kill={"victim": {"pid": victim, "comm": "python", "pss": 1100 * MIB, "role": "trainer"},
-                          "gone": [victim], "at": datetime.now(UTC).isoformat()})
+                          "gone": [victim], "at": "2026-12-04T13:36:26.457Z"})
     async with running_reporter(agent, wait_s=5.0) as (reporter, _):
         t = term_mod.find(pod(render(side)))[0]
         outcome = await reporter.report(termination=t, target=TARGET, facts=None, seen_at=time.monotonic())

@@ -10,6 +10,7 @@ SIGBUS's 135, SIGSEGV's 139) gets a report too, read from the log tail
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -18,13 +19,17 @@ from typing import Any
 
 from podmortem.diagnosis import exit_causes
 from podmortem.diagnosis import sibling_oom as sibling_oom_mod
+from podmortem.diagnosis.in_pod_evidence import TERMINATION_LOG, InPodContainer, covers_termination_log
 from podmortem.kube.bodies import PodBody
 from podmortem.reports.times import parse_time
 
 SIGKILL_EXIT = 137
 
 #: The name the operator gives the injected ``podmortem sidecar`` container (see `docs/sidecar.md`).
+#: Not how its evidence is found: that is by image and command (`podmortem.diagnosis.in_pod_evidence`).
 SIDECAR_CONTAINER = "podmortem-sidecar"
+#: Containers kept as possible sidecars of one pod (named so, or running ``podmortem sidecar``).
+MAX_SIDECAR_CANDIDATES = 4
 #: Characters of a sidecar's termination message kept: the kubelet keeps 4096 bytes; one more
 #: character than that lets the reader tell an overlong (edited) message from a whole one.
 SIDECAR_MESSAGE_MAX = 4097
@@ -63,6 +68,11 @@ class Termination:
     #: says once it has ended (raw text, untrusted: the operator parses it), None until then.
     sidecar: bool = False
     sidecar_message: str | None = None
+    #: The containers that may be the sidecar, with their spec and terminated state: the operator
+    #: reads the evidence only from the one it injected (`in_pod_evidence.identify`).
+    sidecars: tuple[InPodContainer, ...] = ()
+    #: The container's ``resources.limits.memory`` in the spec, bytes (None: none set).
+    memory_limit_bytes: int | None = None
 
     @property
     def key(self) -> str:
@@ -112,6 +122,7 @@ def find(pod: Mapping[str, Any]) -> list[Termination]:
                         pod, cs.get("name", ""), parse_time(term.get("finishedAt"))
                     ) if reason != "OOMKilled" else None,
                     time_zone=time_zone(pod, cs.get("name", "")),
+                    memory_limit_bytes=memory_limit(body, cs.get("name", "")),
                     **base,
                 )
             )
@@ -129,6 +140,75 @@ def being_disrupted(pod: Mapping[str, Any]) -> Termination | None:
         return None
     body = PodBody(pod)
     return _pod_level(body.spec, body.status, _pod_fields(pod))
+
+
+def memory_limit(pod: PodBody, container: str) -> int | None:
+    """The container's ``resources.limits.memory`` in bytes as the spec says; None: unset or unreadable."""
+    for c in pod.containers:
+        if c.get("name") == container:
+            resources = c.get("resources")
+            limits = resources.get("limits") if isinstance(resources, Mapping) else None
+            value = limits.get("memory") if isinstance(limits, Mapping) else None
+            return exit_causes.quantity_bytes(str(value)) if isinstance(value, str | int) else None
+    return None
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    return tuple(w for w in value if isinstance(w, str)) if isinstance(value, list) else ()
+
+
+def _plain(c: Mapping[str, Any]) -> bool:
+    """No environment, no volume over the termination log, the message read from it as a file."""
+    mounts = c.get("volumeMounts")
+    return (not c.get("env") and not c.get("envFrom")
+            and not any(isinstance(m, Mapping) and covers_termination_log(m.get("mountPath"))
+                        for m in (mounts if isinstance(mounts, list) else ()))
+            and c.get("terminationMessagePath", TERMINATION_LOG) == TERMINATION_LOG
+            and c.get("terminationMessagePolicy", "File") == "File")
+
+
+def sidecar_candidates(pod: PodBody) -> tuple[InPodContainer, ...]:
+    """The containers that may be the sidecar (named `SIDECAR_CONTAINER`, or running ``podmortem sidecar``),
+    each with the terminated state that holds its message (the current one first, else the last)."""
+    statuses = {cs.get("name"): cs for cs in (*pod.init_container_statuses, *pod.container_statuses)}
+    found: list[InPodContainer] = []
+    for native, items in ((True, pod.init_containers), (False, pod.containers)):
+        for c in items:
+            command, args = _words(c.get("command")), _words(c.get("args"))
+            words = command + args
+            runs = any(w.rsplit("/", 1)[-1] == "podmortem" and n == "sidecar"
+                       for w, n in itertools.pairwise(words))
+            if c.get("name") != SIDECAR_CONTAINER and not runs:
+                continue
+            cs = statuses.get(c.get("name")) or {}
+            term: Mapping[str, Any] = {}
+            for key in ("state", "lastState"):
+                state = cs.get(key)
+                candidate = state.get("terminated") if isinstance(state, Mapping) else None
+                if isinstance(candidate, Mapping):
+                    term = candidate
+                    break
+            message = term.get("message")
+            restarts = cs.get("restartCount")
+            code = term.get("exitCode")
+            found.append(InPodContainer(
+                name=str(c.get("name", "")),
+                image=str(c.get("image", "")),
+                command=command,
+                args=args,
+                native_sidecar=native and c.get("restartPolicy") == "Always",
+                plain=_plain(c),
+                message=(message[:SIDECAR_MESSAGE_MAX]
+                         if isinstance(message, str) and message.strip() else None),
+                exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+                reason=term.get("reason") if isinstance(term.get("reason"), str) else None,
+                started_at=parse_time(term.get("startedAt")),
+                finished_at=parse_time(term.get("finishedAt")),
+                restarts=restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else 0,
+            ))
+            if len(found) >= MAX_SIDECAR_CANDIDATES:
+                return tuple(found)
+    return tuple(found)
 
 
 def sidecar_message(pod: PodBody) -> tuple[bool, str | None]:
@@ -153,6 +233,7 @@ def _pod_fields(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "sidecar": present,
         "sidecar_message": message,
+        "sidecars": sidecar_candidates(body),
         "namespace": body.namespace,
         "pod": body.name,
         "pod_uid": body.uid,

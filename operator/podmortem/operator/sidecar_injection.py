@@ -13,7 +13,11 @@ trainer's user and group with no capability, no privilege escalation, the Runtim
 profile and a read-only root: admitted under Pod Security "restricted". Its evidence goes to
 ``/dev/termination-log`` (``terminationMessagePolicy: File``), where the operator reads it.
 
-A pod is left as it is, with the reason, when it already has the sidecar (never twice), when it
+A container of the pod named ``podmortem-sidecar`` that is not exactly the one this operator injects
+(`is_injected`: the configured image, the injected command, no arguments, no environment, a native
+sidecar) is rewritten: replaced by the injected one, so that a pod's own image can never pose as the
+sidecar whose message the operator reads (issue 36). A pod is left as it is, with the reason, when it
+already has the injected sidecar, or runs ``podmortem sidecar`` under another name (never twice), when it
 opts out (label or annotation ``podmortem.io/sidecar: "false"``, or ``shareProcessNamespace:
 false`` written out), when its trainer runs as root or as a user the spec does not say (a
 sidecar without capabilities could read neither), and when it is not a pod spec at all: the
@@ -28,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podmortem.diagnosis import termination
+from podmortem.diagnosis import in_pod_evidence, termination
 from podmortem.operator.settings import SidecarInjectionSettings
 
 #: The sidecar container's name (the report reads its termination message by it); a pod with a
@@ -77,6 +81,11 @@ def _id(value: Any) -> int | None:
     return None
 
 
+def _items(value: Any) -> list[Any]:
+    """A list field's items (anything else: none)."""
+    return value if isinstance(value, list) else []
+
+
 def _words(value: Any) -> list[str]:
     """A command or args list's words (anything else: none)."""
     return [w for w in value if isinstance(w, str)] if isinstance(value, list) else []
@@ -91,15 +100,47 @@ def opted_out(metadata: Mapping[str, Any]) -> bool:
     return False
 
 
-def has_sidecar(spec: Mapping[str, Any]) -> bool:
-    """Whether a container of the pod already is the sidecar: named so, or running ``podmortem sidecar``."""
+def is_injected(container: Mapping[str, Any], settings: SidecarInjectionSettings) -> bool:
+    """Whether an init container is exactly the sidecar this operator injects, as far as what it runs
+    and where its message comes from: the configured image, the injected command, no arguments, no
+    environment, no volume over the message (a shared one could hold it), the message at /dev/termination-log,
+    ``restartPolicy: Always``."""
+    return (
+        container.get("image") == settings.image
+        and container.get("command") == sidecar_command(settings)
+        and not container.get("args")
+        and not container.get("env")
+        and not container.get("envFrom")
+        and not any(isinstance(m, Mapping) and in_pod_evidence.covers_termination_log(m.get("mountPath"))
+                    for m in _items(container.get("volumeMounts")))
+        and container.get("terminationMessagePath", TERMINATION_LOG) == TERMINATION_LOG
+        and container.get("terminationMessagePolicy", "File") == "File"
+        and container.get("restartPolicy") == "Always"
+    )
+
+
+def named_sidecar(spec: Mapping[str, Any]) -> tuple[str, int] | None:
+    """Where a container named `SIDECAR_CONTAINER` is: (``initContainers`` or ``containers``, index)."""
+    for part in ("initContainers", "containers"):
+        items = spec.get(part)
+        for index, container in enumerate(items if isinstance(items, list) else ()):
+            if isinstance(container, Mapping) and container.get("name") == SIDECAR_CONTAINER:
+                return part, index
+    return None
+
+
+def has_sidecar(spec: Mapping[str, Any], settings: SidecarInjectionSettings | None = None) -> bool:
+    """Whether a container of the pod already is the sidecar: the injected one (named so and, given
+    ``settings``, `is_injected`), or one running ``podmortem sidecar`` under another name."""
     for part in ("initContainers", "containers"):
         items = spec.get(part)
         for container in items if isinstance(items, list) else ():
             if not isinstance(container, Mapping):
                 continue
             if container.get("name") == SIDECAR_CONTAINER:
-                return True
+                if settings is None or (part == "initContainers" and is_injected(container, settings)):
+                    return True
+                continue
             command, args = _words(container.get("command")), _words(container.get("args"))
             words = command + args
             if any(word.rsplit("/", 1)[-1] == "podmortem" and after == "sidecar"
@@ -111,9 +152,13 @@ def has_sidecar(spec: Mapping[str, Any]) -> bool:
     return False
 
 
-def trainer_of(spec: Mapping[str, Any], metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The trainer container: the one kubectl's default-container annotation names, else the first."""
-    containers = [c for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+def trainer_of(
+    spec: Mapping[str, Any], metadata: Mapping[str, Any], *, leave_out: str | None = None
+) -> Mapping[str, Any] | None:
+    """The trainer container: the one kubectl's default-container annotation names, else the first
+    (``leave_out``: a container name that cannot be it)."""
+    containers = [c for c in spec.get("containers") or []
+                  if isinstance(c, Mapping) and (leave_out is None or c.get("name") != leave_out)]
     named = _mapping(metadata.get("annotations")).get(DEFAULT_CONTAINER_ANNOTATION)
     for container in containers:
         if named and container.get("name") == named:
@@ -130,11 +175,18 @@ def trainer_identity(spec: Mapping[str, Any], trainer: Mapping[str, Any]) -> tup
     return uid, gid
 
 
-def sidecar_container(settings: SidecarInjectionSettings, *, uid: int, gid: int | None) -> dict[str, Any]:
-    """The sidecar's init container, as the trainer's user, with nothing more than it needs."""
+def sidecar_command(settings: SidecarInjectionSettings) -> list[str]:
+    """The injected container's whole command (the operator reads evidence only from a container
+    running exactly this, in the configured image)."""
     command = ["podmortem", "sidecar"]
     if settings.comm:
         command += ["--comm", settings.comm]
+    return command
+
+
+def sidecar_container(settings: SidecarInjectionSettings, *, uid: int, gid: int | None) -> dict[str, Any]:
+    """The sidecar's init container, as the trainer's user, with nothing more than it needs."""
+    command = sidecar_command(settings)
     security: dict[str, Any] = {
         "runAsUser": uid,
         "runAsNonRoot": True,
@@ -175,8 +227,9 @@ def plan(pod: Mapping[str, Any], settings: SidecarInjectionSettings) -> Injectio
     init = spec.get("initContainers")
     if init is not None and not (isinstance(init, list) and all(isinstance(c, Mapping) for c in init)):
         return _skip(spec, "spec.initContainers is not a list of containers")
-    if has_sidecar(spec):
+    if has_sidecar(spec, settings):
         return _skip(spec, "the pod already has the podmortem sidecar")
+    impostor = named_sidecar(spec)
     if opted_out(metadata):
         return _skip(spec, f'the pod says {OPT_OUT_KEY}: "false"')
     if spec.get("shareProcessNamespace") is False:
@@ -187,7 +240,7 @@ def plan(pod: Mapping[str, Any], settings: SidecarInjectionSettings) -> Injectio
         return _skip(spec, "the pod uses the host's PID namespace (hostPID), which cannot be shared")
     if not settings.image:
         return _skip(spec, "no sidecar image is set (the chart's sidecar.image)")
-    trainer = trainer_of(spec, metadata)
+    trainer = trainer_of(spec, metadata, leave_out=SIDECAR_CONTAINER if impostor is not None else None)
     if trainer is None:
         return _skip(spec, "the pod spec lists no containers")
     uid, gid = trainer_identity(spec, trainer)
@@ -203,6 +256,15 @@ def plan(pod: Mapping[str, Any], settings: SidecarInjectionSettings) -> Injectio
     if out.get("shareProcessNamespace") is not True:
         patch.append({"op": "add", "path": "/spec/shareProcessNamespace", "value": True})
         out["shareProcessNamespace"] = True
+    if impostor is not None:
+        part, index = impostor
+        if part == "initContainers":  # rewritten in place: the injected sidecar where the other one was
+            patch.append({"op": "replace", "path": f"/spec/initContainers/{index}", "value": container})
+            out["initContainers"] = [*out["initContainers"][:index], copy.deepcopy(container),
+                                     *out["initContainers"][index + 1:]]
+            return Injection(patch=tuple(patch), spec=out)
+        patch.append({"op": "remove", "path": f"/spec/containers/{index}"})
+        out["containers"] = [c for i, c in enumerate(out["containers"]) if i != index]
     if init is None:  # absent or null: the list is made with the sidecar in it
         patch.append({"op": "add", "path": "/spec/initContainers", "value": [container]})
         out["initContainers"] = [container]

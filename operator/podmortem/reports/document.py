@@ -140,6 +140,24 @@ class SidecarEvidenceSummary(_Part):
     samples: int | None = None
     written_at: Time | None = Field(default=None, alias="writtenAt")
     version: str | None = None
+    #: "invalid" because it contradicts the kubelet: each contradiction, in words.
+    contradictions: list[str] = Field(default_factory=list)
+
+
+#: `PodPeak.source` when the kernel's OOM record gave the figure.
+PEAK_FROM_KERNEL = "the kernel's OOM record at the kill"
+
+
+class PodPeak(_Part):
+    """The pod's memory peak the report names, and where it came from (`pod_peak`)."""
+
+    peak_bytes: int | None = Field(default=None, alias="peakBytes")
+    limit_bytes: int | None = Field(default=None, alias="limitBytes")
+    #: `PEAK_FROM_KERNEL` (with the record's source when it is not the node's), or the working set's
+    #: samples ("agent samples", "prometheus samples": a lower bound, a rise between two is missed).
+    source: str | None = None
+    #: "kernel" or "samples", for a reader that sorts by it.
+    kind: Literal["kernel", "samples"] | None = None
 
 
 class Evidence(_Part):
@@ -155,6 +173,8 @@ class Evidence(_Part):
     #: The sidecar's evidence, in a pod that runs one.
     sidecar: SidecarEvidenceSummary | None = None
     errors: list[str] = Field(default_factory=list)
+    #: The pod's peak as every surface names it (status.memory, the page, ``podmortem demo``).
+    peak: PodPeak | None = None
 
 
 class JobRow(_Part):
@@ -466,3 +486,27 @@ def _sweep(value: Any) -> Any:
     if isinstance(value, list):
         return [_sweep(v) for v in value if v is not _DROP]
     return value
+
+
+def pod_peak(document: ReportDocument) -> PodPeak | None:
+    """The one peak of a report: the kernel's usage at the kill when its record is in (the cgroup was
+    at its limit; no sample taken inside it can be above), else the working set's sampled peak.
+
+    None when the report has neither."""
+    cgroup = document.report.cgroup
+    if cgroup is not None and cgroup.usage_bytes is not None:
+        source = PEAK_FROM_KERNEL
+        if document.report.record_source:
+            source += f" [{document.report.record_source}]"
+        return PodPeak(peak_bytes=cgroup.usage_bytes, limit_bytes=cgroup.limit_bytes, source=source,
+                       kind="kernel")
+    ws = document.evidence.working_set
+    if ws.peak_bytes:
+        return PodPeak(
+            peak_bytes=ws.peak_bytes,
+            source=f"{ws.source or 'sampled'} samples of the working set (a lower bound: a rise between "
+            "two samples is missed)",
+            kind="samples",
+        )
+    return None
+

@@ -33,6 +33,7 @@ from podmortem.diagnosis import job_root_cause, verdicts
 from podmortem.diagnosis.termination import Termination
 from podmortem.kube import api as kube_mod
 from podmortem.logs.storage.store import LogStore
+from podmortem.memory_line.status import peak_of_limit
 from podmortem.operator import log_links, metrics
 from podmortem.operator.annotations import FAILURE_REPORT
 from podmortem.operator.following import PodLogFacts
@@ -59,6 +60,7 @@ from podmortem.reports.document import (
     ReportDocument,
     WorkingSetEvidence,
     merge_patch,
+    pod_peak,
     with_job,
 )
 from podmortem.reports.evidence import PodEvidence
@@ -507,13 +509,25 @@ class Reporter:
         """
         target = outcome.target
         async with outcome.lock:
+            peak = outcome.document.evidence.peak = pod_peak(outcome.document)
             if target.role == "trainingjob":
                 verdict, headline = self._headline(outcome)
                 document = self.status_document(outcome)
+                fields: dict[str, Any] = {"failureReport": merge_patch(outcome.in_status, document)}
+                if peak is not None and peak.kind == "kernel" and peak.peak_bytes is not None:
+                    # The kernel's usage at the kill is the peak (the cgroup was at its limit): the
+                    # Peak/Limit column shows it, and says so, instead of the last memory line's.
+                    fields["memory"] = {
+                        "podPeakBytes": peak.peak_bytes,
+                        "peakOfLimit": peak_of_limit(peak.peak_bytes, peak.limit_bytes, source="kernel"),
+                        "peakSource": peak.source,
+                    }
+                    if peak.limit_bytes is not None:
+                        fields["memory"]["podLimitBytes"] = peak.limit_bytes
                 await self.status.patch(
                     namespace=target.namespace,
                     name=target.name,
-                    fields={"failureReport": merge_patch(outcome.in_status, document)},
+                    fields=fields,
                     conditions=[("Failed", True, _reason(verdict), headline)] if condition else (),
                 )
                 outcome.in_status = document

@@ -9,14 +9,24 @@ OOM-kill counter), what filled it, what the workers held, and the trend. Each fi
 figures it rests on and says they are the sidecar's samples: the kernel's record, and so the
 kernel's own choice of victim and the per-task table, are not available in this mode. Where a node
 agent handed over the kernel's record, that record wins and the sidecar's findings are not added.
+
+The message is the pod's own testimony (docs/sidecar.md, "Trust model"): it is read only from the
+container the operator injected, found by image and command (`identity`), and only when nothing in
+it contradicts the kubelet (`podmortem.diagnosis.in_pod_evidence`); otherwise the summary says
+"invalid" and names the contradiction. Its OOM kill becomes the verdict only where the kubelet
+reports one too (OOMKilled or exit 137); else it is the finding ``in-pod-oom-kill`` beside the
+kubelet's verdict. The report's ``in_pod_evidence`` lists the findings that rest on it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from podmortem.diagnosis import in_pod_evidence as in_pod
 from podmortem.diagnosis.forks import FORK_COPIES_MIN_BYTES, FORK_COPIES_MIN_SHARE
-from podmortem.diagnosis.termination import Termination
+from podmortem.diagnosis.termination import SIDECAR_CONTAINER, Termination
+from podmortem.operator import sidecar_injection
+from podmortem.operator.settings import SidecarInjectionSettings
 from podmortem.reports import codes as verdict_codes
 from podmortem.reports.document import SidecarEvidenceSummary
 from podmortem.reports.failure import FailureReport, KillSummary
@@ -60,22 +70,83 @@ class SidecarRead:
     summary: SidecarEvidenceSummary | None
 
 
-def read(t: Termination) -> SidecarRead:
-    """What the pod's sidecar left for this termination; both None when the pod has no sidecar."""
-    if not t.sidecar:
+def identity(settings: SidecarInjectionSettings) -> in_pod.SidecarIdentity:
+    """The sidecar container this operator injects: its image and whole command."""
+    return in_pod.SidecarIdentity(
+        image=settings.image, command=tuple(sidecar_injection.sidecar_command(settings))
+    )
+
+
+def _invalid(note: str, found: list[str] | None = None) -> SidecarRead:
+    return SidecarRead(None, SidecarEvidenceSummary(state="invalid", note=note, contradictions=found or []))
+
+
+def read(t: Termination, injected: in_pod.SidecarIdentity | None = None) -> SidecarRead:
+    """What the pod's sidecar left for this termination; both None when the pod has no sidecar.
+
+    Only the container ``injected`` describes is read (by image and command, not by name), and only
+    evidence that contradicts none of the kubelet's facts is attached.
+    """
+    if not t.sidecar and not t.sidecars:
         return SidecarRead(None, None)
-    if t.sidecar_message is None:
+    container = in_pod.identify(t.sidecars, injected)
+    if container is None:
+        names = ", ".join(repr(c.name) for c in t.sidecars) or repr(SIDECAR_CONTAINER)
+        want = (f"image {injected.image!r}, command {' '.join(injected.command)!r}"
+                if injected is not None and injected.image else "no sidecar image is set (sidecar.image)")
+        return _invalid(f"no container of this pod is the sidecar the operator injects ({want}): the "
+                        f"message of {names} is not read")
+    if container.message is None:
+        if container.exit_code is not None:
+            return _invalid(f"the sidecar ended with exit {container.exit_code} "
+                            f"({container.reason or 'no reason'}) and left no evidence")
         return SidecarRead(None, SidecarEvidenceSummary(
             state="pending",
             note="the sidecar has not ended yet; its evidence is added to this report when it has",
         ))
     try:
-        evidence = parse(t.sidecar_message)
+        evidence = parse(container.message)
     except EvidenceInvalid as exc:
-        return SidecarRead(None, SidecarEvidenceSummary(
-            state="invalid", note=f"the sidecar's termination message is not its evidence: {exc}"
-        ))
+        return _invalid(f"the sidecar's termination message is not its evidence: {exc}")
+    found = in_pod.contradictions(testimony(evidence), facts(t, container))
+    if found:
+        return _invalid("the sidecar's evidence contradicts the kubelet, so none of it is used: "
+                        + "; ".join(found), found)
     return SidecarRead(evidence, summary(evidence))
+
+
+def testimony(ev: SidecarEvidence) -> in_pod.Testimony:
+    """What the document claims, as the pure checks take it."""
+    mem = ev.mem
+    return in_pod.Testimony(
+        written_at=ev.at,
+        reason=ev.reason,
+        kill=ev.kill is not None or (ev.oom.after or 0) > (ev.oom.before or 0),
+        kill_at=ev.kill.at if ev.kill is not None else None,
+        victim_pid=ev.kill.victim.pid if ev.kill is not None else None,
+        gone=tuple(ev.kill.gone) if ev.kill is not None else (),
+        oom_before=ev.oom.before,
+        oom_after=ev.oom.after,
+        limit_bytes=mem.limit if mem is not None else None,
+        peak_bytes=mem.peak if mem is not None else None,
+        usage_bytes=mem.usage if mem is not None else None,
+        cgroup_path=ev.cgroup.path if ev.cgroup is not None else None,
+    )
+
+
+def facts(t: Termination, container: in_pod.InPodContainer) -> in_pod.KubeletFacts:
+    """What the kubelet says of the trainer container and of the sidecar."""
+    return in_pod.KubeletFacts(
+        container=t.container,
+        container_id=t.container_id,
+        pod_uid=t.pod_uid,
+        exit_code=t.exit_code,
+        reason=t.reason,
+        started_at=t.started_at,
+        finished_at=t.finished_at,
+        limit_bytes=t.memory_limit_bytes,
+        sidecar=container,
+    )
 
 
 def summary(ev: SidecarEvidence) -> SidecarEvidenceSummary:
@@ -94,21 +165,43 @@ def summary(ev: SidecarEvidence) -> SidecarEvidenceSummary:
 
 
 def apply(report: FailureReport, t: Termination, ev: SidecarEvidence) -> FailureReport:
-    """``report`` (made without a kernel record) with the sidecar's findings; its cause replaces the
-    kubelet-only one when the sidecar saw the kill."""
+    """``report`` (made without a kernel record) with the sidecar's findings.
+
+    Its cause replaces the kubelet-only one only when the kubelet reports an OOM kill too (OOMKilled
+    or exit 137); otherwise the sidecar's kill is the finding ``in-pod-oom-kill`` and the verdict stays
+    the kubelet's. ``in_pod_evidence`` names every finding that rests on the sidecar."""
     found = findings(t, ev)
     if not found:
         return report
+    agrees = in_pod.kubelet_reports_oom_kill(t.exit_code, t.reason)
+    if not agrees:
+        found = [_beside_the_kubelet(f, t) if f.code in verdict_codes.VERDICTS else f for f in found]
     has_cause = any(f.code in verdict_codes.VERDICTS for f in found)
     kept = [f for f in report.findings if not (has_cause and f.code in verdict_codes.VERDICTS)]
     merged = [*[f for f in found if f.code in verdict_codes.VERDICTS], *kept,
               *[f for f in found if f.code not in verdict_codes.VERDICTS]]
     kill = report.kill
-    if ev.kill is not None and kill is None:
+    if ev.kill is not None and kill is None and agrees:
         kill = KillSummary(pid=ev.kill.victim.pid, comm=ev.kill.victim.comm, killed_pids=list(ev.kill.gone))
+    rests = [*report.in_pod_evidence, *(f.code for f in found if f.code not in report.in_pod_evidence)]
     return report.model_copy(update={
         "findings": merged, "verdict": verdict_codes.verdict_of([f.code for f in merged]), "kill": kill,
+        "in_pod_evidence": rests,
     })
+
+
+def _beside_the_kubelet(cause: Finding, t: Termination) -> Finding:
+    """The sidecar's cause as a finding beside the kubelet's verdict, which it contradicts."""
+    said = f"exit {t.exit_code}" if t.exit_code is not None else "no exit code"
+    return Finding(
+        code="in-pod-oom-kill",
+        severity=Severity.WARNING,
+        message=(f"The sidecar (in-pod evidence, the pod's own testimony) says: {cause.message} The kubelet "
+                 f"reports {said} ({t.reason or 'no reason'}) for container {t.container!r}, not an OOM "
+                 "kill, so the verdict stays the kubelet's."),
+        evidence=cause.evidence,
+        action=cause.action,
+    )
 
 
 def findings(t: Termination, ev: SidecarEvidence) -> list[Finding]:
