@@ -137,3 +137,14 @@ async def test_lines_to_stdout_and_the_stores_own_to_notes_however_the_answer_is
     assert bytes(out.data) == (b"epoch 0\r progress\n\xff\xfe not utf-8\n"
                                b"--- podmortem: a line the workload printed ---\n\n")
     assert notes == ["lines may be missing here (rotation) between a and b", "end of log (pod-deleted)"]
+
+
+async def test_a_long_line_in_many_chunks_is_printed_whole() -> None:
+    line = b"2024-05-01T12:00:00.000000001Z " + b"x" * (1 << 20) + b"\n"
+    data = line + b"2024-05-01T12:00:00.000000002Z after\n"
+    body = Chunks(data, list(range(4096, len(data), 4096)))
+    out = Out()
+    sink = StdoutSink(out, timestamps=True, prefix=False)  # type: ignore[arg-type]
+    await logs_stored._print(body, container="main", sink=sink, note=print)  # type: ignore[arg-type]
+    sink.flush()
+    assert bytes(out.data) == data

@@ -256,18 +256,20 @@ class StoreClient:
 async def _print(body: aiohttp.StreamReader, *, container: str, sink: StdoutSink,
                  note: Callable[[str], None]) -> None:
     """Split the answer into lines; runs of stored lines go to the sink, the store's own to ``note``."""
-    held = b""
+    held: list[bytes] = []  # the unfinished line's pieces, joined once its end comes (a long line
+    held_bytes = 0          # arrives in many chunks: joining at each would copy it again and again)
     while chunk := await body.readany():
-        data = held + chunk
-        end = data.rfind(b"\n")
+        end = chunk.rfind(b"\n")
         if end < 0:
-            if len(data) > LINE_MAX:
+            held.append(chunk)
+            held_bytes += len(chunk)
+            if held_bytes > LINE_MAX:
                 raise StoredCopyError(f"the log server sent a line longer than {LINE_MAX} bytes")
-            held = data
             continue
-        held = data[end + 1:]
+        data = b"".join([*held, chunk[:end]]) if held else chunk[:end]
+        held, held_bytes = ([chunk[end + 1:]], len(chunk) - end - 1) if end + 1 < len(chunk) else ([], 0)
         run: list[bytes] = []
-        for line in data[:end].split(b"\n"):
+        for line in data.split(b"\n"):
             if line.startswith(_MARKER):
                 await _flush(run, container, sink)
                 note(line.decode("utf-8", "replace").removeprefix("--- podmortem: ").removesuffix(" ---"))
@@ -275,7 +277,7 @@ async def _print(body: aiohttp.StreamReader, *, container: str, sink: StdoutSink
                 run.append(line)
         await _flush(run, container, sink)
     if held:
-        await _flush([held], container, sink)
+        await _flush([b"".join(held)], container, sink)
 
 
 async def _flush(run: list[bytes], container: str, sink: StdoutSink) -> None:
