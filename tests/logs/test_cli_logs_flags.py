@@ -173,3 +173,38 @@ async def test_an_unknown_flag_shows_the_subcommands_usage(command: str) -> None
     assert text.startswith(f"usage: podmortem {command} "), text
     # `report` requires one of two options: argparse says that first, with report's usage too.
     assert f"\npodmortem {command}: error: " in text, text
+
+
+async def test_colour_by_default_on_a_terminal(cluster: tuple[PodLogsApi, str], kubeconfig: Path) -> None:
+    """``--color auto``: stdout a terminal (a pty here), the prefixes are coloured; a pipe, they are not
+    (test above)."""
+    import asyncio
+    import os
+    import pty
+    import sys
+
+    from .test_cli_logs import clean_env
+
+    pod = cluster[0].add_pod("p", containers=("main", "sidecar"))
+    for name in pod.containers:
+        pod.containers[name].write(3)
+    leader, follower = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podmortem.cli.main", "logs", "p", "--all-containers",
+        "--kubeconfig", str(kubeconfig), *FAST_FLAGS, stdout=follower, stderr=asyncio.subprocess.PIPE,
+        env=clean_env())
+    os.close(follower)
+    _, err = await proc.communicate()
+    assert proc.returncode == 0, err
+    seen = b""
+    while True:
+        try:
+            piece = os.read(leader, 65536)
+        except OSError:  # EIO: the terminal's other end closed, everything read
+            break
+        if not piece:
+            break
+        seen += piece
+    os.close(leader)
+    tag = f"{logs_output.paint('p', logs_output.colour_of('p'))} ".encode()
+    assert seen.count(tag) == 6, seen
