@@ -25,7 +25,9 @@ that reaches the end of its file opens an inotify instance of its own, and the k
 ``fs.inotify.max_user_instances`` of them per user (128 by default). :func:`inotify_instances`
 reads the limit; the bench says when it is below the pods followed.
 
-``python bench/real_cluster.py tick DIR --every S`` appends a line to every pod's log under DIR
+``python bench/real_cluster.py populate ...`` makes the pods (their files, Logs objects, pods and
+statuses) in a process of its own, so that the bench's process holds only the operator when its RSS
+is read. ``python bench/real_cluster.py tick DIR --every S`` appends a line to every pod's log under DIR
 every S seconds, spread evenly (run as a process of its own, so that its CPU is not the operator's).
 """
 
@@ -110,15 +112,26 @@ def proc_usage(pid: int) -> tuple[float, int, int]:
 
 
 class Poster:
-    """HTTPS POSTs as the admin over one kept-alive connection per thread (``http.client``)."""
+    """HTTPS calls as the admin over one kept-alive connection per thread (``http.client``)."""
 
-    def __init__(self, plane: ControlPlane) -> None:
-        assert plane.pki is not None
-        self.host, self.port = "127.0.0.1", plane.apiserver_port
-        self.context = ssl.create_default_context(cafile=str(plane.pki.ca))
-        cert, key = plane._admin_cert_files()
+    def __init__(self, *, port: int, ca: Path, cert: Path, key: Path) -> None:
+        self.host, self.port = "127.0.0.1", port
+        self.context = ssl.create_default_context(cafile=str(ca))
         self.context.load_cert_chain(cert, key)
         self.local = threading.local()
+
+    def get(self, path: str) -> Any:
+        """GET a JSON document (raises unless 200)."""
+        conn = http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=120)
+        try:
+            conn.request("GET", path, headers={"Accept": "application/json"})
+            resp = conn.getresponse()
+            raw = resp.read()
+        finally:
+            conn.close()
+        if resp.status != 200:
+            raise RuntimeError(f"GET {path}: HTTP {resp.status}: {raw[:500]!r}")
+        return json.loads(raw)
 
     def post(self, path: str, body: dict[str, Any], *, method: str = "POST",
              content_type: str = "application/json") -> int:
@@ -168,18 +181,8 @@ class RealCluster:
             self.marks["control plane up"] = time.monotonic() - t0
             self._install_operator_identity()
             self.names = [f"idle-{i}" for i in range(pods)]
-            self.node_names = [n["metadata"]["name"]
-                               for n in (self.plane.get("/api/v1/nodes") or {}).get("items", [])]
-            self._write_logs(initial_lines)
             t1 = time.monotonic()
-            self._create(creators)
-            self.marks["pods and Logs created"] = time.monotonic() - t1
-            t2 = time.monotonic()
-            self._wait_running()
-            self.marks["every pod Running (kwok)"] = time.monotonic() - t2
-            t3 = time.monotonic()
-            self.uids = self._set_container_ids(creators)
-            self.marks["containerIDs set"] = time.monotonic() - t3
+            self.uids = self._populate(initial_lines=initial_lines, creators=creators)
             self.seed_s = time.monotonic() - t1
             self.access = config.load(self.plane.service_account_kubeconfig(
                 self.root / "operator.kubeconfig", namespace=RELEASE_NAMESPACE, name=SERVICE_ACCOUNT))
@@ -210,87 +213,23 @@ class RealCluster:
             path = f"/api/v1/namespaces/{ns}/serviceaccounts/default"
             plane.wait(functools.partial(plane.get, path), what=f"{ns}'s default ServiceAccount")
 
-    def _write_logs(self, initial_lines: int) -> None:
-        """Each pod's CRI log file with its first lines, before anything follows it."""
-        now = time.time()
-        for name in self.names:
-            folder = self.plane.logs_dir / NAMESPACE / name
-            folder.mkdir(parents=True, exist_ok=True)
-            lines = (cri_line(f"{name} line {n}", at=now - initial_lines + n) for n in range(initial_lines))
-            (folder / f"{CONTAINER}.log").write_text("".join(lines))
-            (folder / f"{CONTAINER}.previous.log").touch()
-
-    def _create(self, creators: int) -> None:
-        """A Logs object, then the pod, for every pod; ``creators`` threads of kept-alive POSTs."""
-        poster = Poster(self.plane)
-        nodes = self.node_names
-
-        def one(i: int) -> None:
-            name = self.names[i]
-            folder = self.plane.logs_dir / NAMESPACE / name
-            log = {"containers": [CONTAINER], "logsFile": str(folder / f"{CONTAINER}.log"),
-                   "previousLogsFile": str(folder / f"{CONTAINER}.previous.log"), "follow": True}
-            logs = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
-                    "metadata": {"name": name, "namespace": NAMESPACE}, "spec": {"logs": [log]}}
-            status = poster.post(f"/apis/kwok.x-k8s.io/v1alpha1/namespaces/{NAMESPACE}/logs", logs)
-            if status not in (201, 409):
-                raise RuntimeError(f"creating Logs {name}: HTTP {status}")
-            pod = {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": name, "namespace": NAMESPACE,
-                                "annotations": {"podmortem.io/watch": "true"}},
-                   "spec": {"nodeName": nodes[i % len(nodes)], "automountServiceAccountToken": False,
-                            "containers": [{"name": CONTAINER, "image": "trainer:bench"}]}}
-            status = poster.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
-            if status not in (201, 409):
-                raise RuntimeError(f"creating pod {name}: HTTP {status}")
-
-        with ThreadPoolExecutor(creators, thread_name_prefix="create") as pool:
-            for _ in pool.map(one, range(self.pods)):
-                pass
-
-    def _wait_running(self) -> None:
-        path = (f"/api/v1/namespaces/{NAMESPACE}/pods?limit=1"
-                "&fieldSelector=status.phase%21%3DRunning")
-        deadline = time.monotonic() + max(300.0, self.pods / 20)
-        while time.monotonic() < deadline:
-            status, body = self.plane.request("GET", path, timeout=60)
-            if status == 200 and not body["items"] and not body["metadata"].get("continue"):
-                return
-            time.sleep(1.0)
-        raise RuntimeError("not every pod was Running in time")
-
-    def _set_container_ids(self, creators: int) -> list[str]:
-        """Give each running container a ``containerID``, as a kubelet's status always has; the uids.
-
-        kwok's pod-ready stage writes none, and a follower waits for the instance it will read.
-        """
-        pods: dict[str, dict[str, Any]] = {}
-        cont = ""
-        while True:
-            page = f"/api/v1/namespaces/{NAMESPACE}/pods?limit=500" + (f"&continue={cont}" if cont else "")
-            status, body = self.plane.request("GET", page, timeout=60)
-            assert status == 200, body
-            for pod in body["items"]:
-                pods[pod["metadata"]["name"]] = pod
-            cont = body["metadata"].get("continue") or ""
-            if not cont:
-                break
-        poster = Poster(self.plane)
-
-        def one(name: str) -> None:
-            pod = pods[name]
-            statuses = [{**c, "containerID": f"containerd://{pod['metadata']['uid']}-{c['name']}"}
-                        for c in pod["status"]["containerStatuses"]]
-            status = poster.post(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/status",
-                                 {"status": {"containerStatuses": statuses}}, method="PATCH",
-                                 content_type="application/merge-patch+json")
-            if status != 200:
-                raise RuntimeError(f"patching pod {name}'s status: HTTP {status}")
-
-        with ThreadPoolExecutor(creators, thread_name_prefix="status") as pool:
-            for _ in pool.map(one, self.names):
-                pass
-        return [pods[n]["metadata"]["uid"] for n in self.names]
+    def _populate(self, *, initial_lines: int, creators: int) -> list[str]:
+        """Every pod, its log file and Logs object, made by ``populate`` in a process of its own (so
+        that what making 2P objects leaves in this process's heap is not counted as the operator's);
+        the pods' uids, in the order of :attr:`names`."""
+        assert self.plane.pki is not None
+        cert, key = self.plane._admin_cert_files()
+        nodes = [n["metadata"]["name"] for n in (self.plane.get("/api/v1/nodes") or {}).get("items", [])]
+        out = subprocess.run(
+            [sys.executable, __file__, "populate", "--port", str(self.plane.apiserver_port),
+             "--ca", str(self.plane.pki.ca), "--cert", str(cert), "--key", str(key),
+             "--logs-dir", str(self.plane.logs_dir), "--pods", str(self.pods),
+             "--initial-lines", str(initial_lines), "--creators", str(creators), "--nodes", ",".join(nodes)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, check=True, text=True).stdout
+        result = json.loads(out)
+        self.marks.update(result["marks"])
+        uids: list[str] = result["uids"]
+        return uids
 
     # -- measuring -------------------------------------------------------------------------------
 
@@ -325,6 +264,112 @@ class RealCluster:
             self._ticker = None
         self.plane.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Populator:
+    """Makes the pods (``python bench/real_cluster.py populate``): files, Logs objects, pods, statuses."""
+
+    def __init__(self, poster: Poster, *, logs_dir: Path, names: list[str], nodes: list[str]) -> None:
+        self.poster = poster
+        self.logs_dir = logs_dir
+        self.names = names
+        self.node_names = nodes
+        self.pods = len(names)
+
+    def run(self, *, initial_lines: int, creators: int) -> dict[str, Any]:
+        marks: dict[str, float] = {}
+        self._write_logs(initial_lines)
+        t1 = time.monotonic()
+        self._create(creators)
+        marks["pods and Logs created"] = time.monotonic() - t1
+        t2 = time.monotonic()
+        self._wait_running()
+        marks["every pod Running (kwok)"] = time.monotonic() - t2
+        t3 = time.monotonic()
+        uids = self._set_container_ids(creators)
+        marks["containerIDs set"] = time.monotonic() - t3
+        return {"uids": uids, "marks": marks}
+
+    def _write_logs(self, initial_lines: int) -> None:
+        """Each pod's CRI log file with its first lines, before anything follows it."""
+        now = time.time()
+        for name in self.names:
+            folder = self.logs_dir / NAMESPACE / name
+            folder.mkdir(parents=True, exist_ok=True)
+            lines = (cri_line(f"{name} line {n}", at=now - initial_lines + n) for n in range(initial_lines))
+            (folder / f"{CONTAINER}.log").write_text("".join(lines))
+            (folder / f"{CONTAINER}.previous.log").touch()
+
+    def _create(self, creators: int) -> None:
+        """A Logs object, then the pod, for every pod; ``creators`` threads of kept-alive POSTs."""
+        poster = self.poster
+        nodes = self.node_names
+
+        def one(i: int) -> None:
+            name = self.names[i]
+            folder = self.logs_dir / NAMESPACE / name
+            log = {"containers": [CONTAINER], "logsFile": str(folder / f"{CONTAINER}.log"),
+                   "previousLogsFile": str(folder / f"{CONTAINER}.previous.log"), "follow": True}
+            logs = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
+                    "metadata": {"name": name, "namespace": NAMESPACE}, "spec": {"logs": [log]}}
+            status = poster.post(f"/apis/kwok.x-k8s.io/v1alpha1/namespaces/{NAMESPACE}/logs", logs)
+            if status not in (201, 409):
+                raise RuntimeError(f"creating Logs {name}: HTTP {status}")
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": NAMESPACE,
+                                "annotations": {"podmortem.io/watch": "true"}},
+                   "spec": {"nodeName": nodes[i % len(nodes)], "automountServiceAccountToken": False,
+                            "containers": [{"name": CONTAINER, "image": "trainer:bench"}]}}
+            status = poster.post(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+            if status not in (201, 409):
+                raise RuntimeError(f"creating pod {name}: HTTP {status}")
+
+        with ThreadPoolExecutor(creators, thread_name_prefix="create") as pool:
+            for _ in pool.map(one, range(self.pods)):
+                pass
+
+    def _wait_running(self) -> None:
+        path = (f"/api/v1/namespaces/{NAMESPACE}/pods?limit=1"
+                "&fieldSelector=status.phase%21%3DRunning")
+        deadline = time.monotonic() + max(300.0, self.pods / 20)
+        while time.monotonic() < deadline:
+            body = self.poster.get(path)
+            if not body["items"] and not body["metadata"].get("continue"):
+                return
+            time.sleep(1.0)
+        raise RuntimeError("not every pod was Running in time")
+
+    def _set_container_ids(self, creators: int) -> list[str]:
+        """Give each running container a ``containerID``, as a kubelet's status always has; the uids.
+
+        kwok's pod-ready stage writes none, and a follower waits for the instance it will read.
+        """
+        pods: dict[str, dict[str, Any]] = {}
+        cont = ""
+        while True:
+            page = f"/api/v1/namespaces/{NAMESPACE}/pods?limit=500" + (f"&continue={cont}" if cont else "")
+            body = self.poster.get(page)
+            for pod in body["items"]:
+                pods[pod["metadata"]["name"]] = pod
+            cont = body["metadata"].get("continue") or ""
+            if not cont:
+                break
+        poster = self.poster
+
+        def one(name: str) -> None:
+            pod = pods[name]
+            statuses = [{**c, "containerID": f"containerd://{pod['metadata']['uid']}-{c['name']}"}
+                        for c in pod["status"]["containerStatuses"]]
+            status = poster.post(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/status",
+                                 {"status": {"containerStatuses": statuses}}, method="PATCH",
+                                 content_type="application/merge-patch+json")
+            if status != 200:
+                raise RuntimeError(f"patching pod {name}'s status: HTTP {status}")
+
+        with ThreadPoolExecutor(creators, thread_name_prefix="status") as pool:
+            for _ in pool.map(one, self.names):
+                pass
+        return [pods[n]["metadata"]["uid"] for n in self.names]
 
 
 def request_counts(text: str) -> dict[str, int]:
@@ -394,8 +439,22 @@ def main() -> int:
     tick = sub.add_parser("tick", help="append a line to every pod's log every --every seconds")
     tick.add_argument("folder", type=Path)
     tick.add_argument("--every", type=float, default=10.0)
+    populate = sub.add_parser("populate", help="make the pods (RealCluster runs it); print their uids (JSON)")
+    populate.add_argument("--port", type=int, required=True)
+    for name in ("ca", "cert", "key", "logs-dir"):
+        populate.add_argument(f"--{name}", type=Path, required=True)
+    populate.add_argument("--pods", type=int, required=True)
+    populate.add_argument("--initial-lines", type=int, default=20)
+    populate.add_argument("--creators", type=int, default=8)
+    populate.add_argument("--nodes", required=True, help="kwok node names, comma-separated")
     args = parser.parse_args()
-    _tick(args.folder, args.every)
+    if args.command == "tick":
+        _tick(args.folder, args.every)
+        return 0
+    poster = Poster(port=args.port, ca=args.ca, cert=args.cert, key=args.key)
+    populator = Populator(poster, logs_dir=args.logs_dir, names=[f"idle-{i}" for i in range(args.pods)],
+                          nodes=args.nodes.split(","))
+    print(json.dumps(populator.run(initial_lines=args.initial_lines, creators=args.creators)))
     return 0
 
 
