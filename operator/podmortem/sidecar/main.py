@@ -17,6 +17,7 @@ least what failed and why (``reason: failed``).
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import logging
 import os
@@ -132,18 +133,22 @@ def run_sidecar(settings: SidecarSettings, *, clock: Callable[[], float] = time.
     try:
         try:
             next_sample = clock()
-            last_look = float("-inf")
+            #: The latest looks an exit woke: 4 in a row at once, then on average one per min_look_gap_s.
+            exit_looks: collections.deque[float] = collections.deque(maxlen=4)
             while True:
                 now = clock()
                 due = now >= next_sample
                 if not due and not stopping:  # woken by an exit: let what goes with it go, and pace looks
-                    settle = max(EXIT_SETTLE_S, settings.min_look_gap_s - (now - last_look))
+                    settle = EXIT_SETTLE_S
+                    if len(exit_looks) == exit_looks.maxlen:  # a burst of looks, then one per gap at most
+                        settle = max(settle, exit_looks[0] + len(exit_looks) * settings.min_look_gap_s - now)
                     waiter.pause(min(settle, next_sample - now))
                     now = clock()
                     due = now >= next_sample
+                    if not due:
+                        exit_looks.append(now)
                 if due:
                     next_sample = max(next_sample + settings.interval_s, now + settings.interval_s / 2)
-                last_look = now
                 if not watch.look(now=now, sample=due):
                     reason = "trainer-gone"
                     logger.info("every process of the trainer container has exited (/proc lists none)")

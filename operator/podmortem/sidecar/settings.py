@@ -61,8 +61,9 @@ class SidecarSettings:
     #: sidecar's CPU stays bounded (goal: 5% of a core at 20,000 processes) whatever the count.
     look_budget_s: float = 0.05
 
-    #: Seconds between two looks that an exit (not a due sample) triggers: a trainer whose processes
-    #: exit by the thousand cannot make the sidecar look more than 4 times a second.
+    #: Seconds between two looks that exits (not a due sample) trigger, on average: 4 may come at once
+    #: (a kill, then the workers going after it), then no more than one per gap, so a trainer whose
+    #: processes exit by the thousand cannot make the sidecar look more than 4 times a second.
     min_look_gap_s: float = 0.25
 
     @property
