@@ -632,10 +632,9 @@ class Demo:
                 else ""
             )
         )
-        say(
-            f"container exited {run.exit_code} ({run.reason}{how})"
-            + _peak_words(run.peak_bytes, run.limit_bytes, choice.mode, cluster.memory_lines.get(run.uid, []))
-        )
+        # No peak here: the pod's one peak is the one the operator names in status.memory (from the
+        # kernel's record at a kill, else the last memory line), printed below once it is in.
+        say(f"container exited {run.exit_code} ({run.reason}{how})")
 
         def stored() -> dict[str, Any] | None:
             found = cluster.sync(
@@ -697,6 +696,7 @@ class Demo:
             evidence_line = _memory_evidence_line(latest) if latest is not None else None
             if evidence_line:
                 say(evidence_line)
+        say(pod_peak_line(tj))
         delivered = operator.call(
             _stored_lines(
                 operator.running[0].store,
@@ -764,6 +764,25 @@ def recorded_labels(tj: dict[str, Any]) -> describe.Labels:
     return describe.Labels(fields=fields)
 
 
+def pod_peak_words(tj: dict[str, Any]) -> str:
+    """``256Mi/256Mi (100%, kernel) from the kernel's OOM record at the kill``: the TrainingJob's one peak
+    (``status.memory.peakOfLimit``, the Peak/Limit column) and where it came from (``peakSource``)."""
+    memory = (tj.get("status") or {}).get("memory") or {}
+    figure = memory.get("peakOfLimit")
+    if not figure:
+        return "? (no memory line and no kernel record)"
+    source = memory.get("peakSource")
+    return f"{figure} from {source}" if source else str(figure)
+
+
+def pod_peak_line(tj: dict[str, Any]) -> str:
+    """The progress line naming the pod's peak, as every surface names it."""
+    where = "status.memory and the Peak/Limit column"
+    if (tj.get("status") or {}).get("failureReport"):
+        where += ", the report's evidence.peak and its page"
+    return f"pod peak {pod_peak_words(tj)} (the same in {where})"
+
+
 def peak_text(peak: int, limit: int | None, measure: str) -> str:
     """``256Mi/256Mi (100%; cgroup max usage)``: `peak_of_limit`'s figure, and what measured it."""
     figure = peak_of_limit(peak, limit) or ""
@@ -786,15 +805,15 @@ def _last_memory_line(lines: list[str]) -> memory_line.MemoryLine | None:
 
 
 def _memory_evidence_line(report: ReportDocument) -> str | None:
-    """The report's other memory figures, named: the working set the agent sampled is a lower bound."""
+    """The report's sampled working set, named as what it is: samples under the pod's peak, not a peak."""
     ws = report.evidence.working_set
-    peak = ws.peak_bytes
-    if not peak:
+    highest = ws.peak_bytes
+    if not highest:
         return None
     return (
-        f"working set in the report: peak {short_size(peak)} over {len(ws.points)} sample(s) from "
-        f"{ws.source or '?'} (usage less inactive file, sampled: it misses a rise between two "
-        "samples, so it can read below the pod peak)"
+        f"working set in the report: {len(ws.points)} sample(s) from {ws.source or '?'}, the highest "
+        f"{short_size(highest)} (usage less inactive file, sampled: it misses a rise between two "
+        "samples; the page's curve ends at the kernel's usage at the kill)"
     )
 
 

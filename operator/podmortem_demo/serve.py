@@ -42,7 +42,8 @@ TRAININGJOB_PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Epoch", "type": "integer", "description": "Epoch of the last per-epoch memory line.",
      "jsonPath": ".status.memory.epoch"},
     {"name": "Peak/Limit", "type": "string",
-     "description": "The pod's memory peak against its limit at the last epoch.",
+     "description": "The pod's memory peak against its limit and where it came from: the last epoch's "
+                    "memory line, or the kernel's usage at an OOM kill.",
      "jsonPath": ".status.memory.peakOfLimit"},
     {"name": "Verdict", "type": "string", "description": "What killed the pod, from the failure report.",
      "jsonPath": ".status.failureReport.verdict"},

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from podmortem_demo import stored as stored_reports
 from podmortem_demo import trainer
-from podmortem_demo.runner import RECORDED_LABEL, RunResult, peak_text
+from podmortem_demo.runner import RECORDED_LABEL, RunResult, pod_peak_words
 
 
 def problems(results: Sequence[RunResult]) -> list[str]:
@@ -33,6 +33,9 @@ def problems(results: Sequence[RunResult]) -> list[str]:
             out.append(
                 f"{r.policy}: expected the job to succeed, got phase {phase}, exit {r.exit_code} ({r.reason})"
             )
+        elif warnings(r):
+            # The fix removes the growth: a projection to the limit means it did not.
+            out.append(f"{r.policy}: succeeded, but was warned: {warnings(r)[-1]}")
         if phase == "Succeeded" and any(
             c.get("type") == "MemoryPressure" and c.get("status") == "True"
             for c in status.get("conditions") or []
@@ -49,6 +52,23 @@ def problems(results: Sequence[RunResult]) -> list[str]:
     return out
 
 
+def warnings(result: RunResult) -> list[str]:
+    """The job's own ``MemoryPressure`` warnings (its Events), oldest first: the summary shows them for
+    every run, the one that succeeded too."""
+    return [
+        str(e.get("message", ""))
+        for e in result.events
+        if e.get("reason") == "MemoryPressure" and e.get("type") == "Warning"
+    ]
+
+
+def warnings_text(result: RunResult) -> str:
+    found = warnings(result)
+    if not found:
+        return "no MemoryPressure warning"
+    return f"{len(found)} MemoryPressure warning(s), the last: {found[-1]}"
+
+
 def table(results: Sequence[RunResult], *, limit_bytes: int) -> str:
     """One line per run: outcome, the pod's peak against its limit (and what measured it), verdict and
     findings, log delivery, kernel.
@@ -60,16 +80,15 @@ def table(results: Sequence[RunResult], *, limit_bytes: int) -> str:
     for r in results:
         status = r.training_job.get("status") or {}
         report = stored_reports.in_status(r.training_job)
-        limit = r.limit_bytes if r.limit_bytes is not None else limit_bytes
-        peak = peak_text(r.peak_bytes, limit, r.peak_measure) if r.peak_bytes else "?"
+        peak = pod_peak_words(r.training_job)
         verdict = "no failure report"
         if report is not None:
             verdict = f"verdict {report.report.verdict} ({stored_reports.finding_codes(report)})"
         if report and r.kernel == "recorded" and r.kernel_record is not None:
-            verdict += f" [{RECORDED_LABEL}]"
+            verdict += f" [{report.report.record_source or RECORDED_LABEL}]"
         lines.append(
             f"  {r.policy:<11} {status.get('phase', '?'):<9} exit {r.exit_code} {r.reason:<10} "
-            f"pod peak {peak}  {verdict}; "
+            f"pod peak {peak}  {verdict}; {warnings_text(r)}; "
             f"log {r.log.delivered}/{r.log.produced} lines, "
             f"lost {r.log.lost}, duplicated {r.log.duplicated}, cuts {r.log.cuts}; kernel {r.kernel}; "
             f"{r.seconds:.1f} s"

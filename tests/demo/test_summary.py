@@ -57,20 +57,40 @@ def test_each_deviation_is_named() -> None:
     assert summary.problems(no_verdict) == ["fresh-fork: the failure report has no verdict"]
 
 
-def test_the_peak_is_printed_as_status_memory_prints_one_and_says_what_measured_it() -> None:
+def test_the_peak_is_the_trainingjobs_one_and_says_where_it_came_from() -> None:
+    """The summary quotes status.memory (the Peak/Limit column), never a measure of its own."""
     run = result(
         "fresh-fork", "Failed", reason="OOMKilled", report={"verdict": "memcg-limit", "findings": []}
     )
-    run.peak_bytes, run.limit_bytes = 256 * 2**20, 256 * 2**20
+    run.peak_bytes = 259 * 2**20  # the demo kubelet's own measure: not what the summary shows
+    run.training_job["status"]["memory"] = {
+        "peakOfLimit": "256Mi/256Mi (100%, kernel)", "peakSource": "the kernel's OOM record at the kill",
+    }
     line = summary.table([run], limit_bytes=256 * 2**20).splitlines()[1]
-    assert "pod peak 256Mi/256Mi (100%; cgroup max usage)" in line
-    assert "RECORDED" not in line
+    assert "pod peak 256Mi/256Mi (100%, kernel) from the kernel's OOM record at the kill" in line
+    assert "259Mi" not in line and "RECORDED" not in line
     run.kernel = "recorded"
-    run.kernel_record = kernel.recorded_records()[0]
-    run.peak_bytes = 259 * 2**20
+    run.kernel_record = kernel.recorded_records(256 * 2**20)[0]
+    source = kernel.record_source(256 * 2**20)
+    run.training_job["status"]["failureReport"]["record_source"] = source
     line = summary.table([run], limit_bytes=256 * 2**20).splitlines()[1]
-    assert "pod peak 259Mi/256Mi (101%; summed PSS, sampled by the demo kubelet and the trainer)" in line
-    assert "verdict memcg-limit () [RECORDED, not from this run: fork-cow-6.18.log]" in line
+    assert f"verdict memcg-limit () [{source}]" in line
+    del run.training_job["status"]["memory"]
+    line = summary.table([run], limit_bytes=1).splitlines()[1]
+    assert "pod peak ? (no memory line and no kernel record)" in line
+
+
+def test_the_patched_runs_warnings_are_in_the_summary_and_break_the_story() -> None:
+    run = result("auto", "Succeeded", reason="Completed")
+    assert "no MemoryPressure warning" in summary.table([run], limit_bytes=2**28)
+    warning = "pointgroup-auto-train: epoch 2: ...; projected to cross the limit at epoch 5 (in 2.5 epochs)"
+    run.events = [
+        {"type": "Warning", "reason": "MemoryPressure", "message": warning},
+        {"type": "Normal", "reason": "Other", "message": "x"},
+    ]
+    line = summary.table([run], limit_bytes=2**28).splitlines()[1]
+    assert f"1 MemoryPressure warning(s), the last: {warning}" in line
+    assert summary.problems([run]) == [f"auto: succeeded, but was warned: {warning}"]
 
 
 def test_the_summary_goes_first_on_its_own() -> None:

@@ -46,8 +46,10 @@ def pressure_from(lines: list[str]) -> tuple[early_warning.MemoryPressure, dict[
 def test_the_condition_quotes_status_memory_peak_and_names_the_epoch_peak() -> None:
     pressure, status = pressure_from(LINES)
     message = pressure.message()
-    # status.memory says "227Mi/256Mi (89%)"; the condition says the same pod peak, in the same units.
-    assert status["peakOfLimit"] == "227Mi/256Mi (89%)"
+    # status.memory says "227Mi/256Mi (89%, memory line)" (and where from, in peakSource); the condition
+    # says the same pod peak, in the same units.
+    assert status["peakOfLimit"] == "227Mi/256Mi (89%, memory line)"
+    assert status["peakSource"] == "the trainer's memory line (epoch 2)"
     assert "pod peak so far 227Mi (89%)" in message
     # The figure the line is fitted to is called what it is: the epoch's own peak.
     assert message.startswith("epoch 2: epoch peak 195Mi of the 256Mi limit (76%), ")
@@ -60,7 +62,7 @@ def test_without_an_epoch_peak_the_pod_peak_is_tracked_and_called_so() -> None:
     pressure, status = pressure_from(lines)
     assert pressure.pod_peak_bytes is None
     assert pressure.message().startswith("epoch 2: pod peak 227Mi of the 256Mi limit (89%), growing")
-    assert status["peakOfLimit"].startswith("227Mi/256Mi (89%)")
+    assert status["peakOfLimit"].startswith("227Mi/256Mi (89%")
 
 
 def test_above_the_ratio_message_uses_the_same_units() -> None:

@@ -18,6 +18,7 @@ from tests.cli.entrypoints import free_port
 
 from podmortem.kernel import oom_parser
 from podmortem.logs.storage.retention import JOB_OVERRIDE
+from podmortem.memory_line import status as memory_status
 from podmortem.operator.settings import PrometheusSettings
 from podmortem.reports.evidence import PodEvidence
 from podmortem_demo import harness as harness_mod
@@ -106,7 +107,8 @@ def test_trainingjob_oom_kill_reported_in_status(cluster: Harness) -> None:
     status = h.wait(memory_at_epoch_4, what="status.memory of epoch 4")
     memory = status["memory"]
     assert memory["podPeakBytes"] == 28 * GIB and memory["podLimitBytes"] == 32 * GIB
-    assert memory["peakOfLimit"] == "28Gi/32Gi (88%)"
+    assert memory["peakOfLimit"] == "28Gi/32Gi (88%, memory line)"
+    assert memory["peakSource"] == "the trainer's memory line (epoch 4)"
     assert memory["workers"] == 2
     pressure = h.wait(
         lambda: next(
@@ -146,6 +148,19 @@ def test_trainingjob_oom_kill_reported_in_status(cluster: Harness) -> None:
         what="phase Failed",
     )
     assert final["lastLogLineAt"]
+    # One peak: the kernel's usage at the kill replaces the memory line's 28Gi, in status.memory (the
+    # Peak/Limit column) and in the report, each saying where it came from.
+    cgroup = report["cgroup"]
+    assert report["evidence"]["peak"] == {
+        "peakBytes": cgroup["usage_bytes"], "limitBytes": cgroup["limit_bytes"],
+        "source": "the kernel's OOM record at the kill", "kind": "kernel",
+    }
+    assert final["memory"]["podPeakBytes"] == cgroup["usage_bytes"]
+    assert final["memory"]["peakOfLimit"] == memory_status.peak_of_limit(
+        cgroup["usage_bytes"], cgroup["limit_bytes"], source="kernel"
+    )
+    assert final["memory"]["peakSource"] == "the kernel's OOM record at the kill"
+    assert final["memory"]["epoch"] == 4  # the memory line's other figures stay
     page = f"{LOG_BASE}/reports/default/pointgroup"
     assert report["reportUrl"] == page == final["failureReport"]["reportUrl"]
     event = h.wait(lambda: next((e for e in h.events_for("pointgroup") if e["reason"] == "MemcgLimit"), None),

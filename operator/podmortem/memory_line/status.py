@@ -11,13 +11,19 @@ from podmortem.memory_line.early_warning import EpochPeak, share, short_size
 __all__ = ["epoch_peak", "peak_of_limit", "short_size", "status_memory"]
 
 
-def peak_of_limit(peak: int | None, limit: int | None) -> str | None:
-    """``'227Mi/256Mi (89%)'``, the figure the MemoryPressure message repeats as ``227Mi (89%)``."""
+#: `status_memory`'s ``peakSource`` names the memory line; ``peakOfLimit`` says it in a word.
+LINE_SOURCE = "memory line"
+
+
+def peak_of_limit(peak: int | None, limit: int | None, *, source: str | None = None) -> str | None:
+    """``'227Mi/256Mi (89%)'``, the figure the MemoryPressure message repeats as ``227Mi (89%)``;
+    with ``source``, where it came from, in a word: ``'256Mi/256Mi (100%, kernel)'``."""
     if peak is None:
         return None
     if not limit:
-        return f"{short_size(peak)}/unlimited"
-    return f"{short_size(peak)}/{short_size(limit)} ({share(peak, limit)})"
+        return f"{short_size(peak)}/unlimited" + (f" ({source})" if source else "")
+    said = f", {source}" if source else ""
+    return f"{short_size(peak)}/{short_size(limit)} ({share(peak, limit)}{said})"
 
 
 def status_memory(line: MemoryLine, *, observed_ns: int) -> dict[str, Any]:
@@ -33,9 +39,10 @@ def status_memory(line: MemoryLine, *, observed_ns: int) -> dict[str, Any]:
         if line.pod.limit_bytes is not None:
             out["podLimitBytes"] = line.pod.limit_bytes
         out["podPeakBytes"] = line.pod.peak_bytes
-        text = peak_of_limit(line.pod.peak_bytes, line.pod.limit_bytes)
+        text = peak_of_limit(line.pod.peak_bytes, line.pod.limit_bytes, source=LINE_SOURCE)
         if text is not None:
             out["peakOfLimit"] = text
+            out["peakSource"] = f"the trainer's {LINE_SOURCE} (epoch {line.epoch})"
     if line.cuda is not None:
         out["cudaReservedBytes"] = line.cuda.reserved_bytes
         out["cudaPeakAllocatedBytes"] = line.cuda.peak_allocated_bytes

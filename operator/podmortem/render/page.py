@@ -299,6 +299,10 @@ def timeline_of(data: PageInput) -> tuple[tm.Timeline, list[str]]:
     cgroup = report.report.cgroup
     if tl.limit_bytes is None and cgroup is not None and cgroup.limit_bytes is not None:
         tl.limit_bytes = cgroup.limit_bytes
+    peak = report.evidence.peak
+    if peak is not None and peak.peak_bytes is not None:
+        of = f" of the {human_bytes(peak.limit_bytes)} limit" if peak.limit_bytes else ""
+        notes.insert(0, f"the pod's peak: {human_bytes(peak.peak_bytes)}{of}, from {peak.source}")
     at_kill = kill_point(report)
     if at_kill is not None and tl.usage and tl.usage[-1][0] <= at_kill[0]:
         # Samples miss the last rise (one every poll interval); the kernel's own usage at the kill
