@@ -246,7 +246,48 @@ def test_selector_prints_each_matching_pod_prefixed(control_plane: ControlPlane,
         assert [x for x in lines if x.startswith(f"{pod} trainer ")] == [
             f"{pod} trainer {pod} line {i}" for i in range(5, 15)], got.stdout
     assert len(lines) == 20, got.stdout
+    # The same through an exec credential plugin (kubernetes_asyncio's client lists the pods).
+    control_plane.kubectl("create", "serviceaccount", "sel-reader", "-n", namespace)
+    grant(control_plane, namespace=namespace, account_ns=namespace, account="sel-reader", name="sel-reader",
+          rules=[{"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]}])
+    plugin_config = exec_kubeconfig(control_plane.service_account_kubeconfig(
+        tmp_path / "sel.kubeconfig", namespace=namespace, name="sel-reader"), tmp_path / "sel")
+    got = run_cli([PODMORTEM, "logs", "-l", "app=train", "-n", namespace, "--kubeconfig", str(plugin_config)])
+    assert got.returncode == 0, got.stderr
+    assert sorted(got.stdout.splitlines()) == sorted(lines)
     got = run_cli([PODMORTEM, "logs", "-l", "app=none", "-n", namespace,
                    "--kubeconfig", str(control_plane.admin_kubeconfig)])
     assert got.returncode == 0 and got.stdout == "", got
     assert got.stderr.strip() == f"podmortem: No resources found in {namespace} namespace.", got.stderr
+
+
+EXEC_PLUGIN = """#!{python}
+import json
+print(json.dumps({{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                  "status": {{"token": {token!r}}}}}))
+"""
+
+
+def exec_kubeconfig(token_kubeconfig: Path, base: Path) -> Path:
+    """``token_kubeconfig`` with its user's token handed out by an ``exec`` credential plugin instead."""
+    import yaml
+
+    config = yaml.safe_load(token_kubeconfig.read_text())
+    plugin = base.with_name(base.name + "-plugin")
+    plugin.write_text(EXEC_PLUGIN.format(python=sys.executable, token=config["users"][0]["user"]["token"]))
+    plugin.chmod(0o755)
+    config["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                                           "command": str(plugin), "interactiveMode": "Never"}}
+    path = base.with_name(base.name + "-exec.kubeconfig")
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_an_exec_plugin_kubeconfig_reads_the_stored_copy_with_the_plugins_token(stored: Stored) -> None:
+    """A kubeconfig whose user is an ``exec`` credential plugin (as EKS and GKE hand out): its token is
+    what the port-forward and the log server are given."""
+    name = f"execp-{uuid.uuid4().hex[:4]}"
+    kubeconfig = exec_kubeconfig(reader_kubeconfig(stored, name, logs=True), stored.tmp / name)
+    got = run_cli(logs_argv(stored, kubeconfig))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.splitlines() == list(LINES), got

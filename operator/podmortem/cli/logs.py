@@ -380,7 +380,10 @@ async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
         live: list[tuple[str, list[str]]] = []
         gone: str | None = None
         if selector is not None:
-            pods = await _list_pods(transport, namespace, selector, settings)
+            # An exec/auth-provider kubeconfig's transport is a kubernetes_asyncio ApiClient.
+            lister = (pod_log_api.ApiClientTransport(transport) if hasattr(transport, "call_api")
+                      else transport)
+            pods = await _list_pods(lister, namespace, selector, settings)
             if not pods:
                 notes.note(f"No resources found in {namespace} namespace.")
                 return 0
