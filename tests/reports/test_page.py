@@ -219,3 +219,42 @@ def test_the_zone_comes_from_the_containers_literal_tz() -> None:
 
 def _read(stored: dict[str, Any]) -> ReportDocument:
     return ReportDocument.parse(stored)
+
+
+def test_the_curve_ends_at_the_kernels_usage_at_the_kill_and_the_peak_says_where_from() -> None:
+    """Samples stop below the kill (here 160 MiB an hour's worth, the record says 128 MiB at the limit
+    of 128 MiB); the curve's last point is the kernel's figure, at the kill's time."""
+    from podmortem.reports.document import pod_peak
+
+    report = ReportDocument.parse(stored_report())
+    report.evidence.peak = pod_peak(report)
+    assert report.report.cgroup is not None
+    usage = report.report.cgroup.usage_bytes
+    assert usage == 128 * MIB and report.evidence.peak is not None
+    assert (report.evidence.peak.peak_bytes, report.evidence.peak.kind) == (usage, "kernel")
+    tl, notes = page.timeline_of(page.PageInput(title="t", report=report))
+    assert tl.usage[-1] == (KILL, usage)
+    assert tl.usage[-2][0] <= KILL and len(tl.usage) == 14  # the samples stay; the kernel's point ends them
+    assert any("the curve's last point is the kernel's usage at the kill (128.0 MiB" in n for n in notes)
+    assert any(n.startswith("the pod's peak: 128.0 MiB of the 128.0 MiB limit, from the kernel's OOM record")
+               for n in notes)
+    # With samples from the agent too, the kernel's point still ends the curve.
+    samples = [MemorySample(at=KILL - timedelta(seconds=s), usage_bytes=100 * MIB, limit_bytes=128 * MIB)
+               for s in (3, 2, 1)]
+    tl, _ = page.timeline_of(page.PageInput(title="t", report=report, samples=samples))
+    assert tl.usage[-1] == (KILL, usage) and len(tl.usage) == 4
+    # Without the kernel's record the peak is the samples', named as a lower bound, and no point is added.
+    bare = ReportDocument.parse(stored_report(cgroup=None))
+    bare.evidence.working_set.peak_bytes = 160 * MIB
+    peak = pod_peak(bare)
+    assert peak is not None and peak.kind == "samples" and "lower bound" in (peak.source or "")
+    tl, _ = page.timeline_of(page.PageInput(title="t", report=bare))
+    assert tl.usage[-1][1] == 160 * MIB
+
+
+def test_a_recorded_record_leads_the_pages_verdict() -> None:
+    report = ReportDocument.parse(stored_report(record_source="RECORDED, not from this run: x.log"))
+    doc = page.render(page.PageInput(title="ml/train", report=report))
+    assert re.search(r'<p class="verdict" id="verdict">\[RECORDED, not from this run: x\.log\] train-0', doc)
+    plain = page.render(page.PageInput(title="ml/train", report=ReportDocument.parse(stored_report())))
+    assert "RECORDED" not in plain
