@@ -37,6 +37,9 @@ DATA_CHANNEL = 0
 ERROR_CHANNEL = 1
 #: Bytes read from the local connection per WebSocket message (bounded by bytes, not by lines).
 READ_BYTES = 64 * 1024
+#: The largest WebSocket message taken from the API server (the kubelet sends each read of the pod's
+#: socket as a message of its own, far smaller; this bounds a misbehaving peer).
+MESSAGE_MAX = 4 * 1024 * 1024
 #: Error text kept per forward (what the kubelet said went wrong), for the message of a failed read.
 ERROR_TEXT_MAX = 4096
 
@@ -77,7 +80,8 @@ async def _open(session: aiohttp.ClientSession, access: ClusterAccess, *, namesp
     url = f"{access.server}/api/v1/namespaces/{namespace}/pods/{pod}/portforward"
     try:
         return await session.ws_connect(url, params={"ports": str(port)}, protocols=(PROTOCOL,),
-                                        headers=access.headers(), autoping=True, max_msg_size=0)
+                                        headers=access.headers(), autoping=True,
+                                        max_msg_size=MESSAGE_MAX)
     except aiohttp.WSServerHandshakeError as exc:
         # The handshake's answer body is not kept by aiohttp: ask again plainly for the reason.
         status = exc.status
