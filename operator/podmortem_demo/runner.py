@@ -164,6 +164,10 @@ class RunResult:
             "trainingJob": self.training_job,
             "log": self.log.to_json(),
             "kernel": self.kernel,
+            # The job's own Events as stored (what `kubectl describe` lists): type, reason, message.
+            "events": [
+                {k: e.get(k) for k in ("type", "reason", "message")} for e in self.events
+            ],
         }
 
 
