@@ -19,19 +19,25 @@ Events by it); kmock ignores it everywhere else.
 With :attr:`KubernetesApi.record_calls` on, every request's attributes (verb, group,
 resource, namespace...: :mod:`podmortem_demo.emulated.calls`) are kept in
 :attr:`KubernetesApi.calls`, for comparing what a client does with its RBAC rules.
-Its other known gaps are left as they are and listed here so users are not
-surprised: watches replay every object as ADDED and ignore ``resourceVersion``
-and ``timeoutSeconds``.
+Lists and watches behave as kube-apiserver's watch cache makes them (:mod:`watch_cache`: resource
+versions from one counter, pages with ``continue``, watches from a resourceVersion with
+``timeoutSeconds`` and BOOKMARKs, 410 once the history is gone: :meth:`KubernetesApi.forget_history`);
+a create of an object that exists is 409 ``AlreadyExists``, a patch whose body carries a stale
+``metadata.resourceVersion`` 409 ``Conflict``, a missing object 404 ``NotFound``, each worded as the
+apiserver words it; Events are validated on create (:mod:`validation`). Known gaps: label and field
+selectors (but the Events' one above) are ignored, and PUT is not served.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import contextvars
 import datetime
-import itertools
 import json
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +48,11 @@ import yaml
 
 from podmortem_demo.emulated import calls as calls_mod
 from podmortem_demo.emulated import reviews as reviews_mod
+from podmortem_demo.emulated import validation
+from podmortem_demo.emulated import watch_cache as cache
+
+#: The request being handled, for errors raised where kmock does not pass it (`_render_error`).
+_REQUEST: contextvars.ContextVar[kmock.Request | None] = contextvars.ContextVar("request", default=None)
 
 #: The columns after Name of a custom resource without printer columns, as the apiserver prints it.
 DEFAULT_COLUMNS: list[dict[str, Any]] = [
@@ -61,7 +72,14 @@ PATCH_CONTENT_TYPES = frozenset({
 class KubernetesApi(kmock.KubernetesEmulator):
     """kmock's in-memory Kubernetes API, with uids, resource versions and patch checks."""
 
-    _versions: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
+    #: The last resourceVersion given out (etcd's revision): every change takes the next one.
+    resource_version: int = attrs.field(default=0, init=False)
+    _feeds: dict[Any, cache.Feed] = attrs.field(factory=dict, init=False)
+    _snapshots: cache.Snapshots = attrs.field(factory=cache.Snapshots, init=False)
+    #: Where the history starts for a resource first changed after `forget_history`.
+    _floor: int = attrs.field(default=0, init=False)
+    #: Seconds between BOOKMARKs on a watch that asked for them (the apiserver's: about a minute).
+    bookmark_interval_s: float = attrs.field(default=cache.BOOKMARK_INTERVAL_S, kw_only=True)
     #: Patches refused for their content type, for tests to assert on.
     refused_patches: list[kmock.Request] = attrs.field(factory=list, init=False)
     #: Bearer tokens the API accepts; None accepts any request, as kmock does (plain-HTTP tests).
@@ -88,6 +106,12 @@ class KubernetesApi(kmock.KubernetesEmulator):
     #: form (name, type, jsonPath, description, priority), for the Tables kubectl asks for; a
     #: resource without an entry gets `DEFAULT_COLUMNS`.
     printer_columns: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        # kmock announces every change on a bus per resource (and the scale cluster does too): each
+        # announcement is recorded here instead, stamped with the next resourceVersion.
+        self._buses = _Recorders(self)  # type: ignore[assignment]
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         if raw_request.query.get("watch") not in ("true", "1"):
@@ -122,6 +146,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
             return self._serve_openapi(path)
         if path == "/api/v1/namespaces" or (path.startswith("/api/v1/namespaces/") and path.count("/") == 4):
             return await self._serve_namespaces(raw_request)
+        if raw_request.query.get("watch") in ("1", "True"):  # the apiserver's ParseBool; kmock knows "true"
+            raw_request = raw_request.clone(rel_url=raw_request.rel_url.update_query(watch="true"))
         return await super().__call__(raw_request)
 
     def _serve_openapi(self, path: str) -> aiohttp.web.StreamResponse:
@@ -257,23 +283,155 @@ class KubernetesApi(kmock.KubernetesEmulator):
         return payload
 
     async def _serve_list(self, request: kmock.Request) -> Any:
-        # kmock 0.8 answers a list without apiVersion and kind; kubectl refuses such a list.
-        payload = await super()._serve_list(request)
-        if isinstance(payload, dict) and request.resource is not None:
-            r = request.resource
-            key = f"{r.group}/{r.version}/{r.plural}" if r.group else f"{r.version}/{r.plural}"
-            info = self.resources.get(key)
-            kind = getattr(info, "kind", None) or str(r.plural or "").capitalize()
-            payload.setdefault("apiVersion", f"{r.group}/{r.version}" if r.group else r.version)
-            payload.setdefault("kind", f"{kind}List")
+        """A list in key order, in pages of ``limit`` with ``continue`` tokens; the later pages are cut
+        from the first one's snapshot; an old token gets 410 with a fresh one (watch_cache)."""
+        r = request.resource
+        assert r is not None
+        namespaced = request.namespace is not None
+        token = request.params.get("continue")
+        limit = int(request.params.get("limit") or 0)
+        snapshot_key: tuple[Any, ...] | None = None
+        after = ""
+        if token:
+            try:
+                rv, after = cache.decode_continue(token)
+            except cache.BadContinue as exc:
+                raise _Answer(400, cache.status(400, "BadRequest", str(exc))) from exc
+            snapshot_key = (_key(r), request.namespace, request.params.get("fieldSelector"), rv)
+            found = self._snapshots.get(snapshot_key) if rv >= 0 else None
+            if found is None and rv >= 0:
+                raise _Answer(410, cache.status(410, "Expired", cache.INCONSISTENT_CONTINUE,
+                                                continue_=cache.encode_continue(-1, after)))
+        else:
+            found = None
+        if found is None:
+            payload: Any = await super()._serve_list(request)
+            items = list(payload.get("items") or [])
             selector = request.params.get("fieldSelector")
             if r.plural == "events" and selector:
-                payload["items"] = [o for o in payload.get("items") or [] if _fields_match(o, selector)]
-            table = self._table_wanted(request)
-            if table is not None:
-                return _table(table, self._columns(r), payload.get("items") or [],
-                              include=request.params.get("includeObject") or "Metadata")
-        return payload
+                items = [o for o in items if _fields_match(o, selector)]
+            keys = [_object_key(o, namespaced=namespaced) for o in items]
+            order = sorted(range(len(items)), key=keys.__getitem__)
+            keys, items = [keys[i] for i in order], [items[i] for i in order]
+            rv = self.resource_version
+            snapshot_key = (_key(r), request.namespace, request.params.get("fieldSelector"), rv)
+        else:
+            keys, items = found
+        first = bisect.bisect_right(keys, after) if after else 0
+        last = first + limit if limit > 0 else len(items)
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if last < len(items):
+            assert snapshot_key is not None
+            self._snapshots.put(snapshot_key, keys, items)
+            meta["continue"] = cache.encode_continue(rv, keys[last - 1])
+            meta["remainingItemCount"] = len(items) - last
+        info = self.resources.get(_key(r))
+        kind = getattr(info, "kind", None) or str(r.plural or "").capitalize()
+        page = items[first:last]
+        table = self._table_wanted(request)
+        if table is not None:
+            include = request.params.get("includeObject") or "Metadata"
+            result = _table(table, self._columns(r), page, include=include)
+            result["metadata"] = meta
+            return result
+        # kmock 0.8 answers a list without apiVersion and kind; kubectl refuses such a list.
+        return {"apiVersion": f"{r.group}/{r.version}" if r.group else r.version, "kind": f"{kind}List",
+                "metadata": meta, "items": page}
+
+    async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[Any]:
+        """The changes after ``resourceVersion`` (0 or none: an ADDED per object first), until
+        ``timeoutSeconds``, with BOOKMARKs when asked; 410 as an ERROR event (watch_cache)."""
+        yield b""  # the headers: a watch is a stream from the start
+        r = request.resource
+        assert r is not None
+        feed = self._feed(r)
+        since = cache.parse_resource_version(request.params.get("resourceVersion"))  # checked in _handle
+        loop = asyncio.get_running_loop()
+        timeout = request.params.get("timeoutSeconds")
+        deadline = loop.time() + float(timeout) if timeout else None
+        bookmarks = request.params.get("allowWatchBookmarks") in ("true", "1")
+        info = self.resources.get(_key(r))
+        bookmark_object = {"kind": getattr(info, "kind", None) or str(r.plural or "").capitalize(),
+                           "apiVersion": f"{r.group}/{r.version}" if r.group else r.version}
+        if not since:
+            seq = feed.end
+            current = [(_object_key(o, namespaced=False), o) for (res, ns, name), o in self._objects.items()
+                       if _matches(request, res, ns, name) and not o.deleted]
+            at = feed.latest
+            for _, obj in sorted(current, key=lambda pair: pair[0]):
+                yield {"type": "ADDED", "object": obj.raw}
+            last_rv = at
+            if bookmarks:  # the end of the initial events is bookmarked at once (measured: within 1 s)
+                yield {"type": "BOOKMARK",
+                       "object": {**bookmark_object, "metadata": {"resourceVersion": str(at)}}}
+        elif since < feed.floor:
+            yield cache.too_old(since, feed.floor)
+            return
+        else:
+            seq = feed.after(since)
+            # The watcher starts at the cache's version: only a change after that moves a BOOKMARK.
+            last_rv = max(since, feed.latest)
+        next_bookmark = self._next_bookmark(loop.time(), deadline) if bookmarks else None
+        while True:
+            if seq < feed.start:
+                return  # this watcher fell behind what the cache keeps: the apiserver ends it too
+            changes = feed.read(seq)
+            seq += len(changes)
+            for change in changes:
+                if _matches(request, r, change.namespace, change.name):
+                    last_rv = max(last_rv, change.rv)
+                    yield change.event
+            now = loop.time()
+            if next_bookmark is not None and now >= next_bookmark:
+                if feed.latest > last_rv:
+                    last_rv = feed.latest
+                    yield {"type": "BOOKMARK",
+                           "object": {**bookmark_object, "metadata": {"resourceVersion": str(last_rv)}}}
+                next_bookmark = self._next_bookmark(now, deadline)
+            if deadline is not None and now >= deadline:
+                return
+            wake = min((t for t in (deadline, next_bookmark) if t is not None), default=None)
+            await feed.wait(None if wake is None else wake - now)
+
+    def _next_bookmark(self, now: float, deadline: float | None) -> float | None:
+        """When the cacher sends a watcher its next BOOKMARK: a minute on, or 2 s before its timeout
+        if that is sooner; never when that moment has passed."""
+        at = now + self.bookmark_interval_s
+        if deadline is not None:
+            at = min(at, deadline - cache.BOOKMARK_BEFORE_TIMEOUT_S)
+        return at if at >= now else None
+
+    def _feed(self, resource: Any) -> cache.Feed:
+        feed = self._feeds.get(resource)
+        if feed is None:
+            feed = self._feeds[resource] = cache.Feed(floor=self._floor, latest=self.resource_version)
+        return feed
+
+    def record(self, resource: Any, event: dict[str, Any]) -> None:
+        """A change of ``resource``, as kmock announces it: stamp the next resourceVersion on the stored
+        object (ADDED, MODIFIED) and on the event's copy (a deletion too), and keep it for watches."""
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            return
+        rv = int(self.next_resource_version())
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        if event.get("type") != "DELETED":
+            meta["resourceVersion"] = str(rv)  # the stored version shares this dict
+        copy = {**obj, "metadata": {**meta, "resourceVersion": str(rv)}}
+        self._feed(resource).record(cache.Change(rv=rv, namespace=meta.get("namespace"),
+                                                 name=str(meta.get("name") or ""),
+                                                 event={"type": event.get("type"), "object": copy}))
+
+    def forget_history(self) -> None:
+        """What an API server restarted after etcd compacted gives its clients: every watch ends, a watch
+        from an earlier resourceVersion gets 410, and so does an earlier list's ``continue``."""
+        self._snapshots.forget_before(self.resource_version)  # etcd compacted at the newest revision
+        self.next_resource_version()  # a starting apiserver writes (its identity Lease): a new revision
+        self._floor = self.resource_version
+        for feed in self._feeds.values():
+            feed.forget(floor=self._floor)
+        self.close_watches()
 
     async def _serve_fetch(self, request: kmock.Request) -> Any:
         payload = await super()._serve_fetch(request)
@@ -295,7 +453,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
         return self.printer_columns.get(_key(resource), DEFAULT_COLUMNS)
 
     def next_resource_version(self) -> str:
-        return str(next(self._versions))
+        self.resource_version += 1
+        return str(self.resource_version)
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         raw = getattr(request, "_raw_request", None)
@@ -318,19 +477,98 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 raise kmock.KubernetesError(
                     status=415, reason="UnsupportedMediaType",
                     message=f"the body of the request was in an unknown format: {content_type or 'none'}")
+        _REQUEST.set(request)
+        if request.resource is not None:
+            answer = self._answer_first(request)
+            if answer is not None:
+                return answer
         if request.resource is not None and isinstance(request.data, dict):
             meta = request.data.setdefault("metadata", {})
             if request.action == kmock.action.CREATE:
                 meta.setdefault("uid", str(uuid.uuid4()))
                 meta.setdefault("creationTimestamp", _now())
-                meta["resourceVersion"] = self.next_resource_version()
+                meta.pop("resourceVersion", None)  # stamped when the change is recorded
             elif request.action == kmock.action.UPDATE:
-                meta["resourceVersion"] = self.next_resource_version()
+                meta.pop("resourceVersion", None)  # a precondition, checked above; stamped when recorded
         if request.action == kmock.action.WATCH:
             table = self._table_wanted(request)
             if table is not None:
                 return await self._serve_table_watch(request, table)
-        return await super()._handle(request)
+        response = await super()._handle(request)
+        if request.action == kmock.action.CREATE and response.status == 200 and not response.prepared:
+            response.set_status(201)  # the apiserver's "Created" (kmock answers 200)
+        return response
+
+    def _answer_first(self, request: kmock.Request) -> aiohttp.web.StreamResponse | None:
+        """What the apiserver answers ``request`` with before writing anything, if it does: a Status for
+        a resourceVersion it cannot parse, an object that exists (create) or does not (patch), a stale
+        ``metadata.resourceVersion`` in a patch, an invalid Event; the object as it is for a patch that
+        changes nothing (no new version, no event)."""
+        r = request.resource
+        assert r is not None
+        if request.action in (kmock.action.LIST, kmock.action.WATCH):
+            try:
+                cache.parse_resource_version(request.params.get("resourceVersion"))
+            except ValueError as exc:
+                if request.action == kmock.action.WATCH:
+                    return _status_response(cache.status(500, "", str(exc)))
+                return _status_response(cache.status(400, "BadRequest", f"invalid resource version: {exc}"))
+            return None
+        data: dict[str, Any] = request.data if isinstance(request.data, dict) else {}
+        meta: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+        if request.action == kmock.action.CREATE:
+            name = str(meta.get("name") or "")
+            namespace = request.namespace or meta.get("namespace")
+            key = (r, namespace, name)
+            if key in self._objects and not self._objects[key].deleted:
+                message = f'{_qualified(r)} "{name}" already exists'
+                details = _details(r, name)
+                return _status_response(cache.status(409, "AlreadyExists", message, details=details))
+            if r.plural == "events" and not r.group:
+                errors = validation.event_errors(data, namespace=str(namespace or ""))
+                if errors:
+                    return _status_response(validation.invalid_status("Event", name, errors))
+            return None
+        if request.action != kmock.action.UPDATE or request.name is None:
+            return None
+        name = request.name
+        key = (r, request.namespace, name)
+        if key not in self._objects or self._objects[key].deleted:
+            return _status_response(cache.status(
+                404, "NotFound", f'{_qualified(r)} "{name}" not found', details=_details(r, name)))
+        current = self._objects[key].raw
+        current_meta = current.get("metadata") or {}
+        wanted = meta.get("resourceVersion")
+        if wanted not in (None, ""):
+            if not str(wanted).isdigit():
+                return _status_response(
+                    cache.status(500, "", f'strconv.ParseUint: parsing "{wanted}": invalid syntax'))
+            if str(wanted) != str(current_meta.get("resourceVersion")):
+                message = (f'Operation cannot be fulfilled on {_qualified(r)} "{name}": the object has been '
+                           "modified; please apply your changes to the latest version and try again")
+                return _status_response(cache.status(409, "Conflict", message, details=_details(r, name)))
+        content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip()
+        if content_type != "application/json-patch+json":
+            unversioned = {k: v for k, v in current_meta.items() if k != "resourceVersion"}
+            after = cache.merged(current, {**data, "metadata": {**meta, "resourceVersion": None}})
+            if after == {**current, "metadata": unversioned}:
+                return aiohttp.web.json_response(current)
+        return None
+
+    async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
+        """kmock's errors worded as the apiserver words them (404 NotFound, 409 AlreadyExists)."""
+        if isinstance(exc, _Answer):
+            return aiohttp.web.json_response(exc.body, status=exc.code)
+        request = _REQUEST.get()
+        r = request.resource if request is not None else None
+        if request is not None and r is not None and r.plural:
+            name = str(request.name or (request.data.get("metadata") or {}).get("name") or "") \
+                if isinstance(request.data, dict) or request.name else ""
+            if isinstance(exc, kmock.KubernetesObjectNotFoundError):
+                body = cache.status(404, "NotFound", f'{_qualified(r)} "{name}" not found',
+                                    details=_details(r, name))
+                return aiohttp.web.json_response(body, status=404)
+        return await super()._render_error(exc)
 
     async def _serve_table_watch(self, request: kmock.Request, api_version: str
                                  ) -> aiohttp.web.StreamResponse:
@@ -348,6 +586,9 @@ class KubernetesApi(kmock.KubernetesEmulator):
             async for event in self._serve_watch(request):
                 if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
                     continue  # kmock's first, empty chunk
+                if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
+                    await response.write(json.dumps(event).encode() + b"\n")  # BOOKMARK, ERROR
+                    continue
                 obj: dict[str, Any] = event["object"]
                 if _version((obj.get("metadata") or {}).get("resourceVersion")) <= since:
                     continue  # not changed since the list
@@ -355,6 +596,70 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 change = {"type": event.get("type"), "object": row}
                 await response.write(json.dumps(change).encode() + b"\n")
         return response
+
+
+def _status_response(body: dict[str, Any]) -> aiohttp.web.StreamResponse:
+    return aiohttp.web.json_response(body, status=int(body["code"]))
+
+
+class _Answer(Exception):
+    """A Status to answer with, raised where kmock's handlers run."""
+
+    def __init__(self, code: int, body: dict[str, Any]) -> None:
+        super().__init__(body.get("message"))
+        self.code = code
+        self.body = body
+
+
+class _Recorder:
+    """Stands where kmock's bus of one resource stood: what is put on it is recorded by the API."""
+
+    def __init__(self, api: KubernetesApi, resource: Any) -> None:
+        self.api = api
+        self.resource = resource
+
+    async def put(self, *items: Any) -> None:
+        for item in items:
+            if isinstance(item, dict):
+                self.api.record(self.resource, item)
+
+
+class _Recorders(dict[Any, _Recorder]):
+    def __init__(self, api: KubernetesApi) -> None:
+        super().__init__()
+        self.api = api
+
+    def __missing__(self, resource: Any) -> _Recorder:
+        recorder = self[resource] = _Recorder(self.api, resource)
+        return recorder
+
+
+def _matches(request: kmock.Request, resource: Any, namespace: str | None, name: str) -> bool:
+    """Whether an object is one a list or watch asks for (kmock's own test: resource, namespace, name)."""
+    return bool(resource == request.resource
+                and (request.namespace is None or namespace == request.namespace)
+                and (request.name is None or name == request.name))
+
+
+def _object_key(obj: Any, *, namespaced: bool) -> str:
+    """An object's key as etcd orders a list: ``/namespace/name`` (``/name`` within one namespace)."""
+    meta = obj.get("metadata") or {}
+    if namespaced or not meta.get("namespace"):
+        return f"/{meta.get('name') or ''}"
+    return f"/{meta.get('namespace')}/{meta.get('name') or ''}"
+
+
+def _qualified(r: Any) -> str:
+    """A resource as the apiserver's messages name it: ``configmaps``, ``leases.coordination.k8s.io``."""
+    return f"{r.plural}.{r.group}" if r.group else str(r.plural)
+
+
+def _details(r: Any, name: str) -> dict[str, Any]:
+    details: dict[str, Any] = {"name": name}
+    if r.group:
+        details["group"] = r.group
+    details["kind"] = r.plural
+    return details
 
 
 def _key(r: Any) -> str:
