@@ -241,19 +241,44 @@ class Elector:
         return False
 
     async def keep(self, *, lost: asyncio.Event) -> None:
-        """Renew every retry period; when no renewal succeeds for the renew deadline, set ``lost``."""
+        """Renew every retry period, as client-go's renew loop does, until a renewal fails: then set ``lost``.
+
+        A renewal is tried every retry period until it succeeds or the renew deadline, counted from
+        the start of *that* renewal, has passed, or until the Lease is seen held by another. Counting
+        from the start of each renewal, not from the last success, keeps a leader that was paused
+        (SIGSTOP, a long GC, a stalled node) for longer than the deadline but less than the Lease's
+        duration: it still holds the Lease, and one failed try after it resumes (a 409 Conflict
+        because another writer touched the Lease) is retried, as client-go retries it.
+        """
         s = self.settings
-        last_ok = time.monotonic()
         while True:
             await asyncio.sleep(s.retry_period_s)
-            if await self.try_once():
-                last_ok = time.monotonic()
-            elif self.holder != s.identity or time.monotonic() - last_ok >= s.renew_deadline_s:
+            if not await self._renew():
                 logger.error("lost the lease %s/%s (holder now: %s); stopping the handlers",
                              s.lease_namespace, s.lease_name, self.holder or "unknown")
                 self.is_leader = False
                 lost.set()
                 return
+
+    async def _renew(self) -> bool:
+        """One renewal: tries every retry period within the renew deadline (client-go's
+        ``PollImmediateUntil`` under a ``RenewDeadline`` timeout). False once it is lost."""
+        s = self.settings
+        deadline = time.monotonic() + s.renew_deadline_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                async with asyncio.timeout(max(left, 0.0)):
+                    if await self.try_once():
+                        return True
+            except TimeoutError:
+                return False  # the try itself outlasted the deadline
+            if self.holder != s.identity:
+                return False  # another holds it: no retry can win it back
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(s.retry_period_s, left))
 
     async def release(self) -> None:
         """Give the Lease up so the standby takes over at once (after the cursors are persisted)."""

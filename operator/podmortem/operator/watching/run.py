@@ -405,6 +405,12 @@ def _install_signals(stop: asyncio.Event) -> None:
             loop.add_signal_handler(sig, stop.set)
 
 
+async def _set_when(flag: asyncio.Event, target: asyncio.Event) -> None:
+    """Set ``target`` once ``flag`` is set."""
+    await flag.wait()
+    target.set()
+
+
 async def _lead_and_run(
     *,
     settings: OperatorSettings,
@@ -438,7 +444,14 @@ async def _lead_and_run(
                 return
             background.start(elector.keep(lost=lost), name="lease")
             # The followers resume from the cursors on disk: only once this process writes the store.
-            if not await store.take_over(stop=stop):
+            # Waiting for the old leader's lock ends on a stop or on losing the Lease meanwhile.
+            halt = asyncio.Event()
+            for flag, name in ((stop, "take-over-stop"), (lost, "take-over-lost")):
+                background.start(_set_when(flag, halt), name=name)
+            if not await store.take_over(stop=halt):
+                if lost.is_set():
+                    raise LeadershipLost("lost the leader Lease while waiting for the log store's lock; "
+                                         "exiting so the Deployment restarts this replica as a standby")
                 await elector.release()
                 return
 
