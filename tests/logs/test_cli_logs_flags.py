@@ -124,6 +124,9 @@ async def test_several_containers_chosen_are_prefixed_and_coloured_when_asked(
     alone = await podmortem_logs("p", "-c", "third", "--color", "always", "--kubeconfig", str(kubeconfig),
                                  *FAST_FLAGS)
     assert alone.out == texts(pod, container="third")  # one log alone: bare, as kubectl prints it
+    forced = await podmortem_logs("p", "-c", "third", "--prefix", "--kubeconfig", str(kubeconfig),
+                                  *FAST_FLAGS)
+    assert forced.out == b"".join(b"p third " + x for x in lines_of(texts(pod, container="third")))
 
 
 def test_colour_auto_follows_the_terminal_and_no_color() -> None:

@@ -90,6 +90,9 @@ def register(subparsers: Any) -> None:
                              "operator's stored copy when the kubelet no longer has it")
     o.add_all(parser, (TAIL, SINCE, SINCE_TIME))
     parser.add_argument("--timestamps", action="store_true", help="keep each line's RFC3339 timestamp")
+    parser.add_argument("--prefix", action="store_true",
+                        help="prefix each line with its pod and container even when only one log is printed "
+                             "(several always are)")
     o.add_all(parser, (COLOR, OPERATOR_NAMESPACE))
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then the pod's "
                                              "service account, then ~/.kube/config)")
@@ -399,7 +402,7 @@ async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
         if gone is not None:
             chosen_names = v.optional(CONTAINERS)
             given = list(chosen_names) if chosen_names else []
-            printer = printer_for(gone, len(given) > 1)
+            printer = printer_for(gone, args.prefix or len(given) > 1)
             try:
                 await _read_stored(args, access, request, pod=gone, containers=given, printer=printer,
                                    why=f"pod {namespace}/{gone} is gone",
@@ -407,7 +410,7 @@ async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
             finally:
                 printer.flush()
             return 0
-        prefixed = sum(len(containers) for _, containers in live) > 1
+        prefixed = args.prefix or sum(len(containers) for _, containers in live) > 1
         if request.previous:
             for name, containers in live:
                 printer = printer_for(name, prefixed)
@@ -524,7 +527,7 @@ async def _read_stored_copy(args: argparse.Namespace, access: ClusterAccess, req
                 if not args.all_containers:
                     raise LookupError(f"pod {request.namespace}/{pod} had several containers: choose one "
                                       f"with -c ({', '.join(exc.containers)}) or --all-containers") from None
-                if len(exc.containers) > 1:
+                if len(exc.containers) > 1 and not printer.prefix:
                     printer.prefix = _stored_prefix(pod, args)
                 for container in exc.containers:
                     await read(container)
