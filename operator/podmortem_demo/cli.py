@@ -38,20 +38,25 @@ followed through a stream cut with no line lost, the per-epoch memory lines, the
 OOM record as the agent read it from /dev/kmsg, and the failure report the operator
 writes into the TrainingJob status, printed like `kubectl describe`.
 
-Run 2: the same job with the runtime patch's validation-loader policy completes under
-the same limit.
+Run 2: the same job with the runtime patch's whole fix, its lean evaluator (no kept masks)
+and its validation-loader policy, completes under the same limit with a flat heap, at any
+--epochs.
 
-Memory figures are in binary units (Mi, Gi) everywhere, each named for what it is: the
-per-epoch lines' pod peak (which status.memory and its Peak/Limit repeat), the epoch's own
-peak the MemoryPressure projection is fitted to (its message quotes both), the pod's peak
-over the whole run (the summary: the cgroup's max usage), and the agent's sampled working
-set in the report. A job that succeeds ends with MemoryPressure False (JobSucceeded).
+Memory figures are in binary units (Mi, Gi) everywhere. Each job has one peak, named with
+where it came from in the summary, status.memory (its Peak/Limit column), the report and
+its page: the last per-epoch memory line's pod peak, or, once the kernel's record of an OOM
+kill is in, the kernel's usage at the kill. The MemoryPressure projection is fitted to each
+epoch's own peak (its message quotes both); the agent's working-set samples are called
+samples. The summary lists each job's MemoryPressure warnings. A job that succeeds ends
+with MemoryPressure False (JobSucceeded).
 
 Without permission to create memory cgroups or read /dev/kmsg (run as root for the real
-kernel), the demo says so and shows a recorded real kernel record instead, labelled
-"RECORDED" everywhere it shows (progress, describe, summary); the demo kubelet then
-enforces the limit on the pod's summed charged PSS, and the pod's memory figures are that
-sum, not the host's cgroup. Takes about 15 seconds."""
+kernel), the demo says so and shows a recorded real kernel record instead, its sizes scaled
+to the pod's limit; its label ("RECORDED, not from this run: ...; sizes scaled ...") is in
+the TrainingJob itself (failureReport.record_source, the Failed condition, the Event, the
+peak's source) and on the page, so kubectl, the page and --json show it; the demo kubelet
+then enforces the limit on the pod's summed charged PSS, and the pod's memory figures are
+that sum, not the host's cgroup. Takes about 15 seconds."""
 
 EPILOG = """\
 output:
@@ -59,11 +64,13 @@ output:
   stderr: progress and the `kubectl describe` views (none with -q), and anything unexpected.
   --json: stdout carries only {"runs": [{"policy": ..., "trainingJob": {...}, "log":
   {"produced": N, "delivered": N, "lost": 0, "duplicated": 0, "cuts": K}, "kernel":
-  "real"|"recorded"}]}, and the summary goes to stderr (not with -q, unless unexpected)
+  "real"|"recorded", "events": [{"type", "reason", "message"}, ...]}]}, and the summary goes
+  to stderr (not with -q, unless unexpected)
 
 exit codes:
   0  everything happened as it should: the baseline was OOM-killed and reported, the
-     patched run succeeded, every log line was delivered exactly once
+     patched run succeeded without a MemoryPressure warning, every log line was delivered
+     exactly once
   1  something else happened (the summary says what)
   2  bad options (checked before anything starts), or the demo extra is not installed
   3  --kernel real, but this machine cannot create memory cgroups or read /dev/kmsg
@@ -135,7 +142,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         default=4,
         metavar="N",
-        help="trainer epochs; each adds about 40 MiB of kept masks (default: %(default)s)",
+        help="trainer epochs; each adds about 40 MiB of kept masks to the baseline run (the patched "
+        "run's lean evaluator keeps none) (default: %(default)s)",
     )
     p.add_argument(
         "--keep-dir",
