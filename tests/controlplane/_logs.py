@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import socket
 import struct
@@ -97,7 +96,8 @@ class LineWriter:
                 ts = inst.lines[-1][0]  # the clock stepped back: a log's times never do
             out = []
             for _ in range(self.burst):
-                text = f"line {self._seq:06d} of instance {len(self.instances) - 1} step={self._seq * 7 % 1000}"
+                text = (f"line {self._seq:06d} of instance {len(self.instances) - 1}"
+                        f" step={self._seq * 7 % 1000}")
                 self._seq += 1
                 inst.lines.append((ts, text))
                 out.append(f"{rfc3339_ns(ts)} stdout F {text}\n")
@@ -118,7 +118,7 @@ class LineWriter:
         try:
             while not self._stop.wait(self.interval_s):
                 self.write_burst()
-        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+        except BaseException as exc:  # reported by stop()
             self.error = exc
 
 
@@ -168,27 +168,37 @@ def now_rfc3339() -> str:
 
 
 def restart_container(plane: ControlPlane, namespace: str, pod: str, writer: LineWriter) -> Instance:
-    """Replace the container's instance as the kubelet does on a restart.
+    """Replace the container's instance in the order the kubelet does it on a restart.
 
-    With the writer held between bursts: the current log file becomes the previous instance's
-    (kwok serves it for ``previous=true``), a new empty file is the new instance's, then the pod's
-    status shows the old instance terminated (``lastState``), ``restartCount`` 1 and a new
-    ``containerID`` running. The writer goes on in the new file.
+    The kubelet writes each instance to a file of its own (``<restartCount>.log``); a new instance's
+    file exists before the status names the instance. So: the writer goes on in a new file; kwok's
+    ``Logs`` object names it as the current log and the old one as ``previous`` (and kwok serves
+    them so); then the pod's status shows the old instance terminated (``lastState``),
+    ``restartCount`` 1 and a new ``containerID`` running.
+
+    Not the same path for both instances: kwok follows a log *path* (the kubelet's ReadLogs reopens
+    a file recreated under its name, for rotation), so a follow of the old instance would go on into
+    the new instance's file, which no kubelet does (its follow ends when its container exits).
     """
     with writer.paused() as old:
-        previous = plane.pod_log_file(namespace, pod, CONTAINER, previous=True)
-        os.replace(old.path, previous)
-        old.path = previous
-        new = Instance(new_container_id(), plane.pod_log_file(namespace, pod, CONTAINER))
+        new = Instance(new_container_id(), old.path.with_name(f"{CONTAINER}.{len(writer.instances)}.log"))
         new.path.touch()
         writer.switch(new)
-        at = now_rfc3339()
-        patch_container_status(plane, namespace, pod, {
-            "name": CONTAINER, "ready": True, "restartCount": 1, "image": "trainer:1", "imageID": "",
-            "containerID": new.container_id, "started": True,
-            "state": {"running": {"startedAt": at}},
-            "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": at,
-                                         "finishedAt": at, "containerID": old.container_id}}})
+    old_last = old.lines[-1][1]
+    plane.apply({"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
+                 "metadata": {"name": pod, "namespace": namespace},
+                 "spec": {"logs": [{"containers": [CONTAINER], "logsFile": str(new.path),
+                                    "previousLogsFile": str(old.path), "follow": True}]}})
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log?container={CONTAINER}&previous=true&tailLines=1"
+    plane.wait(lambda: True if plane.request("GET", path)[1] == old_last + "\n" else None,
+               what="kwok serving the old instance's file as previous", timeout=60)
+    at = now_rfc3339()
+    patch_container_status(plane, namespace, pod, {
+        "name": CONTAINER, "ready": True, "restartCount": 1, "image": "trainer:1", "imageID": "",
+        "containerID": new.container_id, "started": True,
+        "state": {"running": {"startedAt": at}},
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": at,
+                                     "finishedAt": at, "containerID": old.container_id}}})
     return new
 
 
@@ -277,7 +287,8 @@ class Operator:
             except AssertionError:
                 if self.process.alive() or "Address already in use" not in self.process.output():
                     raise
-            self.http_port, self.health_port, self.metrics_port = ep.free_port(), ep.free_port(), ep.free_port()
+            self.http_port, self.health_port = ep.free_port(), ep.free_port()
+            self.metrics_port = ep.free_port()
         raise AssertionError(f"the operator found no free ports:\n{self.output()[-2000:]}")
 
     def stop(self, *, sig: int | None = None) -> int:
@@ -377,7 +388,8 @@ def wait_stored(operator: Operator, namespace: str, pod: str, instances: list[In
 
     def complete(records: list[list[dict[str, Any]]]) -> bool:
         for inst, recs in zip(instances, records, strict=True):
-            if inst.lines and not any(r.get("type") == "line" and (int(r["ts_ns"]), r["text"]) == inst.lines[-1]
+            if inst.lines and not any(r.get("type") == "line"
+                                      and (int(r["ts_ns"]), r["text"]) == inst.lines[-1]
                                       for r in recs[-50:]):
                 return False
         return True
@@ -454,6 +466,7 @@ class CuttingProxy:
         asyncio.run_coroutine_threadsafe(shut(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
+        self._loop.close()
 
     async def _relay(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
