@@ -65,7 +65,8 @@ class Cluster:
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         async with self.session.post(self.url + path, json=body) as response:
-            assert response.status == 200, await response.text()
+            # 201 Created, as the real API server answers a create.
+            assert response.status == 201, await response.text()
             created: dict[str, Any] = await response.json()
             return created
 
