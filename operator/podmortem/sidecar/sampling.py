@@ -27,7 +27,7 @@ from pathlib import Path
 from podmortem.cgroups import hostfs, memory_stat, procfs
 from podmortem.reports.memory import MemoryBreakdown
 from podmortem.sidecar.cgroup import OpenCgroup
-from podmortem.sidecar.container import Container, parent_if_running
+from podmortem.sidecar.container import Container, parent_if_running, read_proc_file
 from podmortem.sidecar.evidence import Role
 
 
@@ -91,11 +91,8 @@ def read_numbers(cgroup: OpenCgroup | None) -> CgroupNumbers:
 
 def resident_pages(proc_root: Path, pid: int) -> int | None:
     """The resident size of ``pid`` in pages (``/proc/<pid>/statm``'s second field); None once gone."""
-    try:
-        with open(proc_root / str(pid) / "statm", "rb") as statm:
-            fields = statm.read(256).split()
-    except OSError:
-        return None
+    text = read_proc_file(proc_root, pid, "statm")
+    fields = text.split() if text is not None else []
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
