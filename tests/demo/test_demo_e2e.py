@@ -37,8 +37,9 @@ def check_story(data: dict[str, Any], *, mode: str) -> dict[str, Any]:
     assert list(data) == ["runs"]
     baseline, patched = data["runs"]
     for run in data["runs"]:
-        assert set(run) == {"policy", "trainingJob", "log", "kernel"}
+        assert set(run) == {"policy", "trainingJob", "log", "kernel", "events"}
         assert run["kernel"] == mode
+        assert all(set(e) == {"type", "reason", "message"} for e in run["events"])
         log = run["log"]
         assert set(log) == {"produced", "delivered", "lost", "duplicated", "cuts"}
         assert log["produced"] == log["delivered"] > 500

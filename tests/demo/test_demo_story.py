@@ -18,7 +18,7 @@ import pytest
 from podmortem import memory_line
 from podmortem.memory_line.status import peak_of_limit, short_size
 from podmortem_demo import kernel, runner, summary
-from podmortem_demo.runner import DemoSettings, RunResult, peak_measure, peak_text
+from podmortem_demo.runner import DemoSettings, RunResult
 
 MIB = 2**20
 LIMIT = 256 * MIB
@@ -90,46 +90,47 @@ def test_memory_pressure_quotes_the_memory_line_and_status_memory_figures(story:
     assert events == [pressure["message"]]
 
 
-def test_status_memory_is_the_last_memory_line(story: Story) -> None:
+def test_status_memory_is_the_last_memory_line_until_the_kernels_record_names_the_peak(story: Story) -> None:
     for result in story.results:
         memory = result.training_job["status"]["memory"]
         line = parsed_lines(result)[memory["epoch"]]
         assert line.epoch == max(parsed_lines(result)) and line.pod is not None
-        assert memory["podPeakBytes"] == line.pod.peak_bytes
         assert memory["podLimitBytes"] == LIMIT == line.pod.limit_bytes  # the pod's limit, not the host's
-        assert memory["peakOfLimit"] == peak_of_limit(line.pod.peak_bytes, LIMIT)
+        report = result.training_job["status"].get("failureReport")
+        if report is None:  # the run that succeeded: the last memory line's peak, named so
+            assert memory["podPeakBytes"] == line.pod.peak_bytes
+            assert memory["peakOfLimit"] == peak_of_limit(line.pod.peak_bytes, LIMIT, source="memory line")
+            assert memory["peakSource"] == f"the trainer's memory line (epoch {line.epoch})"
+            continue
+        # The run the kernel killed: its usage at the kill is the peak, above every line's.
+        usage = report["cgroup"]["usage_bytes"]
+        assert usage >= line.pod.peak_bytes * 0.99
+        assert memory["podPeakBytes"] == usage == report["evidence"]["peak"]["peakBytes"]
+        assert memory["peakOfLimit"] == peak_of_limit(usage, LIMIT, source="kernel")
+        assert memory["peakSource"] == report["evidence"]["peak"]["source"]
+        assert memory["peakSource"].startswith("the kernel's OOM record at the kill")
 
 
-def test_the_exit_line_and_the_summary_give_the_same_pod_peak_and_what_measured_it(story: Story) -> None:
+def test_the_summary_and_the_progress_name_the_trainingjobs_one_peak(story: Story) -> None:
     summary_lines = story.summary.splitlines()[1:]
     for i, result in enumerate(story.results):
-        assert result.peak_bytes is not None and result.limit_bytes == LIMIT
-        figure = peak_text(result.peak_bytes, LIMIT, peak_measure(story.mode))
-        assert f"pod peak {figure}" in summary_lines[i]
-        section = run_section(story, i)
-        exit_line = next(line for line in section.splitlines() if "container exited" in line)
-        assert (
-            f"pod peak {peak_text(result.peak_bytes, LIMIT, peak_measure(story.mode) + ' over the run')}"
-            in (exit_line)
-        )
-        # The exit line ties the run's peak to what status.memory last showed.
+        words = runner.pod_peak_words(result.training_job)
         memory = result.training_job["status"]["memory"]
-        assert (
-            f"last memory line (epoch {memory['epoch']}): pod peak {short_size(memory['podPeakBytes'])}"
-            in (exit_line)
-        )
-        # Never above what the lines saw: the run's peak covers all of them.
-        assert result.peak_bytes >= memory["podPeakBytes"] * 0.99
+        assert words == f"{memory['peakOfLimit']} from {memory['peakSource']}"
+        assert f"pod peak {words}" in summary_lines[i]
+        section = run_section(story, i)
+        assert f"pod peak {words} (the same in status.memory and the Peak/Limit column" in section
+        # No other peak figure of the pod: the exit line names none.
+        exit_line = next(line for line in section.splitlines() if "container exited" in line)
+        assert "peak" not in exit_line
 
 
-def test_with_the_real_kernel_the_summary_peak_is_the_kernel_records_usage(story: Story) -> None:
-    if story.mode != "real":
-        pytest.skip("the recorded record is another cgroup's")
+def test_the_killed_runs_peak_is_the_kernel_records_usage(story: Story) -> None:
     baseline = story.results[0]
     cgroup = baseline.training_job["status"]["failureReport"]["cgroup"]
-    assert baseline.peak_bytes is not None
-    assert peak_of_limit(baseline.peak_bytes, LIMIT) == peak_of_limit(
-        cgroup["usage_bytes"], cgroup["limit_bytes"]
+    assert cgroup["limit_bytes"] == LIMIT  # the recorded record too: scaled to the pod's limit
+    assert f"pod peak {peak_of_limit(cgroup['usage_bytes'], LIMIT, source='kernel')} from the kernel's" in (
+        story.summary.splitlines()[1]
     )
 
 
@@ -140,8 +141,9 @@ def test_the_working_set_is_named_as_such_and_in_the_same_units(story: Story) ->
     if not ws.get("peakBytes"):
         assert "working set in the report" not in section
         return
-    assert baseline.peak_bytes is not None and ws["peakBytes"] <= baseline.peak_bytes
-    assert f"working set in the report: peak {short_size(ws['peakBytes'])} over " in section
+    # Samples, under the one peak, called what they are.
+    assert ws["peakBytes"] <= baseline.training_job["status"]["memory"]["podPeakBytes"]
+    assert f"the highest {short_size(ws['peakBytes'])} (usage less inactive file, sampled" in section
     assert f"Peak Bytes:  {ws['peakBytes']} ({short_size(ws['peakBytes'])})" in section
 
 
@@ -195,7 +197,8 @@ def test_everything_from_the_recorded_record_is_labelled(story: Story) -> None:
         assert "RECORDED" not in text
         return
     lines = text.splitlines()
-    markers = [f"pid {record.victim_pid}", f"Pid:  {record.victim_pid}", str(record.oom_memcg), "128.0 MiB"]
+    markers = [f"pid {record.victim_pid}", f"Pid:  {record.victim_pid}", str(record.oom_memcg), "128.0 MiB",
+               "kernel's OOM record at the kill"]
     hits = [i for i, line in enumerate(lines) if any(m in line for m in markers)]
     assert hits
     unlabelled = [lines[i] for i in hits if not _labelled(lines, i)]
