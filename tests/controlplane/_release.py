@@ -66,9 +66,16 @@ def template(cp: ControlPlane, *, release: str, namespace: str, values: Mapping[
     return _render.Rendered(objects=tuple(d for d in yaml.safe_load_all(text) if d), notes="")
 
 
+#: A check that says why a step can no longer happen (e.g. the 403 that broke it), or None.
+FailFast = Callable[[], str | None]
+
+
 def wait(probe: Callable[[], T | None], *, what: str, timeout: float, watch: ep.Process | None = None,
-         step: float = 0.5) -> T:
-    """Poll ``probe`` until it returns something; fail naming ``what`` (and the operator's log tail)."""
+         step: float = 0.5, fail_fast: FailFast | None = None) -> T:
+    """Poll ``probe`` until it returns something; fail naming ``what`` (and the operator's log tail).
+
+    ``fail_fast``, asked after each poll that got nothing, ends the wait at once with its reason: a
+    step whose failure is already observable does not wait out ``timeout``."""
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while time.monotonic() < deadline:
@@ -78,6 +85,9 @@ def wait(probe: Callable[[], T | None], *, what: str, timeout: float, watch: ep.
             last, value = exc, None
         if value is not None:
             return value
+        why = fail_fast() if fail_fast is not None else None
+        if why is not None:
+            raise PathBroken(f"{what}: broken: {why}")
         if watch is not None and not watch.alive():
             break
         time.sleep(step)
@@ -133,13 +143,16 @@ class PortTaken(RuntimeError):
     choosing it and the operator binding it: not a broken path (the caller starts again)."""
 
 
-def ready(operator: Operator, *, timeout: float) -> None:
+def ready(operator: Operator, *, timeout: float, fail_fast: FailFast | None = None) -> None:
     def probe() -> bool | None:
         status, _ = ep.http_get(operator.pod.ready_url)
         return True if status == 200 else None
     try:
-        wait(probe, what="the operator's /readyz 200", timeout=timeout, watch=operator.process)
+        wait(probe, what="the operator's /readyz 200", timeout=timeout, watch=operator.process,
+             fail_fast=fail_fast)
     except PathBroken as exc:
+        if fail_fast is not None and ": broken: " in str(exc):
+            raise
         if not operator.process.alive() and "address already in use" in operator.process.output().lower():
             raise PortTaken(operator.process.output()[-1000:]) from None
         raise PathBroken(f"{exc}\n/readyz: {ep.http_get(operator.pod.ready_url)}") from None
@@ -217,12 +230,12 @@ def trainingjob(name: str, namespace: str) -> dict[str, Any]:
 
 
 def pod_running(cp: ControlPlane, *, namespace: str, pod: str, timeout: float,
-                operator: Operator | None = None) -> dict[str, Any]:
+                operator: Operator | None = None, fail_fast: FailFast | None = None) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
         body = cp.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
         return body if body and body.get("status", {}).get("phase") == "Running" else None
     body = wait(probe, what=f"the operator creating pod {pod} (kwok makes it Running)", timeout=timeout,
-                watch=operator.process if operator else None)
+                watch=operator.process if operator else None, fail_fast=fail_fast)
     kubelet_container_ids(cp, body)
     return body
 
@@ -242,37 +255,40 @@ def kubelet_container_ids(cp: ControlPlane, body: dict[str, Any]) -> None:
 
 
 def lines_stored(operator: Operator, *, namespace: str, pod: str, token: str, expected: list[str],
-                 timeout: float) -> list[str]:
+                 timeout: float, fail_fast: FailFast | None = None) -> list[str]:
     def probe() -> list[str] | None:
         got = stored_lines(operator, namespace=namespace, pod=pod, token=token)
         return got if len(got) >= len(expected) and set(expected) <= set(got) else None
     return wait(probe, what=f"{len(expected)} log lines of {pod} stored and served by GET /logs",
-                timeout=timeout, watch=operator.process)
+                timeout=timeout, watch=operator.process, fail_fast=fail_fast)
 
 
 def failure_report(cp: ControlPlane, *, namespace: str, name: str, timeout: float,
-                   operator: Operator | None = None) -> dict[str, Any]:
+                   operator: Operator | None = None, fail_fast: FailFast | None = None) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
         out = cp.kubectl("get", "trainingjob", name, "-n", namespace, "-o", "json")
         report = (json.loads(out).get("status") or {}).get("failureReport")
         return report or None
     return wait(probe, what=f"status.failureReport of TrainingJob {name} (read with kubectl)",
-                timeout=timeout, watch=operator.process if operator else None)
+                timeout=timeout, watch=operator.process if operator else None, fail_fast=fail_fast)
 
 
-def warning_event(cp: ControlPlane, *, namespace: str, name: str, timeout: float) -> dict[str, Any]:
+def warning_event(cp: ControlPlane, *, namespace: str, name: str, timeout: float,
+                  fail_fast: FailFast | None = None) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
         events = json.loads(cp.kubectl("get", "events", "-n", namespace, "-o", "json",
                                        f"--field-selector=involvedObject.name={name},type=Warning"))
         return events["items"][0] if events["items"] else None
-    return wait(probe, what=f"a Warning Event on TrainingJob {name}", timeout=timeout)
+    return wait(probe, what=f"a Warning Event on TrainingJob {name}", timeout=timeout, fail_fast=fail_fast)
 
 
 def run_path(cp: ControlPlane, operator: Operator, *, namespace: str, name: str, reader: str,
-             timeout: float = 90, lines: int = 5, run: PathRun | None = None) -> PathRun:
+             timeout: float = 90, lines: int = 5, run: PathRun | None = None,
+             fail_fast: FailFast | None = None) -> PathRun:
     """TrainingJob -> its pod -> log lines followed -> OOM kill -> report, Event; each step bounded.
 
     Raises `PathBroken` naming the first step that did not happen; ``run.reached`` lists the others.
+    ``fail_fast`` (see `wait`) ends a step as soon as its failure is observable.
     """
     run = run if run is not None else PathRun()
     pod = f"{name}-train"
@@ -281,16 +297,18 @@ def run_path(cp: ControlPlane, operator: Operator, *, namespace: str, name: str,
     written = [f"{name} step {i} loss {1.0 / (i + 1):.4f}" for i in range(lines)]
     cp.pod_log_file(namespace, pod, CONTAINER).write_text("".join(cri_line(t) for t in written))
     cp.apply(trainingjob(name, namespace))
-    created = pod_running(cp, namespace=namespace, pod=pod, timeout=timeout, operator=operator)
+    created = pod_running(cp, namespace=namespace, pod=pod, timeout=timeout, operator=operator,
+                          fail_fast=fail_fast)
     owner = created["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"]) == ("TrainingJob", name), owner
     run.reached.append("pod")
     run.lines = lines_stored(operator, namespace=namespace, pod=pod, token=reader, expected=written,
-                             timeout=timeout)
+                             timeout=timeout, fail_fast=fail_fast)
     run.reached.append("log")
     kubelet_kill(cp, namespace=namespace, pod=pod)
-    run.report = failure_report(cp, namespace=namespace, name=name, timeout=timeout, operator=operator)
+    run.report = failure_report(cp, namespace=namespace, name=name, timeout=timeout, operator=operator,
+                                fail_fast=fail_fast)
     run.reached.append("report")
-    warning_event(cp, namespace=namespace, name=name, timeout=timeout)
+    warning_event(cp, namespace=namespace, name=name, timeout=timeout, fail_fast=fail_fast)
     run.reached.append("event")
     return run

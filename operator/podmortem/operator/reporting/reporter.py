@@ -613,6 +613,8 @@ class Reporter:
         except _WRITE_ERRORS as exc:
             outcome.errors.append(f"event: {exc}")
             metrics.REPORTS.labels(target="event", outcome="error").inc()
+            # The report is written by now; without this line a refused Event (RBAC) left no trace.
+            logger.warning("posting the %s event of %s failed: %s", reason, outcome.target.name, exc)
 
     async def _write(self, outcome: Outcome) -> None:
         place = "status" if outcome.target.role == "trainingjob" else "annotation"
