@@ -161,6 +161,38 @@ def test_a_tmpfs_over_the_trainers_cgroup_mount_is_refused(
     assert any("not a cgroup filesystem" in note for note in doc.notes), text
 
 
+#: Root's part of a subtler trainer: one real cgroup file bound over another in its own mount
+#: namespace (both on the cgroup filesystem): memory.swappiness (60) as memory.limit_in_bytes.
+BIND_OVER = r"""
+set -e
+dir=/sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)
+mount --bind "$dir/memory.swappiness" "$dir/memory.limit_in_bytes"
+exec "$@"
+"""
+
+
+def test_a_real_cgroup_file_bound_over_another_is_refused(cgroup: sandbox.MemoryCgroup, home: Path) -> None:
+    if UNSHARE is None:
+        pytest.skip("needs unshare (util-linux)")
+    trainer = cgroup.popen(
+        [UNSHARE, "--mount", "--propagation", "private", "/bin/sh", "-c", BIND_OVER, "sh",
+         *pod.as_user([sys.executable, "-c", SLEEPER])],
+        stdout=subprocess.PIPE,
+    )
+    sidecar = None
+    try:
+        _ready(trainer)
+        sidecar = _sidecar(home, pod.cgroup_line(trainer.pid))
+        _wait_log(sidecar, home / "sidecar.log", "trainer container found")
+        time.sleep(1.2)
+        doc = _sigterm_and_read(sidecar, home)
+    finally:
+        _stop(trainer, sidecar)
+    text = (home / "termination-log").read_text()
+    assert doc.mem is None or doc.mem.limit != 60, text
+    assert any("mounted over" in note for note in doc.notes), text
+
+
 def test_the_trainer_cannot_write_the_sidecars_termination_log(
     cgroup: sandbox.MemoryCgroup, home: Path
 ) -> None:

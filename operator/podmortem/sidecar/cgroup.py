@@ -178,6 +178,8 @@ class OpenCgroup:
         try:
             if verify:
                 untrusted_files.check_directory(fd)
+                if opened._mount is None:
+                    raise CgroupUnreachable(f"{where}: its mount is unknown (no mnt_id in /proc/self/fdinfo)")
                 procs = opened._text("cgroup.procs", MAX_PROCS_BYTES)
                 if str(pid) not in procs.split():
                     raise CgroupUnreachable(
