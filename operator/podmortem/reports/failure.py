@@ -9,6 +9,7 @@ evidence first and records what it dropped.
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
@@ -166,7 +167,10 @@ class FailureReport(BaseModel):
         return next((f for f in self.findings if f.code == code), None)
 
     def json_size(self) -> int:
-        return len(self.model_dump_json().encode())
+        """Bytes of this report as the status and the annotation store it: compact ``json.dumps``,
+        which writes non-ASCII text as ``\\uXXXX`` (6 bytes; pydantic's JSON writes UTF-8, 3 for a CJK
+        character, so a ``dmesg -T`` time in Chinese measured short and overflowed the budget)."""
+        return len(json.dumps(self.model_dump(mode="json"), separators=(",", ":")).encode())
 
     def trimmed(self, max_bytes: int) -> FailureReport:
         """A copy whose JSON fits ``max_bytes``, dropping bulk evidence first and saying what went.
