@@ -118,7 +118,7 @@ def test_every_surface_of_the_object_is_labelled(nonroot_run: Run) -> None:
     attached = [e for e in run["events"] if e["reason"] == "KernelRecordAttached"]
     assert len(attached) == 1 and attached[0]["message"].startswith(f"[{source}] ")
     # The peak (the Peak/Limit column) is the kernel's, and says it is the recorded one.
-    assert status["memory"]["peakOfLimit"] == "256Mi/256Mi (100%, kernel)"
+    assert status["memory"]["peakOfLimit"] == "256Mi/256Mi (100%, recorded kernel)"
     assert source in status["memory"]["peakSource"] and source in report["evidence"]["peak"]["source"]
     # The page the operator served: its headline (the verdict) leads with the label.
     page = (keep / "reports" / "pointgroup-fresh-fork.html").read_text()

@@ -516,10 +516,12 @@ class Reporter:
                 fields: dict[str, Any] = {"failureReport": merge_patch(outcome.in_status, document)}
                 if peak is not None and peak.kind == "kernel" and peak.peak_bytes is not None:
                     # The kernel's usage at the kill is the peak (the cgroup was at its limit): the
-                    # Peak/Limit column shows it, and says so, instead of the last memory line's.
+                    # Peak/Limit column shows it, and says so, instead of the last memory line's (a
+                    # record that is not the node's, the demo's recorded one, says that too).
+                    word = "recorded kernel" if outcome.report.record_source else "kernel"
                     fields["memory"] = {
                         "podPeakBytes": peak.peak_bytes,
-                        "peakOfLimit": peak_of_limit(peak.peak_bytes, peak.limit_bytes, source="kernel"),
+                        "peakOfLimit": peak_of_limit(peak.peak_bytes, peak.limit_bytes, source=word),
                         "peakSource": peak.source,
                     }
                     if peak.limit_bytes is not None:
