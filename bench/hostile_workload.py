@@ -185,6 +185,7 @@ async def server_main(cfg: Config, work: Path) -> None:
     from aiohttp import web
 
     from podmortem import startup_gc
+    from podmortem.connection_limits import ServerLimits
     from podmortem.logs import timestamps
     from podmortem.logs.cursor import LogCursor
     from podmortem.logs.lines import LineBatch
@@ -239,8 +240,13 @@ async def server_main(cfg: Config, work: Path) -> None:
         "findings": [{"code": "memcg-limit", "severity": "critical", "message": "hit its own limit"}],
     }
     reviewer = auth.Reviewer(api=None, settings=auth.AuthSettings(authenticate=False, authorize=False))
-    settings = HttpSettings(host="127.0.0.1", port=0, max_readers=cfg.caps,
-                            max_readers_per_caller=cfg.caps)
+    # Every reader here is one caller from one address: the caps are raised past the fair-share rule
+    # (a caller holds fewer readers than the slots left free) and the per-address connection cap, as
+    # --http-max-readers and the connection settings would be for a crowd behind one proxy.
+    settings = HttpSettings(host="127.0.0.1", port=0, max_readers=2 * cfg.caps + 2,
+                            max_readers_per_caller=cfg.caps,
+                            connections=ServerLimits(max_connections=4 * cfg.caps + 64,
+                                                     max_connections_per_peer=4 * cfg.caps + 64))
 
     phase = "setup"
     stalls: dict[str, list[float]] = {"baseline": [], "loaded": []}
