@@ -535,7 +535,6 @@ def check_startup(args: argparse.Namespace, settings: s.OperatorSettings) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
     import logging
     import sys
 
@@ -571,8 +570,8 @@ def run(args: argparse.Namespace) -> int:
     startup_gc.set_thresholds()
     tls_buffers.shrink()  # one log stream per pod, each a TLS connection: 16 KiB each, not 256
     try:
-        asyncio.run(runtime.run_operator(settings=settings, access=access))
-    except runtime.LeadershipLost as exc:
+        runtime.run_to_end(runtime.run_operator(settings=settings, access=access))
+    except (runtime.LeadershipLost, runtime.KopfStuck) as exc:
         print(f"podmortem operator: {exc}", file=sys.stderr)
         return 1
     return 0

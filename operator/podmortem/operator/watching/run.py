@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +85,23 @@ class Running:
 
 class LeadershipLost(PodmortemError, RuntimeError):
     """The Lease could not be renewed: this replica stopped its handlers and must exit (to restart)."""
+
+
+class KopfStuck(PodmortemError, RuntimeError):
+    """kopf did not finish within `KOPF_STOP_GRACE_S` of its stop (nor of its cancellation): the
+    operator stops without it and exits non-zero, rather than hang until the kubelet's SIGKILL."""
+
+
+#: Seconds kopf gets to finish once it is stopping (a signal, our stop, or its own failure, which
+#: all run its cleanup): it waits 5 s for its tasks itself, then cancels them. Seen on a real API
+#: server: a watch kopf was re-authenticating when a 403 made kopf give up never ended, and the
+#: process (kopf's signal handlers spent) ignored SIGTERM. The chart's terminationGracePeriodSeconds
+#: (30) must cover this plus `KOPF_CANCEL_GRACE_S` and the store's close.
+KOPF_STOP_GRACE_S = 8.0
+#: Seconds a cancelled kopf gets before it is left behind.
+KOPF_CANCEL_GRACE_S = 2.0
+#: Seconds tasks still running when the operator has returned get to end after their cancellation.
+LEFTOVER_GRACE_S = 2.0
 
 
 def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
@@ -386,6 +403,48 @@ async def run_operator(
                     await checking
 
 
+async def await_kopf(task: asyncio.Task[None], *, stopping: asyncio.Event,
+                     grace_s: float = KOPF_STOP_GRACE_S, cancel_grace_s: float = KOPF_CANCEL_GRACE_S) -> None:
+    """Wait for kopf's task; once ``stopping`` is set, give it ``grace_s``, then cancel it and give it
+    ``cancel_grace_s``; then raise `KopfStuck`. kopf's own error, if it ends with one, is raised."""
+    while not task.done() and not stopping.is_set():
+        await asyncio.wait({task}, timeout=0.2)  # no task of ours created while kopf runs
+    if not task.done():
+        await asyncio.wait({task}, timeout=grace_s)
+    if not task.done():
+        logger.error("kopf has not stopped %.0f s after its stop: cancelling it", grace_s)
+        task.cancel()
+        await asyncio.wait({task}, timeout=cancel_grace_s)
+        # Its own error (if it failed) is lost with the cancel: the exit is not a clean one either way.
+        raise KopfStuck(f"kopf did not stop within {grace_s:.0f} s of its stop; cancelled, it "
+                        + ("ended" if task.done() else f"was left behind after {cancel_grace_s:.0f} s more"))
+    if not task.cancelled():
+        task.result()
+
+
+def run_to_end(main: Coroutine[Any, Any, None], *, leftover_grace_s: float = LEFTOVER_GRACE_S) -> None:
+    """``asyncio.run(main)``, except that tasks still running when ``main`` returns, cancelled, get
+    ``leftover_grace_s`` to end and are then left (logged by name): asyncio.run waits for them for
+    ever, and a task that ignores its cancellation (kopf's, see `KopfStuck`) would hold the exit."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main)
+    finally:
+        leftovers = asyncio.all_tasks(loop)
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            loop.run_until_complete(asyncio.wait(leftovers, timeout=leftover_grace_s))
+        stuck = sorted(t.get_name() for t in leftovers if not t.done())
+        if stuck:
+            logger.error("exiting with %d task(s) that did not end on cancellation: %s", len(stuck),
+                         ", ".join(stuck[:10]))
+        else:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+
+
 async def _wait_flag(flag: asyncio.Event | threading.Event) -> None:
     if isinstance(flag, asyncio.Event):
         await flag.wait()
@@ -477,16 +536,19 @@ async def _lead_and_run(
             kopf_stop.set()
 
         background.start(relay(), name="stop-relay")
+        # A task of its own, awaited by `await_kopf` (which raises kopf's error, so not a Background
+        # task: that would log it twice), so that a kopf that does not finish can be left behind.
+        running_kopf = asyncio.create_task(kopf.operator(
+            registry=registry,
+            settings=kopf_settings(settings),
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            standalone=True,
+            stop_flag=kopf_stop,
+            ready_flag=ready_flag,
+        ), name="podmortem-operator-kopf")
         try:
-            await kopf.operator(
-                registry=registry,
-                settings=kopf_settings(settings),
-                clusterwide=not namespaces,
-                namespaces=namespaces,
-                standalone=True,
-                stop_flag=kopf_stop,
-                ready_flag=ready_flag,
-            )
+            await await_kopf(running_kopf, stopping=kopf_stop)
         finally:
             await pod_watches.stop()  # idempotent, as is the service's: kopf's cleanup did both
             await service.stop()
