@@ -54,7 +54,9 @@ class Injection:
 
     #: RFC 6902 operations on the pod object (paths under ``/spec``); empty: the pod stays as it is.
     patch: tuple[dict[str, Any], ...]
-    #: The pod spec with the patch applied (a copy; the input is never changed).
+    #: The pod spec with the patch applied: a new map, with new lists where the patch changes them;
+    #: what the patch leaves alone is shared with the input, which is never changed. (A deep copy of
+    #: the whole pod cost the webhook time that grew faster than the pod: issue 36's complexity bench.)
     spec: dict[str, Any]
     #: Why nothing is added, in words, when ``patch`` is empty.
     skipped: str | None = None
@@ -65,8 +67,7 @@ class Injection:
 
 
 def _skip(spec: Any, reason: str) -> Injection:
-    return Injection(patch=(), spec=copy.deepcopy(dict(spec)) if isinstance(spec, Mapping) else {},
-                     skipped=reason)
+    return Injection(patch=(), spec=dict(spec) if isinstance(spec, Mapping) else {}, skipped=reason)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -251,7 +252,7 @@ def plan(pod: Mapping[str, Any], settings: SidecarInjectionSettings) -> Injectio
         return _skip(spec, "the trainer runs as root: a sidecar without capabilities cannot read its "
                            "processes, so run the trainer as a non-root user")
     container = sidecar_container(settings, uid=uid, gid=gid)
-    out = copy.deepcopy(dict(spec))
+    out = dict(spec)
     patch: list[dict[str, Any]] = []
     if out.get("shareProcessNamespace") is not True:
         patch.append({"op": "add", "path": "/spec/shareProcessNamespace", "value": True})
