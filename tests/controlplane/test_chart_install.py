@@ -1,7 +1,7 @@
 """The chart as shipped, on a real control plane: ``helm install`` as the README says, every object
 accepted with strict field validation, the path a user relies on under the chart's own RBAC, an
-upgrade that rolls the operator without losing a followed line, and an uninstall that leaves only
-what Helm's convention leaves (the CRDs).
+upgrade that rolls the operator without losing a followed line (the leader's Lease, the chart's,
+kept through it), and an uninstall that leaves only what Helm's convention leaves (the CRDs).
 """
 
 from __future__ import annotations
@@ -122,8 +122,17 @@ def test_upgrade_rolls_the_operator_without_losing_a_follow(
         rel.pod_running(cp, namespace=jobs_namespace, pod=pod, timeout=120, operator=old)
         rel.lines_stored(old, namespace=jobs_namespace, pod=pod, token=reader, expected=written, timeout=120)
 
+        lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/podmortem-operator"
+        held = (cp.get(lease_path) or {}).get("spec") or {}
+        assert held.get("holderIdentity") and held.get("renewTime"), held
         cp.run("helm", "upgrade", RELEASE, str(rel.CHART), "-n", namespace, "--reuse-values",
                "--set", "logLevel=debug", "--set", "operator.resources.limits.memory=768Mi")
+        # The Lease is the chart's (an empty spec): Helm's three-way merge keeps what the operator
+        # wrote, so the old operator still leads, and keeps renewing, through the upgrade.
+        kept = (cp.get(lease_path) or {}).get("spec") or {}
+        assert kept.get("holderIdentity") == held["holderIdentity"], (held, kept)
+        assert kept.get("acquireTime") == held.get("acquireTime"), (held, kept)
+        assert old.process.alive() and "lost the lease" not in old.process.output()
         after = rel.manifest(cp, release=RELEASE, namespace=namespace)
         container = after.one("Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]
         assert {"name": "PODMORTEM_LOG_LEVEL", "value": "debug"} in container["env"]
@@ -201,9 +210,9 @@ def test_uninstall_leaves_only_the_crd(control_plane: ControlPlane, release_name
         owned = ("Pod", "ReplicaSet", "ControllerRevision")
         return None if any(x.split()[0] in owned for x in left) else left
     left = rel.wait(settled, what="the garbage collector removing the release's pods", timeout=120, step=2)
-    # The operator's leader-election Lease is left: the operator creates it at run time (Helm never
-    # knew it) and, stopping, releases it without deleting it (its Role grants no delete).
-    assert left == [f"Lease {namespace}/podmortem-operator"], left
+    # Nothing: the operator's leader-election Lease (which it took and released, so it held the
+    # operator's holder fields) is the chart's, and went with the release.
+    assert left == [], left
     # Helm's convention: the CRD (from crds/, unlabelled by Helm) stays, and with it the TrainingJobs.
     assert cp.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/trainingjobs.podmortem.io")
     assert cp.get(f"/apis/podmortem.io/v1alpha1/namespaces/{jobs_namespace}/trainingjobs/gone")
