@@ -35,6 +35,7 @@ from podmortem.reports.document import (
 )
 from podmortem.reports.failure import FailureReport
 from podmortem.reports.times import rfc3339
+from podmortem_demo.emulated import merge_patch as apiserver_merge
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "tests" / "fixtures" / "oom-records"
@@ -104,28 +105,46 @@ json_values = st.recursive(
 )
 
 
-def _through_json(doc: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(doc))  # as the API server hands it back
+def _through_status(doc: dict[str, Any]) -> dict[str, Any]:
+    """As the API server hands the status back once a merge patch wrote it: JSON, and every object
+    member whose value was null gone, at any depth (measured on kube-apiserver, test_status_schema)."""
+    stored: dict[str, Any] = apiserver_merge.pruned(json.loads(json.dumps(doc)))
+    return stored
+
+
+def _through_annotation(doc: dict[str, Any]) -> dict[str, Any]:
+    """As an annotation hands it back: a JSON string, which the API server keeps as written."""
+    value: dict[str, Any] = json.loads(json.dumps(doc))
+    return value
 
 
 def test_the_corpus_gives_reports_to_round_trip() -> None:
     assert len(REPORTS) >= 50 and any(r.tasks for r in REPORTS) and any(r.cgroup for r in REPORTS)
 
 
+def _null_evidence_dropped(doc: ReportDocument) -> ReportDocument:
+    """``doc`` less its findings' evidence members that are null: the API server drops a null member
+    inside the findings array too, and a reader takes an absent one as null (unknown)."""
+    findings = [f.model_copy(update={"evidence": {k: v for k, v in f.evidence.items() if v is not None}})
+                for f in doc.report.findings]
+    return doc.model_copy(update={"report": doc.report.model_copy(update={"findings": findings})})
+
+
 @given(documents)
 def test_the_status_form_reads_back_as_written(doc: ReportDocument) -> None:
-    stored = _through_json(doc.to_status(max_bytes=1 << 20))
+    stored = _through_status(doc.to_status(max_bytes=1 << 20))
     back = ReportDocument.parse(stored)
-    assert back == doc
-    assert back.to_status(max_bytes=1 << 20) == stored
+    assert back == _null_evidence_dropped(doc)
+    # Written again (as the operator's rewrite does), the server keeps the same object.
+    assert _through_status(back.to_status(max_bytes=1 << 20)) == stored
 
 
 @given(documents, st.integers(min_value=2048, max_value=32 << 10))
 def test_the_status_form_fits_its_budget_and_keeps_the_verdict(doc: ReportDocument, budget: int) -> None:
     """A budget of 2 KiB or more: what the operator accepts for ``--status-report-max-bytes`` is 4 KiB up."""
     stored = doc.to_status(max_bytes=budget)
-    back = ReportDocument.parse(_through_json(stored))
-    minimal = ReportDocument.parse(_through_json(doc.to_status(max_bytes=0)))
+    back = ReportDocument.parse(_through_status(stored))
+    minimal = ReportDocument.parse(_through_status(doc.to_status(max_bytes=0)))
     if len(json.dumps(minimal.to_status(max_bytes=0), separators=(",", ":")).encode()) <= budget:
         assert len(json.dumps(stored, separators=(",", ":")).encode()) <= budget
     assert back.report.verdict == doc.report.verdict
@@ -135,7 +154,7 @@ def test_the_status_form_fits_its_budget_and_keeps_the_verdict(doc: ReportDocume
 
 @given(documents, st.integers(min_value=256, max_value=8 << 10))
 def test_the_annotation_form_keeps_what_it_says_and_reads_back(doc: ReportDocument, budget: int) -> None:
-    summary = _through_json(doc.to_annotation(max_bytes=1 << 20))
+    summary = _through_annotation(doc.to_annotation(max_bytes=1 << 20))
     back = ReportDocument.parse(summary)
     assert back.form == "annotation"
     assert back.report.verdict == doc.report.verdict
@@ -150,15 +169,15 @@ def test_the_annotation_form_keeps_what_it_says_and_reads_back(doc: ReportDocume
         assert back.report.kill is not None and back.report.kill.pid == doc.report.kill.pid
     assert back.to_annotation(max_bytes=1 << 20) == summary  # written again, the same
     cut = doc.to_annotation(max_bytes=budget)
-    assert ReportDocument.parse(_through_json(cut)).report.verdict == doc.report.verdict
+    assert ReportDocument.parse(_through_annotation(cut)).report.verdict == doc.report.verdict
 
 
 @given(documents, st.data())
 def test_any_part_replaced_by_any_json_reads_as_absent_and_the_rest_stays(
     doc: ReportDocument, data: st.DataObject
 ) -> None:
-    for form in (doc.to_status(max_bytes=1 << 20), doc.to_annotation(max_bytes=1 << 20)):
-        stored = _through_json(form)
+    for stored in (_through_status(doc.to_status(max_bytes=1 << 20)),
+                   _through_annotation(doc.to_annotation(max_bytes=1 << 20))):
         paths = list(_paths(stored))
         path = data.draw(st.sampled_from(paths))
         edited = copy.deepcopy(stored)
@@ -221,7 +240,7 @@ def test_a_job_section_reads_back_in_the_annotation() -> None:
                      rows=[JobRow(pod="a", rank=0, role="root-cause"),
                            JobRow(pod="b", rank=1, role="consequence")])
     summary = ReportDocument().to_annotation(max_bytes=4096) | {"job": job.to_json()}
-    assert ReportDocument.parse(_through_json(summary)).job == job
+    assert ReportDocument.parse(_through_annotation(summary)).job == job
 
 
 def test_a_merge_patch_removes_what_the_new_report_no_longer_has() -> None:

@@ -47,6 +47,7 @@ import kmock
 import yaml
 
 from podmortem_demo.emulated import calls as calls_mod
+from podmortem_demo.emulated import merge_patch as patching
 from podmortem_demo.emulated import reviews as reviews_mod
 from podmortem_demo.emulated import validation
 from podmortem_demo.emulated import watch_cache as cache
@@ -477,6 +478,9 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 raise kmock.KubernetesError(
                     status=415, reason="UnsupportedMediaType",
                     message=f"the body of the request was in an unknown format: {content_type or 'none'}")
+            if content_type == "application/merge-patch+json" and isinstance(request.data, dict):
+                # kmock merges by RFC 7386 alone; the API server also drops nulls inside arrays.
+                request.data.update(patching.as_kmock_patch(request.data))
         _REQUEST.set(request)
         if request.resource is not None:
             answer = self._answer_first(request)
