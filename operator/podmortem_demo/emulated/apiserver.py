@@ -36,6 +36,7 @@ import contextlib
 import contextvars
 import datetime
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -422,7 +423,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
         copy = {**obj, "metadata": {**meta, "resourceVersion": str(rv)}}
         self._feed(resource).record(cache.Change(rv=rv, namespace=meta.get("namespace"),
                                                  name=str(meta.get("name") or ""),
-                                                 event={"type": event.get("type"), "object": copy}))
+                                                 event={"type": event.get("type"), "object": copy},
+                                                 at=time.monotonic()))
 
     def forget_history(self) -> None:
         """What an API server restarted after etcd compacted gives its clients: every watch ends, a watch

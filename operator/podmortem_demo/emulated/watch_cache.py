@@ -33,9 +33,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-#: The watch cache's largest size (100 events growing up to 100 x 1024 while they are fresh): changes
-#: older than this many are forgotten, and a watch from before them gets 410.
+#: The watch cache's size bounds: it grows from 100 events up to 100 x 1024 while its oldest event is
+#: fresh (``eventFreshDuration``, 75 s) and gives up older events beyond 100. A watch from before the
+#: oldest event kept gets 410.
 CAPACITY = 100 * 1024
+MIN_CAPACITY = 100
+FRESH_S = 75.0
 #: How often a watch that asked for them gets a BOOKMARK (the cacher's ``bookmarkFrequency``).
 BOOKMARK_INTERVAL_S = 60.0
 #: A watch with a timeout gets its last BOOKMARK this long before the timeout (the cacher's choice).
@@ -59,6 +62,8 @@ class Change:
     namespace: str | None
     name: str
     event: dict[str, Any]
+    #: When it was recorded (monotonic seconds).
+    at: float = 0.0
 
 
 class Feed:
@@ -90,13 +95,16 @@ class Feed:
     def record(self, change: Change) -> None:
         self._items.append(change)
         self.latest = max(self.latest, change.rv)
-        if self.end - self.start > self.capacity:
+        kept = self.end - self.start
+        stale_before = change.at - FRESH_S
+        while kept > self.capacity or (kept > MIN_CAPACITY and self._items[self._head].at < stale_before):
             self.floor = self._items[self._head].rv
             self._head += 1
-            if self._head >= 4096 and 2 * self._head >= len(self._items):
-                del self._items[:self._head]
-                self._base += self._head
-                self._head = 0
+            kept -= 1
+        if self._head >= 4096 and 2 * self._head >= len(self._items):
+            del self._items[:self._head]
+            self._base += self._head
+            self._head = 0
         self._changed.set()
         self._changed = asyncio.Event()
 
