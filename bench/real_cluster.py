@@ -200,7 +200,7 @@ class RealCluster:
         plane = self.plane
         plane.kubectl("apply", "--server-side", "-f", str(REPO / "charts" / "podmortem" / "crds"))
         for ns in (RELEASE_NAMESPACE, NAMESPACE):
-            plane.kubectl("create", "namespace", ns)
+            plane.create_namespace(ns)
         rendered = plane.run("helm", "template", RELEASE, str(REPO / "charts" / "podmortem"),
                              "--namespace", RELEASE_NAMESPACE, "--kube-version", "1.36.0",
                              "--show-only", "templates/serviceaccounts.yaml",

@@ -509,6 +509,18 @@ class ControlPlane:
             key.chmod(0o600)
         return cert, key
 
+    def create_namespace(self, name: str) -> str:
+        """Create a namespace and wait for its ``default`` ServiceAccount, as a user's next step would.
+
+        Until kube-controller-manager has made that ServiceAccount, the ServiceAccount admission
+        plugin refuses every pod in the namespace ("error looking up service account"): on a loaded
+        machine that took seconds, and tests that created a pod at once failed.
+        """
+        self.kubectl("create", "namespace", name)
+        self.wait(lambda: True if self.get(f"/api/v1/namespaces/{name}/serviceaccounts/default") else None,
+                  what=f"the default ServiceAccount of namespace {name}", timeout=120)
+        return name
+
     def add_nodes(self, count: int, *, prefix: str = "kwok-node") -> list[str]:
         """Register ``count`` more kwok nodes; wait until each is Ready."""
         existing = {n["metadata"]["name"] for n in (self.get("/api/v1/nodes") or {}).get("items", [])}

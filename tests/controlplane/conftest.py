@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-
 from tests.controlplane.cluster import ControlPlane, missing_binaries, running
 
 
@@ -35,7 +34,7 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
     """A fresh namespace named for the test; deleted after it (the namespace controller empties it)."""
     base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
     name = f"{base}-{uuid.uuid4().hex[:6]}"
-    control_plane.kubectl("create", "namespace", name)
+    control_plane.create_namespace(name)
     yield name
     control_plane.run("kubectl", "delete", "namespace", name, "--wait=false", check=False)
 

@@ -85,7 +85,7 @@ def setup(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
     tmp = tmp_path_factory.mktemp("admission-real")
     suffix = uuid.uuid4().hex[:5]
     team, release_ns = f"team-{suffix}", f"podmortem-{suffix}"
-    control_plane.kubectl("create", "namespace", team)
+    control_plane.create_namespace(team)
     control_plane.kubectl("label", "namespace", team, "pod-security.kubernetes.io/enforce=restricted")
     port = ep.free_port()
     values = _render.scenario_values(SCENARIO)

@@ -22,7 +22,7 @@ RELEASE = "podmortem"
 def jobs_namespace(control_plane: ControlPlane) -> Iterator[str]:
     """Where the training jobs run (the README uses ``default``; a fresh one keeps tests apart)."""
     name = f"jobs-{uuid.uuid4().hex[:6]}"
-    control_plane.kubectl("create", "namespace", name)
+    control_plane.create_namespace(name)
     yield name
     control_plane.run("kubectl", "delete", "namespace", name, "--wait=false", check=False)
 

@@ -32,8 +32,10 @@ def test_rbac_and_admission_are_a_managed_clusters(control_plane: ControlPlane, 
     assert refused.returncode != 0 and "violates PodSecurity" in refused.stderr, refused.stderr
 
 
-def test_pod_logs_go_through_the_api_servers_proxy_to_kwok(control_plane: ControlPlane, namespace: str) -> None:
-    control_plane.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "talker", "namespace": namespace},
+def test_pod_logs_go_through_the_api_servers_proxy_to_kwok(control_plane: ControlPlane,
+                                                           namespace: str) -> None:
+    control_plane.apply({"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": "talker", "namespace": namespace},
                          "spec": {"containers": [{"name": "main", "image": "busybox"}]}})
     control_plane.serve_logs(namespace, "talker", ["main"])
     log = control_plane.pod_log_file(namespace, "talker", "main")
@@ -51,7 +53,8 @@ def test_pod_logs_go_through_the_api_servers_proxy_to_kwok(control_plane: Contro
         follow.terminate()
 
 
-def test_etcd_compaction_makes_an_old_resource_version_gone(control_plane: ControlPlane, namespace: str) -> None:
+def test_etcd_compaction_makes_an_old_resource_version_gone(control_plane: ControlPlane,
+                                                            namespace: str) -> None:
     """What the pod watch's 410 tests rely on: after a compaction, an older revision is 410 Gone.
 
     The watch cache still answers from its own window after a compaction (kube-apiserver keeps

@@ -339,7 +339,7 @@ def real_cluster(plane: ControlPlane, namespace: str) -> Iterator[Cluster]:
     cert, key = plane._admin_cert_files()
     context.load_cert_chain(cert, key)
     other = f"{namespace}-b"
-    plane.kubectl("create", "namespace", other)
+    plane.create_namespace(other)
 
     def forget() -> None:
         plane.compact_etcd()

@@ -47,7 +47,7 @@ def setup(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
     tmp = tmp_path_factory.mktemp("events-real")
     suffix = uuid.uuid4().hex[:5]
     namespace, release_ns = f"events-{suffix}", f"podmortem-{suffix}"
-    control_plane.kubectl("create", "namespace", namespace)
+    control_plane.create_namespace(namespace)
     values = _render.scenario_values(SCENARIO)
     values["operator"] = {**values["operator"], **_operator.free_ports()}
     values["watchNamespaces"] = [namespace]

@@ -132,7 +132,7 @@ def setup(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
     suffix = uuid.uuid4().hex[:5]
     a, b, release_ns = f"team-a-{suffix}", f"team-b-{suffix}", f"podmortem-{suffix}"
     for ns in (a, b):
-        control_plane.kubectl("create", "namespace", ns)
+        control_plane.create_namespace(ns)
     values = _render.scenario_values(SCENARIO)
     values["operator"] = {**values["operator"], **_operator.free_ports()}
     values["watchNamespaces"] = [a, b]

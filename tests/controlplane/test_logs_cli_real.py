@@ -106,7 +106,7 @@ def stored(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
     tmp = tmp_path_factory.mktemp("logs-cli-real")
     suffix = uuid.uuid4().hex[:5]
     team, release_ns = f"team-{suffix}", f"podmortem-{suffix}"
-    control_plane.kubectl("create", "namespace", team)
+    control_plane.create_namespace(team)
     values = _render.scenario_values(auth_real.SCENARIO)
     values["operator"] = {**values["operator"], **_operator.free_ports()}
     values["watchNamespaces"] = [team]

@@ -145,7 +145,7 @@ def test_the_watch_resumes_from_a_bookmarks_resource_version(
                 watch_seen = time.monotonic()
                 listed = first.version
                 assert listed is not None and first.query.get("allowWatchBookmarks") == "true", first
-                control_plane.kubectl("create", "namespace", other)
+                control_plane.create_namespace(other)
                 status, elsewhere = control_plane.request(
                     "POST", f"/api/v1/namespaces/{other}/pods", ops.pod("elsewhere", other, scheduled=False))
                 assert status == 201, elsewhere

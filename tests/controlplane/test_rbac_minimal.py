@@ -137,7 +137,7 @@ class Release:
 @pytest.fixture(scope="module")
 def release(control_plane: ControlPlane, stand_in_crds: None) -> Iterator[Release]:
     shared = Release(namespace=f"rbac-rel-{uuid.uuid4().hex[:6]}", fullname=f"pm-{uuid.uuid4().hex[:6]}")
-    control_plane.kubectl("create", "namespace", shared.namespace)
+    control_plane.create_namespace(shared.namespace)
     yield shared
     for kind in ("clusterrolebinding", "clusterrole"):
         names = control_plane.kubectl("get", kind, "-o", "name").split()
@@ -151,7 +151,7 @@ def release(control_plane: ControlPlane, stand_in_crds: None) -> Iterator[Releas
 def jobs_namespace(control_plane: ControlPlane) -> Iterator[str]:
     """Each case's own jobs: no pod, TrainingJob or Event of another case is in the namespace it watches."""
     name = f"jobs-{uuid.uuid4().hex[:6]}"
-    control_plane.kubectl("create", "namespace", name)
+    control_plane.create_namespace(name)
     yield name
     control_plane.run("kubectl", "delete", "namespace", name, "--wait=false", check=False)
 
