@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.controlplane.test_emulation_matches import CHECKS, Cluster, emulated_cluster
+from tests.controlplane.test_emulation_matches import CHECKS, PODS, Cluster, create_pods, emulated_cluster
 
 from podmortem_demo.emulated import watch_cache
 
@@ -32,3 +32,18 @@ def test_the_watch_cache_keeps_75_s_of_changes_and_at_least_100() -> None:
     # All 200 are older than 200 - 75 s now: they go, but for the newest 100 (102..201).
     assert feed.floor == 101 and [c.rv for c in feed.read(feed.start)][:2] == [102, 103]
     assert feed.after(150) - feed.start == 150 - 102 + 1
+
+
+def test_a_quiet_watch_gets_no_bookmark(tmp_path: Path) -> None:
+    """Where the real cluster's other writers may move the cache (the shared check allows a BOOKMARK
+    then), the emulation's pods change only when the test changes them: a watch that starts at the
+    cache's version and sees no change gets no BOOKMARK, even when it asked for them."""
+    with emulated_cluster(tmp_path) as cluster:
+        ns, other = cluster.namespaces
+        create_pods(cluster, ns, ["quiet"])
+        status, listed = cluster.request("GET", PODS.format(ns=ns))
+        create_pods(cluster, other, ["before"])
+        at = listed["metadata"]["resourceVersion"]
+        status, events, _ = cluster.watch(PODS.format(ns=ns), resourceVersion=at, timeoutSeconds="3",
+                                          allowWatchBookmarks="true")
+        assert status == 200 and events == [], events

@@ -22,10 +22,10 @@ resource, namespace...: :mod:`podmortem_demo.emulated.calls`) are kept in
 Lists and watches behave as kube-apiserver's watch cache makes them (:mod:`watch_cache`: resource
 versions from one counter, pages with ``continue``, watches from a resourceVersion with
 ``timeoutSeconds`` and BOOKMARKs, 410 once the history is gone: :meth:`KubernetesApi.forget_history`);
-a create of an object that exists is 409 ``AlreadyExists``, a patch whose body carries a stale
-``metadata.resourceVersion`` 409 ``Conflict``, a missing object 404 ``NotFound``, each worded as the
-apiserver words it; Events are validated on create (:mod:`validation`). Known gaps: label and field
-selectors (but the Events' one above) are ignored, and PUT is not served.
+a create of an object that exists is 409 ``AlreadyExists``, an update (PUT, served here) or a patch
+whose body carries a stale ``metadata.resourceVersion`` 409 ``Conflict``, a missing object 404
+``NotFound``, each worded as the apiserver words it; Events are validated on create
+(:mod:`validation`). Known gaps: label and field selectors (but the Events' one above) are ignored.
 """
 
 from __future__ import annotations
@@ -60,6 +60,13 @@ _REQUEST: contextvars.ContextVar[kmock.Request | None] = contextvars.ContextVar(
 DEFAULT_COLUMNS: list[dict[str, Any]] = [
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
+
+#: Resources whose update (PUT) must carry ``metadata.resourceVersion`` (their strategy's
+#: ``AllowUnconditionalUpdate`` is false; measured for Leases): without one it is 422 Invalid.
+CONDITIONAL_UPDATES_ONLY = frozenset({"coordination.k8s.io/v1/leases"})
+#: Resources an update (PUT) of a missing object creates (``AllowCreateOnUpdate``; measured for
+#: Leases: 201, whatever resourceVersion it carries); others answer 404.
+CREATE_ON_UPDATE = frozenset({"coordination.k8s.io/v1/leases"})
 
 #: Content types the apiserver accepts on PATCH.
 PATCH_CONTENT_TYPES = frozenset({
@@ -485,6 +492,8 @@ class KubernetesApi(kmock.KubernetesEmulator):
                 request.data.update(patching.as_kmock_patch(request.data))
         _REQUEST.set(request)
         if request.resource is not None:
+            if request.method == "PUT":
+                return await self._serve_put(request)
             answer = self._answer_first(request)
             if answer is not None:
                 return answer
@@ -560,6 +569,62 @@ class KubernetesApi(kmock.KubernetesEmulator):
             if after == {**current, "metadata": unversioned}:
                 return aiohttp.web.json_response(current)
         return None
+
+    async def _serve_put(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        """An update (PUT) of a whole object, which kmock does not serve: 404 for a missing object (a
+        Lease is created: `CREATE_ON_UPDATE`), 409
+        Conflict for a stale ``metadata.resourceVersion`` (none: unconditional, as the apiserver allows
+        for most resources, but 422 for those in `CONDITIONAL_UPDATES_ONLY`), nothing written when
+        nothing changes; else the object is replaced (its uid and creationTimestamp kept) and the
+        change recorded."""
+        r = request.resource
+        assert r is not None
+        name = request.name
+        if name is None or not request.url.path.rstrip("/").endswith(f"/{name}") \
+                or not isinstance(request.data, dict):
+            message = "the server does not allow this method on the requested resource"
+            return _status_response(cache.status(405, "MethodNotAllowed", message))
+        key = (r, request.namespace, name)
+        async with self._lock:
+            if key not in self._objects or self._objects[key].deleted:
+                if _key(r) not in CREATE_ON_UPDATE:
+                    return _status_response(cache.status(
+                        404, "NotFound", f'{_qualified(r)} "{name}" not found', details=_details(r, name)))
+                created: dict[str, Any] = dict(request.data.get("metadata") or {})
+                created.pop("resourceVersion", None)
+                created.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=_now())
+                if request.namespace is not None:
+                    created["namespace"] = request.namespace
+                self._objects[key] = {**request.data, "metadata": created}
+                self.record(r, {"type": "ADDED", "object": self._objects[key].raw})
+                return aiohttp.web.json_response(self._objects[key].raw, status=201)
+            current = self._objects[key].raw
+            current_meta = dict(current.get("metadata") or {})
+            body: dict[str, Any] = dict(request.data)
+            meta: dict[str, Any] = dict(body.get("metadata") or {})
+            wanted = meta.pop("resourceVersion", None)
+            if wanted in (None, "") and _key(r) in CONDITIONAL_UPDATES_ONLY:
+                detail = "Invalid value: 0: must be specified for an update"
+                cause = {"reason": "FieldValueInvalid", "message": detail,
+                         "field": "metadata.resourceVersion"}
+                message = f'{_qualified(r)} "{name}" is invalid: metadata.resourceVersion: {detail}'
+                return _status_response(cache.status(422, "Invalid", message,
+                                                     details={**_details(r, name), "causes": [cause]}))
+            if wanted not in (None, "") and str(wanted) != str(current_meta.get("resourceVersion")):
+                message = (f'Operation cannot be fulfilled on {_qualified(r)} "{name}": the object has been '
+                           "modified; please apply your changes to the latest version and try again")
+                return _status_response(cache.status(409, "Conflict", message, details=_details(r, name)))
+            for kept in ("uid", "creationTimestamp", "name", "namespace"):
+                if kept in current_meta:
+                    meta[kept] = current_meta[kept]
+            replacement = {**body, "metadata": meta}
+            current_meta.pop("resourceVersion", None)
+            if replacement == {**current, "metadata": current_meta}:
+                return aiohttp.web.json_response(current)
+            self._objects[key] = replacement
+            stored = self._objects[key].raw
+            self.record(r, {"type": "MODIFIED", "object": stored})
+        return aiohttp.web.json_response(self._objects[key].raw)
 
     async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
         """kmock's errors worded as the apiserver words them (404 NotFound, 409 AlreadyExists)."""
