@@ -11,10 +11,14 @@ assertions against both):
 - a watch from ``resourceVersion`` N gets the changes after N, in order (:class:`Feed`); from 0 or
   none, an ADDED for each object there is now, then the changes; ``timeoutSeconds`` ends it;
 - with ``allowWatchBookmarks=true``, a BOOKMARK carries the cache's resourceVersion (its resource's
-  newest change, in any namespace) about a minute in, or 2 s before the watch's timeout if that is
-  sooner; none that would not move the watcher past where it started (the cache's version then); a
-  watch from 0 or none gets one at once after its ADDEDs;
-- once the history is gone (an API server restarted after etcd compacted its revisions:
+  newest change, in any namespace) 2 s before the watch's timeout, or about a minute in if that is
+  sooner (the cacher's ``bookmarkFrequency``; the minute itself is not measured here); none that would
+  not move the watcher past where it started (the cache's version then); a watch from 0 or none gets
+  one at once after its ADDEDs;
+- the cache keeps 75 s of changes, at least the newest 100 (its ``eventFreshDuration`` and smallest
+  size; from the apiserver's source, not measured);
+- etcd compaction alone changes nothing a client sees (measured: the watch cache and its list snapshots
+  still serve); once the history is gone (an API server restarted after etcd compacted its revisions:
   :meth:`KubernetesApi.forget_history`), a watch from an older version gets one ERROR event with a 410
   ``Expired`` Status ("too old resource version: N (M)") in an HTTP 200 stream, and a list's old
   ``continue`` gets HTTP 410 with a fresh token in the Status's ``metadata.continue`` that continues
