@@ -1,7 +1,8 @@
 """The operator's pod watch (``operator/watching/pod_watch.py``) against the real API server's watch cache.
 
-What the emulated cluster cannot show: lists paged by ``limit`` and ``continue``, BOOKMARK events and
-their resourceVersions, and ``410 Gone`` once etcd has compacted the version a watch resumes from.
+What the real server decides here: lists paged by ``limit`` and ``continue``, BOOKMARK events and
+their resourceVersions, and ``410 Gone`` once etcd has compacted the version a watch resumes from (the
+emulation now models each, checked against the real server by ``test_emulation_matches.py``).
 Each test runs ``podmortem operator`` as a process with the chart's environment and RBAC (a
 ServiceAccount token, :mod:`tests.controlplane._operators`), leader election off (one replica: the
 pod watch is the point, and a SIGSTOP longer than the renew deadline would end a leader), and
