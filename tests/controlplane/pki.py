@@ -10,7 +10,6 @@ identity, so RBAC and the Node authorizer decide for it as they would in a clust
 from __future__ import annotations
 
 import datetime
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from podmortem_demo.emulated import tls
 
 #: Names the API server's certificate is valid for: loopback, and what pods call it by.
 API_SERVER_NAMES = ("localhost", "127.0.0.1", "10.96.0.1", "kubernetes", "kubernetes.default",
@@ -86,13 +87,7 @@ class Authority:
                    .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                    .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
         if names:
-            alt: list[x509.GeneralName] = []
-            for n in names:
-                try:
-                    alt.append(x509.IPAddress(ipaddress.ip_address(n)))
-                except ValueError:
-                    alt.append(x509.DNSName(n))
-            builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
+            builder = builder.add_extension(tls.subject_alt_names(names), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
         return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 

@@ -63,14 +63,19 @@ def _cert(subject: str, key: ec.EllipticCurvePrivateKey,
         usage = ExtendedKeyUsageOID.SERVER_AUTH if names else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     if names:
-        alt: list[x509.GeneralName] = []
-        for n in names:
-            try:
-                alt.append(x509.IPAddress(ipaddress.ip_address(n)))
-            except ValueError:
-                alt.append(x509.DNSName(n))
-        builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        builder = builder.add_extension(subject_alt_names(names), critical=False)
     return builder.sign(issuer[1] if issuer else key, hashes.SHA256())
+
+
+def subject_alt_names(names: tuple[str, ...]) -> x509.SubjectAlternativeName:
+    """A server certificate's names: an IP address where the name is one, a DNS name otherwise."""
+    alt: list[x509.GeneralName] = []
+    for n in names:
+        try:
+            alt.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            alt.append(x509.DNSName(n))
+    return x509.SubjectAlternativeName(alt)
 
 
 def make_pki(*, server_names: tuple[str, ...] = SERVER_NAMES, client: str = "alice") -> Pki:
