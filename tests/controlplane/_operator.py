@@ -77,11 +77,8 @@ def installed(plane: ControlPlane, tmp: Path, *, name: str, namespace: str,
 
 def start_operator(plane: ControlPlane, release: Release, tmp: Path) -> tuple[ep.Process, _pods.PodProcess]:
     """The release's operator container as a local process, logged in as the chart's ServiceAccount."""
-    account = tmp / "serviceaccount"
-    account.mkdir(parents=True, exist_ok=True)
-    (account / "token").write_text(plane.token(release.namespace, release.operator_service_account))
-    (account / "ca.crt").write_bytes(plane.ca_pem)
-    (account / "namespace").write_text(release.namespace)
+    account = plane.mounted_service_account(tmp / "serviceaccount", namespace=release.namespace,
+                                            name=release.operator_service_account)
     base = ep.clean_env(tmp, **ep.in_cluster_env(plane.url, account))
     workload = release.rendered.one("Deployment", "operator")
     pod = _pods.materialize(release.rendered, workload, podmortem=ep.PODMORTEM, tmp=tmp / "pod",

@@ -125,11 +125,7 @@ def start_operator(cp: ControlPlane, rendered: _render.Rendered, *, tmp: Path, v
     namespace = workload["metadata"]["namespace"]
     account = workload["spec"]["template"]["spec"]["serviceAccountName"]
     tmp.mkdir(parents=True, exist_ok=True)
-    sa = tmp / "serviceaccount"
-    sa.mkdir(exist_ok=True)
-    (sa / "token").write_text(cp.token(namespace, account))
-    (sa / "ca.crt").write_bytes(cp.ca_pem)
-    (sa / "namespace").write_text(namespace)
+    sa = cp.mounted_service_account(tmp / "serviceaccount", namespace=namespace, name=account)
     home = tmp / "home"
     home.mkdir(exist_ok=True)
     base = ep.clean_env(home, **ep.in_cluster_env(cp.url, sa))

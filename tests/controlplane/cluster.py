@@ -418,6 +418,15 @@ class ControlPlane:
         token = self.kubectl("create", "token", name, "-n", namespace, f"--duration={duration}").strip()
         return self._kubeconfig(path, {"token": token}, namespace=namespace)
 
+    def mounted_service_account(self, path: Path, *, namespace: str, name: str) -> Path:
+        """The files the kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount for a pod of
+        this ServiceAccount: a token the API server issued (TokenRequest), its CA and the namespace."""
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "token").write_text(self.token(namespace, name))
+        (path / "ca.crt").write_bytes(self.ca_pem)
+        (path / "namespace").write_text(namespace)
+        return path
+
     def token(self, namespace: str, name: str, *, audience: str | None = None) -> str:
         args = ["create", "token", name, "-n", namespace, "--duration=2h"]
         if audience:

@@ -136,11 +136,7 @@ def _run(cp: ControlPlane, *, shared: rbac.Release, jobs: str, node: str, tmp: P
     account = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
     rbac._rbac_in_force(cp, account=account, shared=shared, jobs=jobs, dropped=dropped, rules=RULES)
     uids = _training_pods(cp, namespace=jobs, node=node)
-    sa = tmp / "serviceaccount"
-    sa.mkdir(parents=True)
-    (sa / "token").write_text(cp.token(shared.namespace, account))
-    (sa / "ca.crt").write_bytes(cp.ca_pem)
-    (sa / "namespace").write_text(shared.namespace)
+    sa = cp.mounted_service_account(tmp / "serviceaccount", namespace=shared.namespace, name=account)
     (tmp / "home").mkdir()
     base = ep.clean_env(tmp / "home", **ep.in_cluster_env(cp.url, sa))
     pod = _pods.materialize(rendered, daemonset, podmortem=ep.PODMORTEM, tmp=tmp / "pod", base_env=base)
