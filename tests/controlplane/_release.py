@@ -15,7 +15,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -232,22 +231,8 @@ def pod_running(cp: ControlPlane, *, namespace: str, pod: str, timeout: float,
         return body if body and body.get("status", {}).get("phase") == "Running" else None
     body = wait(probe, what=f"the operator creating pod {pod} (kwok makes it Running)", timeout=timeout,
                 watch=operator.process if operator else None, fail_fast=fail_fast)
-    kubelet_container_ids(cp, body)
+    cp.give_container_ids(body)
     return body
-
-
-def kubelet_container_ids(cp: ControlPlane, body: dict[str, Any]) -> None:
-    """kwok's "fast" stages make a pod Running without a ``containerID``; a kubelet always reports one
-    for a started container (the operator's followers wait for it), so the test writes it, as the kubelet."""
-    meta, statuses = body["metadata"], body["status"].get("containerStatuses") or []
-    if all(s.get("containerID") for s in statuses):
-        return
-    patched = [{**s, "containerID": s.get("containerID") or f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}"}
-               for s in statuses]
-    code, answer = cp.request("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-                              {"status": {"containerStatuses": patched}},
-                              content_type="application/merge-patch+json")
-    assert code == 200, (code, answer)
 
 
 def lines_stored(operator: Operator, *, namespace: str, pod: str, token: str, expected: list[str],

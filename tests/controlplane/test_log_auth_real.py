@@ -114,15 +114,7 @@ def follow_a_trainingjob(plane: ControlPlane, namespace: str) -> str:
     template = {"spec": {"containers": [{"name": "trainer", "image": "pointgroup:1"}]}}
     plane.apply({"apiVersion": "podmortem.io/v1alpha1", "kind": "TrainingJob",
                  "metadata": {"name": name, "namespace": namespace}, "spec": {"template": template}})
-    running = pod_running(plane, namespace, pod)
-    # kwok's "fast" stages leave containerID out; a kubelet reports one for a started container, and the
-    # operator follows a container once it has one: written here, as the kubelet would.
-    statuses = [{**s, "containerID": f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}"}
-                for s in running["status"]["containerStatuses"]]
-    status, body = plane.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}/status",
-                                 {"status": {"containerStatuses": statuses}},
-                                 content_type="application/merge-patch+json")
-    assert status == 200, (status, body)
+    plane.give_container_ids(pod_running(plane, namespace, pod))
     return pod
 
 
