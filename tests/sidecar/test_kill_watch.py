@@ -67,3 +67,29 @@ def test_a_victim_without_pss_loses_to_one_with() -> None:
     unread = ProcessSample(50, "python", None, "worker", ppid=1)
     assert kill_watch.choose_victim([unread, OTHER]) == OTHER
     assert kill_watch.choose_victim([unread]) == unread
+
+
+def test_a_rise_read_alone_is_paired_even_when_the_look_after_cannot_read_the_counter() -> None:
+    # An exit wakes the sidecar; the counter read at once has the rise; the look after it finds the
+    # trainer gone and the cgroup removed by the runtime.
+    watch = _watch(TRAINER, WORKER)
+    watch.counter_read(1)
+    kill = watch.observe(running=set(), counter=None, now=1.0)
+    assert kill is not None and kill.victim == TRAINER
+    assert (kill.counter_before, kill.counter_after) == (0, 1)
+
+
+def test_a_counter_read_alone_with_nothing_gone_waits_for_a_process_to_go() -> None:
+    watch = _watch(TRAINER, WORKER)
+    watch.counter_read(1)
+    watch.counter_read(None)  # unreadable: changes nothing
+    assert watch.observe(running={12, 40}, counter=None, now=1.0) is None
+    kill = watch.observe(running={12}, counter=None, now=1.2)
+    assert kill is not None and kill.victim == WORKER and kill.counter_before == 0
+
+
+def test_no_rise_and_no_counter_is_no_kill() -> None:
+    watch = _watch(TRAINER, WORKER)
+    watch.counter_read(0)
+    assert watch.observe(running=set(), counter=None, now=1.0) is None
+    assert watch.kills == []

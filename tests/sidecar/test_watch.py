@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -70,6 +71,27 @@ def test_a_kill_of_the_trainer_with_its_workers_gone_too(pod: trees.FakePod) -> 
         assert (doc.mem.anon, doc.mem.kernel) == (314535936, 8785920)
     assert len(doc.trend) == 3
     assert ev.parse(ev.render(doc)) == doc
+
+
+def test_a_kill_read_when_the_exit_woke_survives_the_runtime_removing_the_cgroup(pod: trees.FakePod) -> None:
+    # CI saw it under podman: the look after the exit found the container's cgroup already removed,
+    # and the kill went unreported. The counter read at the wake-up (`glance`) has the rise.
+    pod.trainer(pss_kb=3_000_000)
+    pod.worker(40, pss_kb=100_000)
+    watch = _watch(pod)
+    try:
+        assert watch.look(now=0.0, sample=True)
+        pod.oom_kill(1)
+        pod.exit(12)
+        watch.glance()
+        pod.exit(40)
+        shutil.rmtree(pod.cgroup_dir)
+        assert not watch.look(now=0.1, sample=False)
+        doc = watch.evidence(reason="trainer-gone", now=0.2, at=AT)
+    finally:
+        watch.close()
+    assert doc.kill is not None and doc.kill.victim.pid == 12 and doc.kill.gone == [12, 40]
+    assert doc.oom == ev.OomCounter(before=0, after=1)
 
 
 def test_a_worker_killed_alone_is_the_victim_and_the_trainer_goes_on(tmp_path: Path) -> None:

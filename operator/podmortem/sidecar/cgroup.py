@@ -225,6 +225,15 @@ class OpenCgroup:
             oom_kill_count=_key(oom, "oom_kill"),
         )
 
+    def oom_kills(self) -> int | None:
+        """The OOM-kill counter alone (one small file, read first when an exit wakes the sidecar: the
+        runtime may remove the cgroup soon after); None once removed or unreadable."""
+        name = "memory.oom_control" if self.version == 1 else "memory.events"
+        try:
+            return _key(self._text(name), "oom_kill")
+        except OSError:
+            return None
+
     def limit_hits(self) -> int | None:
         """How often a charge hit the limit: memory.failcnt (v1), ``max`` of memory.events (v2)."""
         try:

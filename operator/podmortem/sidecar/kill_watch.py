@@ -65,26 +65,43 @@ class KillWatch:
         """The pids whose exit this watch would notice (those of the samples)."""
         return tuple(self._known)
 
-    def observe(self, *, running: Collection[int], counter: int | None, now: float) -> Kill | None:
-        """The running pids (read first), then the counter (read second); the kill this completes, if any.
+    def counter_read(self, counter: int | None) -> None:
+        """A reading of the counter alone, with no look at the processes: a rise it shows is paired
+        with the processes the next `observe` finds gone, even where that one cannot read the counter.
 
-        ``running`` need hold only the running ones among `known`."""
-        for pid in [p for p in self._known if p not in running]:
-            self._gone[pid] = (self._known.pop(pid), now)
-        for pid in [p for p, (_, at) in self._gone.items() if now - at > PAIRING_WINDOW_S]:
-            del self._gone[pid]
+        The runtime removes the container's cgroup soon after its last process exits, so the look that
+        finds the victim gone may find no counter left to read; a reading taken when the exit woke the
+        sidecar, before that look, has the rise (the kernel counts a kill before the victim exits).
+        """
         if counter is None:
-            return None
+            return
         if self.first_counter is None:
             self.first_counter = self.counter = counter
-            self._gone.clear()  # gone before the first reading: not paired with kills it did not see
-            return None
+            return
         assert self.counter is not None
         if counter > self.counter and self._rise_from is None:
             self._rise_from = self.counter
         self.counter = max(self.counter, counter)
+
+    def observe(self, *, running: Collection[int], counter: int | None, now: float) -> Kill | None:
+        """The running pids (read first), then the counter (read second); the kill this completes, if any.
+
+        ``running`` need hold only the running ones among `known`. A counter of None (the cgroup gone
+        or unreadable) still completes a kill whose rise an earlier reading saw."""
+        for pid in [p for p in self._known if p not in running]:
+            self._gone[pid] = (self._known.pop(pid), now)
+        for pid in [p for p, (_, at) in self._gone.items() if now - at > PAIRING_WINDOW_S]:
+            del self._gone[pid]
+        if counter is None and self.first_counter is None:
+            return None
+        if self.first_counter is None:
+            self.counter_read(counter)
+            self._gone.clear()  # gone before the first reading: not paired with kills it did not see
+            return None
+        self.counter_read(counter)
         if self._rise_from is None or not self._gone:
             return None
+        assert self.counter is not None
         gone = [process for process, _ in self._gone.values()]
         victim = choose_victim(gone)
         kill = Kill(

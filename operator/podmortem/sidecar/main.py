@@ -139,6 +139,7 @@ def run_sidecar(settings: SidecarSettings, *, clock: Callable[[], float] = time.
                 now = clock()
                 due = now >= next_sample
                 if not due and not stopping:  # woken by an exit: let what goes with it go, and pace looks
+                    watch.glance()
                     settle = EXIT_SETTLE_S
                     if len(exit_looks) == exit_looks.maxlen:  # a burst of looks, then one per gap at most
                         settle = max(settle, exit_looks[0] + len(exit_looks) * settings.min_look_gap_s - now)

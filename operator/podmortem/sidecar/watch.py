@@ -125,6 +125,12 @@ class ContainerWatch:
         self._observe(running=_running(self.kills.known, found.pids), numbers=numbers, now=now)
         return True
 
+    def glance(self) -> None:
+        """Read the OOM-kill counter alone, at once: an exit woke the sidecar, and the look that follows
+        may come after the runtime has removed the cgroup (`KillWatch.counter_read`)."""
+        if self.cgroup is not None:
+            self.kills.counter_read(self.cgroup.oom_kills())
+
     def _start(self, found: containers.Container) -> None:
         self.found = found.cgroup
         try:
