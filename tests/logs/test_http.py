@@ -271,3 +271,27 @@ def test_since_accepts_durations_and_times() -> None:
     assert http.parse_since("2024-05-01T12:00:00Z") == 1_714_564_800 * 10**9
     with pytest.raises(http.BadParams):
         http.parse_since("10 minutes")
+
+
+async def test_a_long_line_goes_out_in_writes_of_at_most_flush_bytes(
+    log_store: LogStore, make_client: Any
+) -> None:
+    # One write of a whole 16 MiB line is one copy and one send(2) of it in the event loop: every
+    # other reader waits that long. Each HTTP chunk is one write, so chunk sizes show the writes.
+    long = b"x" * (4 * http.FLUSH_BYTES + 123)
+    sink = log_store.sink(namespace="ns", pod="p", job="j")
+    await write(sink, "main", [b"before", long, b"after"], LogCursor(container_id="cid-1"))
+    client = await make_client()
+    resp = await client.get("/logs/ns/p")
+    assert resp.status == 200
+    chunks: list[int] = []
+    body = bytearray()
+    current = 0
+    async for data, end_of_chunk in resp.content.iter_chunks():
+        body += data
+        current += len(data)
+        if end_of_chunk:
+            chunks.append(current)
+            current = 0
+    assert bytes(body).split(b"\n")[:3] == [b"before", long, b"after"]
+    assert max(chunks) <= http.FLUSH_BYTES and len(chunks) >= 5, chunks

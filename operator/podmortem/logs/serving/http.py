@@ -347,13 +347,17 @@ async def _serve_log(request: web.Request, namespace: str, pod: str, query: LogQ
     async def flush() -> None:
         nonlocal held
         if pending:
-            data = b"".join(pending)
+            data = pending[0] if len(pending) == 1 else b"".join(pending)
             pending.clear()
             held = 0
-            # A reader that leaves a full socket buffer unread this long is dropped: its
-            # slot and its chunk are freed for readers that read.
-            async with asyncio.timeout(deadline):
-                await response.write(data)
+            # At most FLUSH_BYTES per write: one 16 MiB line written whole is one copy and one
+            # send(2) of 16 MiB in the event loop, long enough to stall every other reader on a
+            # busy core. A reader that leaves a full socket buffer unread for `deadline` is
+            # dropped: its slot and its chunk are freed for readers that read.
+            view = memoryview(data)
+            for start in range(0, len(view), FLUSH_BYTES):
+                async with asyncio.timeout(deadline):
+                    await response.write(view[start : start + FLUSH_BYTES])
 
     try:
         # Pieces are gathered into writes of about FLUSH_BYTES (one socket write and one chunk
