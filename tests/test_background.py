@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from podmortem.background import Background
+from podmortem.background import AlreadyRunning, Background
 
 
 async def test_tasks_are_named_for_their_owner_and_leave_the_set_when_done() -> None:
@@ -130,3 +130,56 @@ async def test_a_cancelled_join_cancels_and_awaits_its_tasks() -> None:
     with pytest.raises(asyncio.CancelledError):
         await joining
     assert ended == ["main"] and len(tasks) == 0
+
+
+async def test_a_key_runs_one_task_at_a_time_and_is_free_again_once_it_ended() -> None:
+    tasks = Background("pod-events")
+    release = asyncio.Event()
+    first = tasks.start(release.wait(), name="uid-1", key="uid-1")
+    assert tasks.keyed("uid-1") is first and tasks.keyed("uid-2") is None
+    second = release.wait()
+    with pytest.raises(AlreadyRunning, match="podmortem-pod-events-uid-1"):
+        tasks.start(second, name="uid-1-again", key="uid-1")
+    assert second.cr_frame is None  # closed, so no "never awaited" warning
+    other = tasks.start(asyncio.sleep(0), name="uid-2", key="uid-2")  # another key is not held up
+    release.set()
+    await asyncio.gather(first, other)
+    await asyncio.sleep(0)
+    assert tasks.keyed("uid-1") is None
+    again = tasks.start(asyncio.sleep(0, result="again"), name="uid-1", key="uid-1")
+    assert await again == "again"
+
+
+async def test_cancel_by_key_ends_that_task_only() -> None:
+    tasks = Background("pod-events")
+    one = tasks.start(asyncio.Event().wait(), name="a", key="a")
+    two = tasks.start(asyncio.Event().wait(), name="b", key="b")
+    await asyncio.sleep(0)
+    await tasks.cancel("a")
+    assert one.cancelled() and not two.done()
+    assert tasks.keyed("a") is None and tasks.keyed("b") is two
+    await tasks.cancel("a")  # nothing runs under it: nothing to do
+    await tasks.close()
+
+
+async def test_an_eternal_task_that_returns_is_logged_as_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    async def loop_that_gave_up() -> None:
+        return
+
+    tasks = Background("pod-watch")
+    with caplog.at_level(logging.ERROR, logger="podmortem.background"):
+        await tasks.start(loop_that_gave_up(), name="default", eternal=True)
+        await tasks.start(asyncio.sleep(0), name="finite")  # not eternal: returning is its job
+        await asyncio.sleep(0)
+    [record] = caplog.records
+    assert record.levelno == logging.ERROR
+    assert "podmortem-pod-watch-default returned" in record.getMessage()
+
+
+async def test_an_eternal_task_cancelled_is_not_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    tasks = Background("pod-watch")
+    with caplog.at_level(logging.ERROR, logger="podmortem.background"):
+        tasks.start(asyncio.Event().wait(), name="default", eternal=True)
+        await asyncio.sleep(0)
+        await tasks.close()
+    assert not caplog.records

@@ -5,12 +5,20 @@ collected, if ever), and one nobody cancels outlives its owner. Every background
 operator, the agent, the log store and the log followers is started through one of these, so
 each has a name in a task dump, each failure is in the log (or raised to an owner that joins its
 tasks), and stopping the owner stops them all.
+
+Per-object work (one task per pod, per connection) is started under a key: a second start of a key
+still running is refused (`AlreadyRunning`), so the owner decides what a second event means (queue
+it for the running task, as `PerObject` does), and `cancel` ends one key's task. A loop meant to run
+until cancelled is started ``eternal=True``: should it return, that is logged as the error it is
+(as kopf's ``guard`` warns of a task "finished unexpectedly"), where it would otherwise stop working
+without a word.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
@@ -19,28 +27,65 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
+class AlreadyRunning(RuntimeError):
+    """`Background.start` was given a key whose task has not ended yet."""
+
+
 class Background:
     """The background tasks of one owner (``owner`` prefixes their names: ``podmortem-reporter-...``)."""
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: The running task of each key it was started under.
+        self._keyed: dict[str, asyncio.Task[Any]] = {}
+        #: Tasks that must not return (`start`'s ``eternal``).
+        self._eternal: set[asyncio.Task[Any]] = set()
         #: While `join` waits, failures are collected for it to raise instead of being logged.
         self._joining = False
         self._failed: list[BaseException] = []
 
     def start(self, coro: Coroutine[Any, Any, T], *, name: str,
-              context: contextvars.Context | None = None) -> asyncio.Task[T]:
+              context: contextvars.Context | None = None, key: str | None = None,
+              eternal: bool = False) -> asyncio.Task[T]:
         """Start ``coro`` as the task ``podmortem-<owner>-<name>``.
 
         ``context``: the context variables it runs with (default: a copy of the caller's, as
         ``asyncio.create_task``); an empty ``contextvars.Context()`` keeps a long task from holding
         what its starter's context refers to.
+        ``key``: the object it works for; while a task of that key runs, another is refused with
+        `AlreadyRunning` (``coro`` is closed unstarted).
+        ``eternal``: it runs until cancelled; returning is logged as an error.
         """
+        if key is not None and key in self._keyed:
+            coro.close()
+            raise AlreadyRunning(f"podmortem-{self.owner}: a task for {key!r} is running: "
+                                 f"{self._keyed[key].get_name()}")
         task = asyncio.create_task(coro, name=self.task_name(name), context=context)
         self._tasks.add(task)
+        if key is not None:
+            self._keyed[key] = task
+            task.add_done_callback(functools.partial(self._unkey, key))
+        if eternal:
+            self._eternal.add(task)
         task.add_done_callback(self._done)
         return task
+
+    def _unkey(self, key: str, task: asyncio.Task[Any]) -> None:
+        if self._keyed.get(key) is task:
+            del self._keyed[key]
+
+    def keyed(self, key: str) -> asyncio.Task[Any] | None:
+        """The task started under ``key`` that has not ended yet, if any."""
+        return self._keyed.get(key)
+
+    async def cancel(self, key: str) -> None:
+        """Cancel the task started under ``key`` (if one runs) and wait until it has ended."""
+        task = self._keyed.get(key)
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.wait([task])
 
     def task_name(self, name: str) -> str:
         """The full name `start` gives a task started as ``name``."""
@@ -48,10 +93,15 @@ class Background:
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
+        eternal = task in self._eternal
+        self._eternal.discard(task)
         if task.cancelled():
             return
         exc = task.exception()
         if exc is None:
+            if eternal:
+                logger.error("%s returned: it should run until cancelled, so what it did has "
+                             "stopped", task.get_name())
             return
         if self._joining:
             self._failed.append(exc)
