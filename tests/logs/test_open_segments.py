@@ -163,3 +163,25 @@ async def test_a_file_closed_for_room_is_fsynced_by_the_next_flush_not_at_the_cl
         synced.clear()
         await store.flush()  # synced once: the next flush has nothing of a's left
         assert os.stat(a_segment).st_ino not in synced
+
+
+async def test_a_failure_letting_writers_in_reaches_the_writers_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop that closes a file for each waiter fails: each waiter raises its error, where it
+    would wait for ever for a loop that is gone."""
+    import asyncio
+    import errno
+
+    settings = StoreSettings(max_open_segments=1, fsync_interval_s=3600.0)
+    async with LogStore(tmp_path, settings=settings) as store:
+        await write(store.sink(namespace="ns", pod="p0"), "main", [b"first"], LogCursor(container_id="c"))
+
+        def broken() -> bool:
+            raise OSError(errno.EBADF, "closing the idle segment failed")
+
+        monkeypatch.setattr(store._writer, "_close_one", broken)
+        async with asyncio.timeout(5):
+            with pytest.raises(OSError, match="closing the idle segment failed"):
+                await write(store.sink(namespace="ns", pod="p1"), "main", [b"second"],
+                            LogCursor(container_id="c"))

@@ -105,7 +105,8 @@ class LogStore:
         self._space = StoreSpace(root=self.root, settings=self.settings, instances=self._pods.all_instances,
                                  tasks=self._tasks)
         self._writer = SegmentWriter(root=self.root, settings=self.settings, space=self._space,
-                                     totals=self._totals, instances=self._pods.all_instances)
+                                     totals=self._totals, instances=self._pods.all_instances,
+                                     tasks=self._tasks)
 
     # --- totals (what the store's metrics export) ------------------------------------------------
 

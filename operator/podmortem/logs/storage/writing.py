@@ -31,9 +31,10 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from podmortem.background import Background
 from podmortem.files import open_nofollow
 from podmortem.logs.storage import segments
-from podmortem.logs.storage.errors import StoreFull, is_full
+from podmortem.logs.storage.errors import StoreClosed, StoreFull, is_full
 from podmortem.logs.storage.instance import Instance
 from podmortem.logs.storage.settings import StoreSettings
 from podmortem.logs.storage.space import StoreSpace
@@ -88,8 +89,10 @@ class SegmentWriter:
     """Appends batches to instances' segments: rolls segments, cuts failed writes, fsyncs by policy."""
 
     def __init__(self, *, root: Path, settings: StoreSettings, space: StoreSpace, totals: StoreTotals,
-                 instances: Callable[[], Iterable[Instance]]) -> None:
+                 instances: Callable[[], Iterable[Instance]], tasks: Background) -> None:
         self.root = root
+        #: The store's tasks: `_hand_out_room` runs among them, so the store's close ends it.
+        self._tasks = tasks
         self.settings = settings
         self._space = space
         self._totals = totals
@@ -102,7 +105,7 @@ class SegmentWriter:
         self._open: collections.OrderedDict[int, Instance] = collections.OrderedDict()
         #: Openers waiting for room in the pool (`_make_room`), and the task letting them in.
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._closer: asyncio.Future[None] | None = None
+        self._closer: asyncio.Task[None] | None = None
         #: Openers let in that have not opened their file yet: their room is taken (else a new
         #: opener seeing a free place in that moment would take it too, one file over the pool).
         self._admitted = 0
@@ -193,7 +196,7 @@ class SegmentWriter:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._room_waiters.append(waiter)
         if self._closer is None:
-            self._closer = asyncio.ensure_future(self._hand_out_room())
+            self._closer = self._tasks.start(self._hand_out_room(), name="hand-out-room")
         try:
             await waiter
         finally:
@@ -222,8 +225,21 @@ class SegmentWriter:
                 self._admitted += 1  # its room is taken from now, before it runs and opens its file
                 waiter.set_result(None)
                 await asyncio.sleep(0)  # it opens (and counts) its file before the next one is let in
+        except BaseException as exc:
+            # Only this loop lets a waiter in: ended, it hands each its end, or each waits for ever.
+            self._fail_waiters(exc)
+            raise
         finally:
             self._closer = None
+
+    def _fail_waiters(self, exc: BaseException) -> None:
+        """Raise ``exc`` (`StoreClosed` for a cancel: the store is closing) to every room waiter."""
+        error = exc if isinstance(exc, Exception) else StoreClosed(
+            f"log store {self.root}: closed while waiting for room to open a segment file")
+        while self._room_waiters:
+            waiter = self._room_waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(error)
 
     async def close(self, inst: Instance) -> None:
         """Close ``inst``'s segment file now (fsynced first if written since), out of the pool."""
