@@ -183,3 +183,19 @@ async def test_an_eternal_task_cancelled_is_not_an_error(caplog: pytest.LogCaptu
         await asyncio.sleep(0)
         await tasks.close()
     assert not caplog.records
+
+
+async def test_a_key_is_free_the_moment_its_task_returned() -> None:
+    """Before the done callbacks run: an owner that queues work for a running key must not queue it
+    for a task that has already looked for the last time."""
+    tasks = Background("pod-events")
+    seen: list[asyncio.Task[object] | None] = []
+
+    async def last_look() -> None:
+        # Runs after this step ends the task, before the done callbacks it schedules then.
+        asyncio.get_running_loop().call_soon(lambda: seen.append(tasks.keyed("uid-1")))
+
+    task = tasks.start(last_look(), name="uid-1", key="uid-1")
+    await task
+    assert seen == [None]
+    assert await tasks.start(asyncio.sleep(0, result="next"), name="uid-1", key="uid-1") == "next"

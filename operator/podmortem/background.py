@@ -57,10 +57,11 @@ class Background:
         `AlreadyRunning` (``coro`` is closed unstarted).
         ``eternal``: it runs until cancelled; returning is logged as an error.
         """
-        if key is not None and key in self._keyed:
+        running = self.keyed(key) if key is not None else None
+        if running is not None:
             coro.close()
             raise AlreadyRunning(f"podmortem-{self.owner}: a task for {key!r} is running: "
-                                 f"{self._keyed[key].get_name()}")
+                                 f"{running.get_name()}")
         task = asyncio.create_task(coro, name=self.task_name(name), context=context)
         self._tasks.add(task)
         if key is not None:
@@ -76,12 +77,18 @@ class Background:
             del self._keyed[key]
 
     def keyed(self, key: str) -> asyncio.Task[Any] | None:
-        """The task started under ``key`` that has not ended yet, if any."""
-        return self._keyed.get(key)
+        """The task started under ``key`` that has not ended yet, if any.
+
+        Ended means done, not yet forgotten: the done callbacks run a turn later, and a key must be
+        free the moment its coroutine returns (an owner that queues work for a running key would
+        otherwise queue it for a task that will never look again).
+        """
+        task = self._keyed.get(key)
+        return task if task is not None and not task.done() else None
 
     async def cancel(self, key: str) -> None:
         """Cancel the task started under ``key`` (if one runs) and wait until it has ended."""
-        task = self._keyed.get(key)
+        task = self.keyed(key)
         if task is None:
             return
         task.cancel()
