@@ -291,3 +291,61 @@ async def test_a_list_page_over_its_byte_budget_is_refused_and_retried(
         await watches.stop()
     assert seen == [] and not watches.listed
     assert "a pod list page is over 100 bytes" in caplog.text
+
+
+async def test_a_watch_that_fails_or_returns_is_logged_at_once_and_the_others_go_on(
+    served: tuple[Script, Connection], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each namespace's watch is a task of its own: one that ends (it never should) is an error in
+    the log as it happens, not a result held for `stop` to drop, and the other namespaces go on."""
+    _, connection = served
+
+    async def handler(body: Mapping[str, Any], deleted: bool) -> None:
+        pass
+
+    watches = PodWatches(connection=connection, namespaces=("a", "b", "c"), handler=handler,
+                         accept=lambda pod: True)
+    failing, returning, going_on = watches.watches
+    still_running = asyncio.Event()
+    stopped = asyncio.Event()
+
+    async def fail() -> None:
+        raise RuntimeError("the watch broke")
+
+    async def give_up() -> None:
+        return
+
+    async def run() -> None:
+        still_running.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+
+    monkeypatch.setattr(failing, "run", fail)
+    monkeypatch.setattr(returning, "run", give_up)
+    monkeypatch.setattr(going_on, "run", run)
+    with caplog.at_level(logging.ERROR, logger="podmortem.background"):
+        watches.start()
+        await still_running.wait()
+        await _until(lambda: len(caplog.records) == 2, "both ends logged")
+        assert not stopped.is_set()
+        await watches.stop()
+    assert stopped.is_set()
+    text = caplog.text
+    assert "podmortem-pod-watch-/api/v1/namespaces/a/pods failed: RuntimeError: the watch broke" in text
+    assert "podmortem-pod-watch-/api/v1/namespaces/b/pods returned" in text
+
+
+async def test_whatever_escapes_a_pods_task_is_logged_with_its_name(caplog: pytest.LogCaptureFixture) -> None:
+    async def handler(body: Mapping[str, Any], deleted: bool) -> None:
+        raise RuntimeError("boom")
+
+    objects = PerObject(handler)
+    with caplog.at_level(logging.ERROR, logger="podmortem.background"):
+        # Its failure's log line reads metadata that is not a mapping: that raises past the handler's guard.
+        objects.submit("uid-a", {"metadata": ["not", "a", "mapping"]}, False)
+        await _until(lambda: objects.busy == 0, "the task ended")
+        await asyncio.sleep(0)
+    assert "podmortem-pod-event-uid-a failed: AttributeError" in caplog.text
+    assert objects.held == 0

@@ -46,6 +46,7 @@ from typing import Any
 
 import aiohttp
 
+from podmortem.background import Background
 from podmortem.kube import clients
 from podmortem.kube.connection import Connection, list_path
 from podmortem.operator.watching import backoff, list_page
@@ -129,7 +130,8 @@ class PerObject:
     def __init__(self, handler: Handler, *, what: str = "pod") -> None:
         self._handler = handler
         self._what = what
-        self._running: dict[str, asyncio.Task[None]] = {}
+        #: One task per uid, keyed by it: ``podmortem-<what>-event-<uid>``.
+        self._tasks = Background(what)
         self._pending: dict[str, tuple[Mapping[str, Any], bool, int]] = {}
         self._sizes: dict[str, int] = {}  # the size of the body each running call handles
         self._freed = asyncio.Event()
@@ -137,20 +139,18 @@ class PerObject:
         self.held = 0
 
     def submit(self, uid: str, body: Mapping[str, Any], deleted: bool, *, size: int = 0) -> None:
-        if uid in self._running:
+        if self._tasks.keyed(uid) is not None:
             replaced = self._pending.get(uid)
             self.held += size - (replaced[2] if replaced is not None else 0)
             self._pending[uid] = (body, deleted, size)  # the handler sees the latest state next
             return
         self._sizes[uid] = size
         self.held += size
-        self._running[uid] = asyncio.get_running_loop().create_task(
-            self._run(uid, body, deleted), name=f"podmortem-{self._what}-event-{uid}"
-        )
+        self._tasks.start(self._run(uid, body, deleted), name=f"event-{uid}", key=uid)
 
     @property
     def busy(self) -> int:
-        return len(self._running)
+        return len(self._tasks)
 
     async def room(self, size: int, limit: int) -> None:
         """Wait until ``size`` more bytes fit within ``limit`` (or nothing is held: one body over it goes)."""
@@ -174,7 +174,6 @@ class PerObject:
                 body, deleted, self._sizes[uid] = nxt
                 self._freed.set()
         finally:
-            self._running.pop(uid, None)
             self.held -= self._sizes.pop(uid, 0)
             self._freed.set()
 
@@ -182,11 +181,7 @@ class PerObject:
         """Cancel every handler call in progress and wait for them to end."""
         self.held -= sum(size for _, _, size in self._pending.values())
         self._pending.clear()
-        tasks = list(self._running.values())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.close()
 
 
 async def event_lines(chunks: AsyncIterator[bytes], *, limit: int = MAX_EVENT_BYTES) -> AsyncIterator[bytes]:
@@ -433,7 +428,10 @@ class PodWatches:
                      handler=handler, accept=accept, settings=settings)
             for namespace in (namespaces or ("",))
         ]
-        self._task: asyncio.Task[Any] | None = None
+        #: One eternal task per watch, ``podmortem-pod-watch-<its path>``: a watch that
+        #: fails or returns is logged at once, while the others go on.
+        self._tasks = Background("pod-watch")
+        self._started = False
 
     @property
     def listed(self) -> bool:
@@ -441,18 +439,16 @@ class PodWatches:
         return all(w.listed.is_set() for w in self.watches)
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="podmortem-pod-watch")
-
-    async def _run(self) -> None:
-        await asyncio.gather(*(w.run() for w in self.watches))
+        if self._started:
+            return
+        self._started = True
+        for watch in self.watches:
+            self._tasks.start(watch.run(), name=watch.path, eternal=True)
 
     async def stop(self) -> None:
         """Stop watching, and cancel (and wait for) the handler calls in progress. Idempotent."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        self._started = False
+        await self._tasks.close()
 
 
 async def _raise_for(response: aiohttp.ClientResponse) -> None:
