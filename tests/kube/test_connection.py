@@ -42,3 +42,55 @@ async def test_a_token_file_is_read_at_each_check(tmp_path: Path) -> None:
     token.write_text("two")  # rewritten in place, its stamp put back: only the check's forced re-read sees it
     os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert (await link.credentials()).headers()["Authorization"] == "Bearer two"
+
+
+async def test_checking_logs_a_checker_that_fails_and_stops_it_with_the_block(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A checker that ended unseen would leave /readyz answering its last check for ever."""
+    import asyncio
+    import logging
+
+    link = connection.Connection(ClusterAccess(server="https://api"))
+    checks: list[int] = []
+    broke = asyncio.Event()
+
+    async def check() -> str | None:
+        checks.append(1)
+        if len(checks) == 2:
+            broke.set()
+            raise RuntimeError("the check itself broke")
+        return None
+
+    monkeypatch.setattr(link, "check", check)
+    monkeypatch.setattr(connection, "CHECK_INTERVAL_S", 0.0)
+    with caplog.at_level(logging.ERROR, logger="podmortem.background"):
+        async with link.checking():
+            async with asyncio.timeout(5):
+                await broke.wait()
+            for _ in range(3):  # the task ends, then its done callbacks run
+                await asyncio.sleep(0)
+            assert "podmortem-api-connection-check failed" in caplog.text  # while the block still runs
+    assert "podmortem-api-connection-check failed: RuntimeError: the check itself broke" in caplog.text
+
+
+async def test_checking_runs_the_checks_until_the_block_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    link = connection.Connection(ClusterAccess(server="https://api"))
+    checks: list[int] = []
+    three = asyncio.Event()
+
+    async def check() -> str | None:
+        checks.append(1)
+        if len(checks) == 3:
+            three.set()
+        return None
+
+    monkeypatch.setattr(link, "check", check)
+    monkeypatch.setattr(connection, "CHECK_INTERVAL_S", 0.0)
+    async with link.checking():
+        async with asyncio.timeout(5):
+            await three.wait()
+    ended = len(checks)
+    await asyncio.sleep(0.05)
+    assert len(checks) == ended  # stopped with the block

@@ -23,10 +23,11 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from podmortem.background import Background
 from podmortem.kube import clients
 from podmortem.kube.config import ClusterAccess, KubeconfigError
 
@@ -167,6 +168,20 @@ class Connection:
             else:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX_S)
+
+    @contextlib.asynccontextmanager
+    async def checking(self) -> AsyncIterator[None]:
+        """`run` for as long as the block runs: stopped with it, and its end logged as it happens.
+
+        ``ok`` and ``describe`` answer from the last check: a checker that failed or returned
+        unseen would have /readyz repeat that answer for ever.
+        """
+        tasks = Background("api-connection")
+        tasks.start(self.run(), name="check", eternal=True)
+        try:
+            yield
+        finally:
+            await tasks.close()
 
     async def login(self) -> ClusterAccess:
         """Credentials that the API server has just accepted; waits (checking with backoff) until then."""

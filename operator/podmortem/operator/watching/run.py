@@ -384,8 +384,7 @@ async def run_operator(
                         servers.log_url, "kubernetes" if settings.log_http_auth else "none")
             if running is not None:
                 running.append(handles)
-            checking = asyncio.create_task(connection.run(), name="podmortem-api-connection")
-            try:
+            async with connection.checking():
                 await _lead_and_run(
                     settings=settings,
                     registry=registry,
@@ -397,10 +396,6 @@ async def run_operator(
                     kopf_stop=kopf_stop,
                     pod_watches=pod_watches,
                 )
-            finally:
-                checking.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await checking
 
 
 async def await_kopf(task: asyncio.Task[None], *, stopping: asyncio.Event,
