@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from tests.malformed_requests import assert_parser_errors_say_no_store_and_nosniff
 
 from podmortem import serving_limits
 from podmortem.serving_limits import Phase, ServerLimits
@@ -170,6 +171,24 @@ async def test_every_response_says_no_store_and_nosniff_errors_included() -> Non
             assert b"\r\nX-Content-Type-Options: nosniff\r\n" in answer, answer
 
 
+async def test_what_aiohttp_cannot_parse_is_answered_400_with_no_store_and_nosniff() -> None:
+    limits = ServerLimits(header_timeout_s=PATIENCE_S, idle_timeout_s=PATIENCE_S)
+    async with served(limits) as (port, _):
+        await assert_parser_errors_say_no_store_and_nosniff(port)
+
+
+async def test_what_aiohttp_cannot_parse_over_tls_gets_the_safe_headers_too(tmp_path: Path) -> None:
+    pki = make_pki(server_names=("127.0.0.1",))
+    (tmp_path / "tls.crt").write_bytes(pki.server_pem)
+    (tmp_path / "tls.key").write_bytes(pki.server_key)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    client_tls = ssl.create_default_context(cadata=pki.ca_pem.decode())
+    limits = ServerLimits(header_timeout_s=PATIENCE_S, idle_timeout_s=PATIENCE_S)
+    async with served(limits, server_tls) as (port, _):
+        await assert_parser_errors_say_no_store_and_nosniff(port, client_tls)
+
+
 async def test_a_tls_handshake_that_does_not_complete_in_time_is_cut(tmp_path: Path) -> None:
     pki = make_pki(server_names=("127.0.0.1",))
     (tmp_path / "tls.crt").write_bytes(pki.server_pem)
@@ -219,3 +238,26 @@ def test_limits_are_checked() -> None:
         ServerLimits(header_timeout_s=0)
     with pytest.raises(ValueError, match="per-peer cap"):
         ServerLimits(max_connections=4, max_connections_per_peer=5)
+
+
+async def test_a_tls_handshake_that_fails_unexpectedly_is_logged_with_its_servers_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    pki = make_pki(server_names=("127.0.0.1",))
+    (tmp_path / "tls.crt").write_bytes(pki.server_pem)
+    (tmp_path / "tls.key").write_bytes(pki.server_key)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    loop = asyncio.get_running_loop()
+
+    async def start_tls(*_: object, **__: object) -> None:
+        raise RuntimeError("the TLS layer broke")
+
+    async with served(SHORT, tls=context) as (port, _):
+        monkeypatch.setattr(loop, "start_tls", start_tls)
+        with caplog.at_level(logging.ERROR, logger="podmortem.background"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            assert await closed_by_server(reader) == b""  # the header deadline ends it
+            writer.close()
+    assert "podmortem-test-tls-handshake failed: RuntimeError: the TLS layer broke" in caplog.text

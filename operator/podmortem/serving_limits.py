@@ -15,7 +15,9 @@ liked. Here each server gets, in one place:
   closed at once, so one client cannot take the room every other client needs;
 * ``Cache-Control: no-store`` and ``X-Content-Type-Options: nosniff`` on every response the
   application makes, errors included (an error text must not be cached by a proxy, nor sniffed
-  into HTML by a browser).
+  into HTML by a browser), and on those aiohttp makes itself for a request it cannot parse (a bad
+  request line, a header too long, an invalid header: :class:`SafeErrorsHandler`), which no
+  handler or response signal of the application ever sees.
 
 A deadline that passes aborts the connection: a client that sends too slowly gets nothing more
 (it would not read an answer at the same pace anyway). While a handler runs (a followed log for
@@ -37,7 +39,9 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
+from podmortem.background import Background
 from podmortem.connection_limits import ServerLimits
 
 __all__ = ["GUARD", "SAFE_HEADERS", "ConnectionGuard", "GuardedSite", "Phase", "ServerLimits", "install",
@@ -82,6 +86,8 @@ class ConnectionGuard:
     def __init__(self, limits: ServerLimits, *, name: str) -> None:
         self.limits = limits
         self.name = name
+        #: The TLS handshakes in progress (each cancelled when its connection is lost).
+        self.tasks = Background(name.replace(" ", "-"))
         self.open = 0
         self.by_peer: dict[str, int] = {}
         self.tally = Tally()
@@ -171,8 +177,8 @@ class GuardedConnection(asyncio.Protocol):
             self._serve(transport)
         else:
             transport.pause_reading()  # not a byte read before the TLS layer takes the connection
-            self._handshake = asyncio.get_running_loop().create_task(
-                self._start_tls(transport, self._tls), name=f"podmortem-{self._guard.name}-tls-handshake")
+            self._handshake = self._guard.tasks.start(self._start_tls(transport, self._tls),
+                                                      name="tls-handshake")
 
     def _serve(self, transport: asyncio.Transport) -> None:
         self._transport = transport
@@ -328,6 +334,30 @@ def runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
                          lingering_time=limits.body_timeout_s, **kwargs)
 
 
+class SafeErrorsHandler(RequestHandler):
+    """aiohttp's handler of one connection, its own error answers carrying :data:`SAFE_HEADERS`.
+
+    A request aiohttp cannot parse (a bad request line, a header over its limit, an invalid
+    header) is answered 400 by `handle_error` before any application sees it: no middleware runs
+    and ``on_response_prepare`` is not sent (the request was never routed), so only here can these
+    answers get the headers every other answer has.
+    """
+
+    __slots__ = ()
+
+    def handle_error(self, request: BaseRequest, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        response = super().handle_error(request, status, exc, message)
+        for name, value in SAFE_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+
+def _handler(server: web.Server) -> SafeErrorsHandler:
+    """What ``server()`` makes for a connection (``web.Server.__call__``), as a `SafeErrorsHandler`."""
+    return SafeErrorsHandler(server, loop=asyncio.get_running_loop(), **server._kwargs)
+
+
 class GuardedSite(web.BaseSite):
     """``web.TCPSite`` whose connections go through the app's :class:`ConnectionGuard`: counted when
     accepted, before any TLS handshake, which is then bounded by the header deadline."""
@@ -352,7 +382,7 @@ class GuardedSite(web.BaseSite):
         tls = self._ssl_context
 
         def connection() -> GuardedConnection:
-            return GuardedConnection(guard, server(), tls=tls)
+            return GuardedConnection(guard, _handler(server), tls=tls)
 
         # Plain TCP: each connection makes its own TLS handshake once the caps let it in.
         self._server = await asyncio.get_running_loop().create_server(

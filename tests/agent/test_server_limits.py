@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.malformed_requests import assert_parser_errors_say_no_store_and_nosniff
 
 from podmortem import serving_limits
 from podmortem.agent import server
@@ -85,3 +86,16 @@ async def test_a_connection_that_sends_no_request_is_closed(tmp_path: Path) -> N
         async with asyncio.timeout(20):
             assert await reader.read() == b""
         writer.close()
+
+
+async def test_what_aiohttp_cannot_parse_is_400_with_safe_headers_on_both_agent_ports(tmp_path: Path) -> None:
+    async with served(tmp_path) as port:
+        await assert_parser_errors_say_no_store_and_nosniff(port)
+    agent = _agent(tmp_path, {trees.POD_UID: trees.cgroupfs_pod()})
+    run = serving_limits.runner(server.make_metrics_app(agent))
+    await run.setup()
+    try:
+        await serving_limits.start(run, host="127.0.0.1", port=0)
+        await assert_parser_errors_say_no_store_and_nosniff(run.addresses[0][1])
+    finally:
+        await run.cleanup()

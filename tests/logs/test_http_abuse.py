@@ -20,6 +20,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from tests.logs import test_http as base
 from tests.logs.test_http import SARS, TOKENS, access_review, token_review, write
+from tests.malformed_requests import assert_parser_errors_say_no_store_and_nosniff
 
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.serving import auth, http
@@ -256,3 +257,8 @@ async def test_the_token_audience_is_asked_for(
 def test_settings_refuse_half_a_tls_pair() -> None:
     with pytest.raises(ValueError, match="both"):
         HttpSettings(tls_cert_file=Path("a.crt"))
+
+
+async def test_what_aiohttp_cannot_parse_is_400_with_safe_headers(log_store: LogStore) -> None:
+    async with served(log_store) as url:
+        await assert_parser_errors_say_no_store_and_nosniff(int(url.rsplit(":", 1)[1]))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.malformed_requests import assert_parser_errors_say_no_store_and_nosniff
 
 from podmortem.cli import main as cli_main
 from podmortem.cli import operator as operator_cli
@@ -141,3 +142,8 @@ def test_the_operator_command_excludes_its_own_namespace(monkeypatch: pytest.Mon
     settings = operator_cli.settings_from(cli_main.build_parser().parse_args(["operator"]))
     assert settings.webhook is not None
     assert settings.webhook.excluded_namespaces == ("obs", "kube-system", "gpu-operator")
+
+
+async def test_what_aiohttp_cannot_parse_is_400_with_safe_headers(pki: Pki, tmp_path: Path) -> None:
+    async with webhook(pki, tmp_path) as (port, tls):
+        await assert_parser_errors_say_no_store_and_nosniff(port, tls)
