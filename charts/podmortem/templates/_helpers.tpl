@@ -163,6 +163,11 @@ cannot express.
 {{- if and .Values.agent.enabled (eq .Values.agent.kernelLog.source "kmsg") (not .Values.agent.kernelLog.mountDevKmsg) }}
 {{- fail "agent.kernelLog.source=kmsg needs agent.kernelLog.mountDevKmsg=true (or use source auto or syslog)." }}
 {{- end }}
+{{- range $server, $limits := .Values.serverLimits }}
+{{- if gt (int64 $limits.maxConnectionsPerPeer) (int64 $limits.maxConnections) }}
+{{- fail (printf "serverLimits.%s.maxConnectionsPerPeer (%v) must not exceed serverLimits.%s.maxConnections (%v): the servers would refuse to start." $server $limits.maxConnectionsPerPeer $server $limits.maxConnections) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -239,4 +244,21 @@ The DNS names the API server may call the webhook Service by.
 {{- $svc := include "podmortem.webhookServiceName" . }}
 {{- $ns := .Release.Namespace }}
 {{- toJson (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) }}
+{{- end }}
+
+{{/*
+The five variables of one server's deadlines and caps (podmortem.cli.server_limit_options), as env
+items: (dict "env" "HTTP" "limits" .Values.serverLimits.logApi).
+*/}}
+{{- define "podmortem.serverLimitsEnv" -}}
+- name: PODMORTEM_{{ .env }}_HEADER_TIMEOUT_SECONDS
+  value: {{ .limits.headerTimeoutSeconds | quote }}
+- name: PODMORTEM_{{ .env }}_BODY_TIMEOUT_SECONDS
+  value: {{ .limits.bodyTimeoutSeconds | quote }}
+- name: PODMORTEM_{{ .env }}_IDLE_TIMEOUT_SECONDS
+  value: {{ .limits.idleTimeoutSeconds | quote }}
+- name: PODMORTEM_{{ .env }}_MAX_CONNECTIONS
+  value: {{ int64 .limits.maxConnections | quote }}
+- name: PODMORTEM_{{ .env }}_MAX_CONNECTIONS_PER_PEER
+  value: {{ int64 .limits.maxConnectionsPerPeer | quote }}
 {{- end }}

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from podmortem.cli import options as o
+from podmortem.cli.server_limit_options import server_limit_options
+from podmortem.connection_limits import ServerLimits
 
 if TYPE_CHECKING:
     from podmortem.agent.settings import AgentSettings
@@ -156,10 +158,13 @@ LOG_LEVEL = o.Option(
     "{" + ",".join(o.LOG_LEVELS) + "}",
 )
 
+#: Deadlines and connection caps of both ports (the chart's ``serverLimits.agent``).
+HTTP_LIMITS = server_limit_options("http", "HTTP", "the agent", ServerLimits())
+
 OPTIONS: tuple[o.Option[Any], ...] = (
     NODE_NAME, NAMESPACES, FOREIGN_KINDS, INTERVAL, RING_SIZE, STATE_DIR, TOKEN_FILE, PROC_ROOT, CGROUP_ROOT,
     KERNEL_LOG_SOURCE, KMSG_PATH, SYSLOG_POLL, POD_REFRESH, OWNER_CACHE, KUBECONFIG, HOST, PORT, METRICS_PORT,
-    STATIC_PODS, POD_NAME, POD_NAMESPACE, LOG_LEVEL,
+    STATIC_PODS, POD_NAME, POD_NAMESPACE, LOG_LEVEL, *HTTP_LIMITS.all,
 )
 
 DESCRIPTION = """\
@@ -247,6 +252,7 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
         listen_host=v.value(HOST),
         listen_port=v.value(PORT),
         metrics_port=v.value(METRICS_PORT),
+        connections=HTTP_LIMITS.read(v),
         static_pods=static,
     )
     kinds = v.optional(FOREIGN_KINDS)  # last: reading kinds imports the Kubernetes client

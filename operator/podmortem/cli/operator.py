@@ -15,9 +15,11 @@ import argparse
 import socket
 import ssl
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from podmortem.cli import options as o
+from podmortem.cli.server_limit_options import server_limit_options
 from podmortem.kube.owners import ForeignKind
 from podmortem.logs.settings import HttpSettings
 from podmortem.logs.tls import ServerCertificate
@@ -332,6 +334,11 @@ API_BURST = o.Option(
     ("--api-burst",), "PODMORTEM_API_BURST", o.whole("a number of requests", low=1), str(_D.api_burst),
     "how many of those requests may go at once before the pace applies (client-go's burst)", "N",
 )
+#: Deadlines and connection caps of each server (the chart's ``serverLimits``).
+HTTP_LIMITS = server_limit_options("http", "HTTP", "the log API", _D.log_server.connections)
+WEBHOOK_LIMITS = server_limit_options("webhook", "WEBHOOK", "the webhook", s.WebhookSettings(
+    tls_cert_file=Path(), tls_key_file=Path()).connections)
+PROBE_LIMITS = server_limit_options("probe", "PROBE", "the metrics and health servers", _D.probe_connections)
 #: Variables with no flag of their own.
 LOG_LEVEL = o.Option((), "PODMORTEM_LOG_LEVEL", o.choice(*o.LOG_LEVELS), "info")
 SERVICE_NAME = o.Option((), "PODMORTEM_SERVICE_NAME", o.dns_label("Service name"), None)
@@ -346,6 +353,7 @@ OPTIONS: tuple[o.Option[Any], ...] = (
     RETRY_PERIOD, METRICS_PORT, HEALTH_PORT, EARLY_WARNING_EPOCHS, MEMORY_WARNING_RATIO, STATUS_MAX_BYTES,
     ANNOTATION_MAX_BYTES, FOREIGN_KINDS, SIDECAR, SIDECAR_IMAGE, SIDECAR_PULL_POLICY, SIDECAR_RESOURCES,
     SIDECAR_COMM, WEBHOOK_PORT, WEBHOOK_TLS_CERT, WEBHOOK_TLS_KEY, WEBHOOK_EXCLUDE, API_QPS, API_BURST,
+    *HTTP_LIMITS.all, *WEBHOOK_LIMITS.all, *PROBE_LIMITS.all,
     LOG_LEVEL,
     SERVICE_NAME,
 )
@@ -396,6 +404,7 @@ def _log_server(v: o.Values) -> HttpSettings:
     return replace(
         _D.log_server, tls_cert_file=cert, tls_key_file=key,
         max_readers=v.value(HTTP_MAX_READERS), max_readers_per_caller=v.value(HTTP_MAX_READERS_PER_CALLER),
+        connections=HTTP_LIMITS.read(v),
     )
 
 
@@ -426,7 +435,8 @@ def _webhook(v: o.Values, sidecar: s.SidecarInjectionSettings) -> s.WebhookSetti
                          SIDECAR_IMAGE)
     own = v.value(LEASE_NAMESPACE)
     excluded = (own, *(ns for ns in v.value(WEBHOOK_EXCLUDE) if ns != own))
-    return s.WebhookSettings(port=port, tls_cert_file=cert, tls_key_file=key, excluded_namespaces=excluded)
+    return s.WebhookSettings(port=port, tls_cert_file=cert, tls_key_file=key, excluded_namespaces=excluded,
+                             connections=WEBHOOK_LIMITS.read(v))
 
 
 def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
@@ -498,6 +508,7 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
             ),
             metrics_port=v.value(METRICS_PORT),
             health_port=v.value(HEALTH_PORT),
+            probe_connections=PROBE_LIMITS.read(v),
             namespaces=v.value(NAMESPACES),
             sidecar=sidecar,
             webhook=webhook,
