@@ -50,7 +50,7 @@ from typing import Any
 
 import yarl
 
-from podmortem.cli import diagnose, diagnose_inputs
+from podmortem.cli import diagnose_files, diagnose_inputs
 from podmortem.diagnosis import pasted, pod_describe, pod_documents, training_log
 from podmortem.kernel import kmsg, oom_parser
 from podmortem.logs.serving import http
@@ -136,7 +136,7 @@ def read_kernel_text(data: bytes) -> object:
 
 def read_kernel_stream(stream: io.RawIOBase | io.BytesIO) -> object:
     with io.BufferedReader(stream) as buffered:  # type: ignore[arg-type]
-        return oom_parser.parse_lines(diagnose._lines(buffered))
+        return oom_parser.parse_lines(diagnose_files.lines(buffered))
 
 
 def read_log_stream(data: bytes) -> object:

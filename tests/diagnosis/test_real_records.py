@@ -12,7 +12,7 @@ import pytest
 
 from podmortem.agent import matching
 from podmortem.cgroups import paths
-from podmortem.cli import diagnose as cli
+from podmortem.cli import diagnose_kernel as cli
 from podmortem.cli import main as cli_main
 from podmortem.diagnosis import diagnose, limits, sequence
 from podmortem.kernel import oom_parser

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from podmortem.cli import diagnose as cli
+from podmortem.cli import diagnose_kernel as cli
 from podmortem.diagnosis import diagnose
 from podmortem.kernel import oom_parser
 

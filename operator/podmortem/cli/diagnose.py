@@ -2,7 +2,8 @@
 
 It also reads what ``kubectl`` gives about a failed training pod (a training log, the pod object,
 ``kubectl describe pod``), alone or together with kernel text, and reports them as the operator
-does: that reading is `podmortem.cli.diagnose_inputs`; kernel text alone is reported here.
+does: that reading is `podmortem.cli.diagnose_inputs`; kernel text alone is reported here (its report
+and text: `podmortem.cli.diagnose_kernel`).
 
 Exit codes: 0 a report was printed; 2 the input could not be read (missing file,
 bad arguments); 3 the input holds no OOM-kill record (nor a failure of another kind). Odd input
@@ -12,26 +13,16 @@ bad arguments); 3 the input holds no OOM-kill record (nor a failure of another k
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from importlib import resources
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
+
+from podmortem.cli.diagnose_exit import EXIT_INPUT, EXIT_NO_RECORD, EXIT_OK
 
 if TYPE_CHECKING:
     from podmortem.reports.failure import FailureReport
-    from podmortem.reports.oom_record import OomKillRecord
-
-#: Bytes looked at to tell a binary file from a log, for the error message.
-_SNIFF_BYTES = 8192
-#: Task rows shown in the human table; ``--json`` always has them all.
-_TABLE_ROWS = 12
-
-EXIT_OK = 0
-EXIT_INPUT = 2
-EXIT_NO_RECORD = 3
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -103,62 +94,7 @@ def _examples() -> dict[str, dict[str, str]]:
     return data
 
 
-#: Bytes of one line handed to the kernel parser; the rest of a longer line is skipped unread into
-#: memory (the parser keeps 8 KiB of a line: `podmortem.kernel.log_lines.MAX_LINE`).
-LINE_MAX = 64 * 1024
-
-
-def _lines(stream: IO[bytes]) -> Iterator[str]:
-    """The stream's lines, each cut at `LINE_MAX` bytes: a line without end costs bounded memory (read
-    whole, 256 MiB of one line took 566 MiB, issue 36)."""
-    while raw := stream.readline(LINE_MAX):
-        if len(raw) == LINE_MAX and not raw.endswith(b"\n"):
-            while (rest := stream.readline(LINE_MAX)) and not rest.endswith(b"\n"):
-                pass
-            raw += b"\n"
-        yield raw.decode("utf-8", errors="replace")
-
-
-def _looks_binary(head: bytes) -> bool:
-    if not head:
-        return False
-    if b"\x00" in head:
-        return True
-    text = head.decode("utf-8", errors="replace")
-    odd = sum(1 for ch in text if ch == "\ufffd" or (ord(ch) < 32 and ch not in "\t\r\n\f"))
-    return odd > len(text) * 0.1
-
-
-def _open(path: str | None) -> tuple[IO[bytes], list[IO[bytes]]]:
-    """The byte stream to read, and what to close afterwards (stdin is left open)."""
-    if path is None:
-        return sys.stdin.buffer, []
-    raw = open(path, "rb")  # noqa: SIM115 (closed by the caller)
-    if raw.peek(2)[:2] == b"\x1f\x8b":
-        packed: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]  # messages.1.gz
-        return packed, [packed, raw]
-    return raw, [raw]
-
-
 # -- command ---------------------------------------------------------------------------------------
-
-
-def kernel_reports(records: list[OomKillRecord]) -> list[FailureReport]:
-    """One report per kernel record, the pod read off its cgroup paths, kills close together related."""
-    from podmortem.cgroups import paths
-    from podmortem.diagnosis import diagnose, sequence
-
-    reports = []
-    for record in records:
-        cpuset = record.oom_kill.cpuset if record.oom_kill is not None else record.cpuset
-        # With the oom-kill line cut, the memory.oom.group line still names the victim's (container's)
-        # cgroup, also when the limit that filled is a node or QoS level one that names no pod.
-        group = record.oom_group_memcg
-        pod = paths.pod_ref(
-            task_memcg=record.task_memcg or group, oom_memcg=record.oom_memcg or group, cpuset=cpuset
-        )
-        reports.append(diagnose(record, pod=pod))
-    return sequence.relate(records, reports)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name:24} {meta['title']}")
         return EXIT_OK
 
+    # Loaded when the command runs, not when it is registered beside the others: they bring the
+    # parsers, the rules and the report models.
+    from podmortem.cli import diagnose_files, diagnose_kernel
     from podmortem.cli import diagnose_inputs as inputs
 
     kind = None if args.kind == "auto" else args.kind
@@ -207,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     if not read.kernel_only:
         return inputs.run(read, args)
     label = read.label
-    reports = kernel_reports(read.records)
+    reports = diagnose_kernel.kernel_reports(read.records)
 
     if args.json:
         doc = {"reports": [r.model_dump(mode="json") for r in reports], "input": read.document()}
@@ -215,11 +154,12 @@ def run(args: argparse.Namespace) -> int:
     elif args.html and reports:
         return _html(reports, label)
     if not reports:
-        why = " (it looks like binary data, not a kernel log)" if _looks_binary(read.head) else ""
+        binary = diagnose_files.looks_binary(read.head)
+        why = " (it looks like binary data, not a kernel log)" if binary else ""
         print(f"podmortem diagnose: no kernel OOM-kill record found in {label}{why}", file=sys.stderr)
         return EXIT_NO_RECORD
     if not args.json:
-        sys.stdout.write(render(reports))
+        sys.stdout.write(diagnose_kernel.render(reports))
     return EXIT_OK
 
 
@@ -248,176 +188,3 @@ def _html(reports: list[FailureReport], label: str) -> int:
     )
     sys.stdout.write(doc)
     return EXIT_OK
-
-
-# -- human output ----------------------------------------------------------------------------------
-
-#: ``missing`` codes in words.
-_MISSING = {
-    "header": "the header (who asked for memory)",
-    "kill": "the kill line (who was killed)",
-    "cgroup-stats": "the cgroup's memory.stat",
-    "task-rows": "the task table's rows",
-    "elided": "lines left out ('--', '...')",
-    "truncated-line": "the end of a cut line",
-    "kmsg-gap": "kernel records lost from /dev/kmsg",
-}
-#: The memcg-limit finding's level in words.
-_LEVELS = {
-    "container": "the container's own memory limit",
-    "pod": "the pod's memory limit",
-    "qos": "a QoS class cgroup shared by many pods (not this pod's limit)",
-    "node": "the node's allocatable memory for all pods (not this pod's limit)",
-    "system": "the memory limit of a cgroup outside the pods",
-}
-
-
-def render(reports: list[FailureReport]) -> str:
-    """The reports as text for a person: what killed it, what filled it, who held it, what to do."""
-    out: list[str] = []
-    for index, report in enumerate(reports, 1):
-        if index > 1:
-            out.append("")
-        out.extend(_render_one(report, index, len(reports)))
-    return "\n".join(out) + "\n"
-
-
-def _render_one(report: FailureReport, index: int, count: int) -> list[str]:
-    from podmortem.reports.units import human_bytes as hb
-
-    kill = report.kill
-    cg = report.cgroup
-    lines: list[str] = []
-    when = []
-    if kill is not None:
-        if kill.time_text:
-            when.append(kill.time_text)
-        if kill.monotonic_s is not None:
-            when.append(f"{kill.monotonic_s:.3f} s after boot")
-        if kill.host:
-            when.append(f"host {kill.host}")
-        if kill.kernel_version:
-            when.append(f"kernel {kill.kernel_version}")
-    head = f"OOM kill {index} of {count}"
-    lines.append(head + (f"  ({', '.join(when)})" if when else ""))
-    if report.partial:
-        lacks = [_MISSING.get(m, m) for m in report.missing]
-        lines.append(f"  PARTIAL record: the text lacks {', '.join(lacks)}; what they would tell is unknown")
-    no_victim = any(f.code == "no-killable-process" for f in report.findings)
-    if kill is not None and kill.pid is None:
-        if no_victim:
-            lines.append("  killed    nothing: the kernel found no process it could kill")
-        elif kill.chosen_pid is not None:
-            who = f"{kill.chosen_comm or '?'} (pid {kill.chosen_pid})"
-            lines.append(f"  killed    {who} or a child of it: the kernel chose it, and the Killed line "
-                         "that names the victim is not in the text")
-        else:
-            lines.append("  killed    unknown: the record has no kill line (it is cut before it)")
-    if kill is not None and kill.pid is not None:
-        who = f"{kill.comm or '?'} (pid {kill.pid})"
-        sizes = ""
-        if kill.anon_rss_kb is not None:
-            sizes = (
-                f": anon {hb((kill.anon_rss_kb or 0) * 1024)}, file {hb((kill.file_rss_kb or 0) * 1024)},"
-                f" shmem {hb((kill.shmem_rss_kb or 0) * 1024)}"
-            )
-        lines.append(f"  killed    {who}{sizes}")
-    if kill is not None:
-        if len(kill.killed_pids) > 1:
-            lines.append(f"            with the whole group (memory.oom.group): pids {kill.killed_pids}")
-        if kill.trigger_comm and (kill.trigger_pid is None or kill.trigger_pid != kill.pid):
-            trig = f"{kill.trigger_comm}" + (f" (pid {kill.trigger_pid})" if kill.trigger_pid else "")
-            lines.append(f"  trigger   {trig} asked for memory and set off the OOM killer")
-        constraint = kill.constraint_effective or "unknown"
-        cause = next((f for f in report.findings if f.code == "memcg-limit"), None)
-        level = cause.evidence.get("limit_level") if cause is not None else None
-        if constraint == "CONSTRAINT_MEMCG":
-            what = _LEVELS.get(str(level), "memory cgroup limit")
-        elif constraint == "CONSTRAINT_NONE":
-            what = "the whole node ran out of memory (global OOM)"
-        elif constraint == "unknown":
-            what = "unknown: the record does not say whether a cgroup limit or the whole node ran out"
-        else:
-            what = constraint
-        lines.append(
-            f"  limit     {what}" + (f" [{constraint}]" if constraint.startswith("CONSTRAINT") else "")
-        )
-        if kill.constraint_note:
-            lines.append(f"            {kill.constraint_note}")
-        if kill.oom_memcg:
-            lines.append(f"  cgroup    {kill.oom_memcg}")
-        if kill.pod_uid:
-            pod = f"pod uid {kill.pod_uid}"
-            if kill.container_id:
-                pod += f", container {kill.container_id[:12]}"
-            if kill.qos:
-                pod += f", QoS {kill.qos}"
-            lines.append(f"  pod       {pod}")
-    if cg is not None:
-        if cg.limit_bytes is not None or cg.usage_bytes is not None:
-            extra = f", failcnt {cg.failcnt}" if cg.failcnt is not None else ""
-            lines.append(
-                f"  usage     {hb(cg.usage_bytes)} of a {hb(cg.limit_bytes)} "
-                + (f"{cg.limit_counter} " if cg.limit_counter not in (None, "memory") else "")
-                + f"limit{extra}"
-                + (f" (cgroup v{cg.version})" if cg.version else "")
-            )
-        if cg.breakdown is not None and cg.breakdown.categories():
-            total = cg.breakdown.total_bytes() or 1
-            parts = [
-                f"{name} {hb(value)} ({value / total:.0%})"
-                for name, value in cg.breakdown.categories().items()
-            ]
-            verdict = f" -> {cg.dominant} dominates" if cg.dominant else " -> no single category dominates"
-            lines.append(f"  memory    {', '.join(parts)}{verdict}")
-            lines.append(f"            from {cg.breakdown.source}")
-    if report.tasks:
-        lines.append("")
-        lines.extend(_task_table(report))
-    if report.findings:
-        lines.append("")
-        lines.append("  Findings")
-        for finding in report.findings:
-            lines.append(f"  [{finding.severity.value}] {finding.code}")
-            lines.extend(_wrap(finding.message, "    "))
-            if finding.action:
-                lines.extend(_wrap("what to do: " + finding.action, "    "))
-    return lines
-
-
-def _task_table(report: FailureReport) -> list[str]:
-    from podmortem.reports.units import human_bytes as hb
-
-    page = report.page_size_bytes
-    rows = sorted(report.tasks, key=lambda t: t.rss_pages or 0, reverse=True)
-    shown = rows[:_TABLE_ROWS]
-    shown += [t for t in rows[_TABLE_ROWS:] if t.killed]
-    has_anon = any(t.rss_anon_pages is not None for t in shown)
-
-    def size(pages: int | None) -> str:
-        return hb(pages * page) if pages is not None else "-"
-
-    header = (
-        ["PID", "NAME", "RSS"] + (["ANON", "FILE", "SHMEM"] if has_anon else []) + ["SWAP", "ADJ", "HOLDS"]
-    )
-    table = [header]
-    for t in shown:
-        holds = {"owned": "owned", "shared": "shared (fork)", "unknown": "-"}[t.sharing]
-        row = [f"{t.pid}{'*' if t.killed else ''}", t.name[:20], size(t.rss_pages)]
-        if has_anon:
-            row += [size(t.rss_anon_pages), size(t.rss_file_pages), size(t.rss_shmem_pages)]
-        row += [size(t.swapents_pages), str(t.oom_score_adj) if t.oom_score_adj is not None else "-", holds]
-        table.append(row)
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    out = [f"  Processes ({len(report.tasks)} in the task table; * = killed; pages x {page} B)"]
-    for r in table:
-        out.append("    " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
-    if len(rows) > len(shown):
-        out.append(f"    ... {len(rows) - len(shown)} smaller processes not shown (--json has them all)")
-    return out
-
-
-def _wrap(text: str, indent: str, width: int = 100) -> list[str]:
-    import textwrap
-
-    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent) or [indent]

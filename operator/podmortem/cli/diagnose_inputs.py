@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
 
+from podmortem.cli import diagnose_files, diagnose_kernel
+from podmortem.cli.diagnose_exit import EXIT_INPUT, EXIT_NO_RECORD, EXIT_OK
 from podmortem.diagnosis import offline
 from podmortem.diagnosis.offline import Kind
 from podmortem.kube.bodies import PodBody
@@ -220,10 +222,9 @@ def _has_marker(window: bytes) -> bool:
 def kernel_shaped(head: bytes) -> bool:
     """Whether a text's beginning is kernel log text: an OOM record's own lines, ``journalctl``'s
     header, or a third of its lines stamped as ``dmesg``, ``/dev/kmsg``, syslog or journal lines are."""
-    from podmortem.cli import diagnose
     from podmortem.kernel import log_lines
 
-    if not head.strip() or diagnose._looks_binary(head) or _has_marker(head):
+    if not head.strip() or diagnose_files.looks_binary(head) or _has_marker(head):
         return True  # empty or binary: the kernel reading says so, as it always has
     lines = [line for line in head.decode("utf-8", "replace").splitlines() if line.strip()][:200]
     if lines[0].startswith(_JOURNAL_HEAD):
@@ -294,12 +295,11 @@ def read_log(
 
 def read_one(source: Source) -> FileRead:
     """One input file (or standard input) read as its kind. Raises `InputError`."""
-    from podmortem.cli import diagnose
     from podmortem.kernel import oom_parser
 
     path = source.path
     try:
-        stream, to_close = diagnose._open(path)
+        stream, to_close = diagnose_files.open_input(path)
     except FileNotFoundError as exc:
         raise InputError(f"no such file: {path}") from exc
     except IsADirectoryError as exc:
@@ -309,7 +309,7 @@ def read_one(source: Source) -> FileRead:
     out = FileRead(label=source.label)
     try:
         chain = _Chain(stream)
-        out.head = chain.head(HEAD_BYTES)[: diagnose._SNIFF_BYTES]
+        out.head = chain.head(HEAD_BYTES)[: diagnose_files.SNIFF_BYTES]
         kind: Kind = detect(chain.ahead) if source.kind is None else source.kind
         if kind in ("pod", "describe"):
             data = chain.head(offline.DOCUMENT_MAX_BYTES + 1)
@@ -335,7 +335,7 @@ def read_one(source: Source) -> FileRead:
             kind = "kernel" if kernel_shaped(data) else "log"  # it only looked like one
         if kind == "kernel":
             with io.BufferedReader(chain) as buffered:
-                out.records = oom_parser.parse_lines(diagnose._lines(buffered))
+                out.records = oom_parser.parse_lines(diagnose_files.lines(buffered))
             out.kinds = out.looked = ["kernel"]
             return out
         out.log, out.records = read_log(chain, source.label, look_for_kernel=source.kind is None)
@@ -412,13 +412,12 @@ def _found(case: offline.Case) -> bool:
 
 def run(inputs: Inputs, args: argparse.Namespace) -> int:
     """Combine the inputs into reports and print them; the exit code."""
-    from podmortem.cli import diagnose
     from podmortem.diagnosis import job_root_cause
 
     if args.html:
         print("podmortem diagnose: --html reads kernel records only; for a pod status or a training log "
               "use the text output or --json", file=sys.stderr)
-        return diagnose.EXIT_INPUT
+        return EXIT_INPUT
     pods = [p for f in inputs.files for p in f.pods]
     logs = [f.log for f in inputs.files if f.log is not None]
     combined = offline.combine(
@@ -426,7 +425,7 @@ def run(inputs: Inputs, args: argparse.Namespace) -> int:
         exit_code=args.exit_code,
     )
     cases = [c for c in combined.cases if _found(c)]
-    leftover = diagnose.kernel_reports(combined.leftover)
+    leftover = diagnose_kernel.kernel_reports(combined.leftover)
     unused = [(log.label, why) for log, why in combined.unused_logs]
     if args.exit_code is not None and pods:
         unused.append(("--exit-code", "not used: the pod status gives the exit code"))
@@ -447,10 +446,10 @@ def run(inputs: Inputs, args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
     if not cases and not leftover:
         print(f"podmortem diagnose: {nothing_found(inputs, combined)}", file=sys.stderr)
-        return diagnose.EXIT_NO_RECORD
+        return EXIT_NO_RECORD
     if not args.json:
         sys.stdout.write(render(cases, leftover, inputs, job, unused))
-    return diagnose.EXIT_OK
+    return EXIT_OK
 
 
 def nothing_found(inputs: Inputs, combined: offline.Combined) -> str:
@@ -495,8 +494,6 @@ def render(
     job: JobSection | None,
     unused: list[tuple[str, str]],
 ) -> str:
-    from podmortem.cli import diagnose
-
     out: list[str] = []
     total = len(cases) + len(leftover)
     for index, case in enumerate(cases, 1):
@@ -506,7 +503,7 @@ def render(
     for index, report in enumerate(leftover, len(cases) + 1):
         out.append("")
         out.append("  (a kernel record no pod given claims)")
-        out.extend(diagnose._render_one(report, index, total))
+        out.extend(diagnose_kernel.render_one(report, index, total))
     if job is not None:
         out.append("")
         out.extend(_render_job(job))
@@ -517,8 +514,6 @@ def render(
 
 
 def _render_case(case: offline.Case, index: int, count: int) -> list[str]:
-    from podmortem.cli import diagnose
-
     t = case.termination
     report = case.report
     if case.source.kind == "log":
@@ -554,19 +549,19 @@ def _render_case(case: offline.Case, index: int, count: int) -> list[str]:
             "failed first",
             width=100, initial_indent="  job role  ", subsequent_indent=" " * 12,
         ))
-        lines.extend(diagnose._wrap(f"line: {case.role_line}", "            "))
+        lines.extend(diagnose_kernel.wrap(f"line: {case.role_line}", "            "))
     if report.kill is not None and case.records:  # the kernel record: the kill, its cgroup, the processes
         lines.append("")
-        lines.extend(diagnose._render_one(report, 1, 1))
+        lines.extend(diagnose_kernel.render_one(report, 1, 1))
         return lines
     if report.findings:
         lines.append("")
         lines.append("  Findings")
         for finding in report.findings:
             lines.append(f"  [{finding.severity.value}] {finding.code}")
-            lines.extend(diagnose._wrap(finding.message, "    "))
+            lines.extend(diagnose_kernel.wrap(finding.message, "    "))
             if finding.action:
-                lines.extend(diagnose._wrap("what to do: " + finding.action, "    "))
+                lines.extend(diagnose_kernel.wrap("what to do: " + finding.action, "    "))
     return lines
 
 
