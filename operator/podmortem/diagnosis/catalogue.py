@@ -1,0 +1,409 @@
+"""The failure messages a training pod's death leaves, as the code that prints them writes them.
+
+Why a catalogue: each round of hand-written patterns fitted the records it was shown, and the
+next unseen record came from a framework or a tool whose wording no pattern knew. Here every
+entry is a fact copied from the printing code (the project, its source file, the format string
+as written there, the versions that print it) with the verdict the message means, and the
+recogniser is compiled from those format strings, so that adding a message is adding a fact.
+``tests/diagnosis/test_catalogue.py`` renders every format string with generated fields and
+checks that `find` gives the entry's verdict and numbers back.
+
+A format string is written in its source's own notation: printf conversions (``%d``, ``%lu``,
+``%s``, ``%#x``, ``%pGg``...) for C, ``{}`` for Python's ``str.format``, C++ stream pieces and
+f-strings; C++ ``<<`` and ``TORCH_CHECK`` argument lists are written with ``{}`` where a value
+goes. `Field` says, in order, what each placeholder holds, which is what the recogniser reads.
+
+A message is found wherever it starts in a line (`find`): after a grep file name, a host, a
+level, a viewer's columns or a logging prefix. Each entry's longest literal piece is looked for
+first (a substring test), and only a line holding it is matched, from at most `Entry.lead`
+characters before it, with bounded fields: linear in the line's length.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+#: What a field holds, as a regex: bounded, so that a match costs at most a constant per position.
+_KIND_PATTERNS: dict[str, str] = {
+    "int": r"-?\d{1,20}",
+    "hex": r"(?:0x)?[0-9a-fA-F]{1,16}",
+    #: A size as the printing code formats it: torch's ``format_size`` ("30.29 GiB"), TensorFlow's
+    #: ``HumanReadableNumBytes`` ("6.88GiB"), XLA's byte counts ("8000000000 bytes").
+    "size": r"\d{1,20}(?:\.\d{1,6})?\s?(?:[KMGTPE]i?B|B|bytes)",
+    "word": r"[^\s,;()]{1,255}",
+    #: A kernel task's comm before " invoked oom-killer": its last word (comms are 15 characters).
+    "comm": r"\S{1,64}",
+    "path": r"/[^\s,]{0,1023}",
+    #: Free text (a comm, a shape, a signal's name): any characters, up to the next literal.
+    "text": r".{0,512}?",
+    #: Free text at the end of the message: the rest of the line.
+    "rest": r".{0,4096}",
+}
+_SIZE_UNITS = {
+    "B": 1, "BYTES": 1, "KB": 1024, "KIB": 1024, "MB": 1024**2, "MIB": 1024**2, "GB": 1024**3,
+    "GIB": 1024**3, "TB": 1024**4, "TIB": 1024**4, "PB": 1024**5, "PIB": 1024**5, "EB": 1024**6,
+    "EIB": 1024**6,
+}
+#: A placeholder in any of the notations above: printf conversions with flags, width, length and the
+#: kernel's ``%p`` extensions, Go's ``%v``; ``{}``/``{name}``/``{name!r}``/``{:fmt}``.
+_PLACEHOLDER = re.compile(
+    r"%(?:[#0 +-]{0,3}\*?\d{0,3}(?:hh|h|ll|l|z|j|t)?[diouxXscv]|\*?p[A-Za-z]{1,3}|%)|\{[^{}]{0,32}\}"
+)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One placeholder of a format string: what it is called in the report and what it holds."""
+
+    name: str
+    kind: str  # a key of _KIND_PATTERNS
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One message, as its printing code writes it, and what it means."""
+
+    key: str
+    project: str
+    source: str
+    #: The format string as written in ``source`` (see the module's notes on notation).
+    format: str
+    versions: str
+    #: The verdict code the message means (`podmortem.reports.codes.VERDICTS`), or None where it only
+    #: places a record (a kernel OOM header, Mem-Info) and the rest of the record decides.
+    verdict: str | None
+    fields: tuple[Field, ...] = ()
+    #: "kernel" (the kernel's own text: a line holding it is kernel text whatever precedes it),
+    #: "training" (a trainer's, framework's or shell's words), "pod" (the kubelet's, the API's).
+    kind: str = "training"
+    #: The framework or program that printed it, as the report names it ("PyTorch", "TensorFlow"...).
+    framework: str = ""
+    #: The message is the whole line after its prefix (a shell's lone ``Killed``): nothing may follow.
+    whole: bool = False
+    #: The message must start at a word boundary (a shell's ``Killed`` is not ``...Killed``).
+    pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    anchor: str = field(init=False, repr=False, compare=False)
+    lead: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        pattern, anchor, lead = _compile(self.format, self.fields, whole=self.whole)
+        object.__setattr__(self, "pattern", pattern)
+        object.__setattr__(self, "anchor", anchor)
+        object.__setattr__(self, "lead", lead)
+
+
+def _compile(fmt: str, fields: tuple[Field, ...], *, whole: bool) -> tuple[re.Pattern[str], str, int]:
+    """The regex of a format string (one named group per field), its longest literal piece, and how
+    many characters of a match can come before that piece at most."""
+    pieces: list[str] = []
+    literals: list[tuple[str, int]] = []  # (literal, most characters before it in a match)
+    before = 0
+    at = 0
+    index = 0
+    for m in _PLACEHOLDER.finditer(fmt):
+        literal = fmt[at:m.start()]
+        if m.group(0) == "%%":
+            literal += "%"
+            pieces.append(_literal(literal))
+            literals.append((literal, before))
+            before += len(literal)
+            at = m.end()
+            continue
+        pieces.append(_literal(literal))
+        literals.append((literal, before))
+        before += len(literal)
+        if index >= len(fields):
+            raise ValueError(f"{fmt!r}: more placeholders than fields")
+        f = fields[index]
+        pieces.append(f"(?P<{f.name}>{_KIND_PATTERNS[f.kind]})")
+        before += _most(f.kind)
+        index += 1
+        at = m.end()
+    if index != len(fields):
+        raise ValueError(f"{fmt!r}: {len(fields)} fields for {index} placeholders")
+    tail = fmt[at:].rstrip(" ")  # "%v. ": the kubelet's messages are joined; a line ends without it
+    pieces.append(_literal(tail))
+    literals.append((tail, before))
+    body = "".join(pieces)
+    if fmt[:1].isalnum():
+        body = r"(?<![\w])" + body  # a word of its own: "Killed" is not the end of "NotKilled"
+    if whole:
+        # The whole line after a prefix: at its start, after a progress bar's "\r", or after a
+        # prefix's closing bracket, bar, colon or line number ("[pod/x] Killed", "node | Killed",
+        # "[rank0]: ", "  12 Killed"), or inside quote marks ("\"Killed\",").
+        body = rf"(?:^|(?<=[\r\]|│:>\d\"']))[ \t]{{0,{_WHOLE_SPACES}}}" + body + r"\s*(?:[\"'],?\s*)?$"
+    anchor, lead = max(literals, key=lambda item: len(item[0].strip()))
+    lead += len(anchor) - len(anchor.lstrip()) + (_WHOLE_SPACES if whole else 0)
+    return re.compile(body), anchor.strip(), lead
+
+
+#: Spaces a whole-line message may have before it, after its prefix (a viewer's column, padding).
+_WHOLE_SPACES = 64
+
+
+def _literal(text: str) -> str:
+    """A literal piece; a space matches a run of spaces (a shell pads its columns)."""
+    return " +".join(re.escape(part) for part in re.split(r" +", text))
+
+
+def _most(kind: str) -> int:
+    return {"int": 21, "hex": 18, "size": 36, "word": 255, "comm": 64, "path": 1024, "text": 512,
+            "rest": 4096}[kind]
+
+
+def _f(*spec: str) -> tuple[Field, ...]:
+    """Fields from ``"name:kind"`` strings."""
+    return tuple(Field(*s.split(":")) for s in spec)
+
+
+_KERNEL = "Linux kernel"
+_TORCH = "PyTorch"
+
+ENTRIES: tuple[Entry, ...] = (
+    # -- the kernel: mm/oom_kill.c ----------------------------------------------------------------
+    Entry("kernel-oom-header", _KERNEL, "mm/oom_kill.c dump_header()",
+          "%s invoked oom-killer: gfp_mask=%#x(%pGg), order=%d, oom_score_adj=%hd",
+          "4.8-6.12", None, _f("comm:comm", "gfp_mask:hex", "gfp_flags:text", "order:int",
+          "oom_score_adj:int"),
+          kind="kernel", framework="kernel"),
+    Entry("kernel-oom-header-3x", _KERNEL, "mm/oom_kill.c dump_header()",
+          "%s invoked oom-killer: gfp_mask=0x%x, order=%d, oom_score_adj=%hd",
+          "3.10-4.7", None, _f("comm:comm", "gfp_mask:hex", "order:int", "oom_score_adj:int"),
+          kind="kernel", framework="kernel"),
+    Entry("kernel-oom-kill-summary", _KERNEL, "mm/oom_kill.c dump_oom_summary()",
+          "oom-kill:constraint=%s,nodemask=%*pbl,cpuset=%s,mems_allowed=%*pbl,oom_memcg=%s,task_memcg=%s,"
+          "task=%s,pid=%d,uid=%d",
+          "5.0-6.12 (4.19: the same fields after ,task_memcg)", None,
+          _f("constraint:word", "nodemask:text", "cpuset:text", "mems_allowed:text", "oom_memcg:text",
+             "task_memcg:text", "task:text", "pid:int", "uid:int"),
+          kind="kernel", framework="kernel"),
+    Entry("kernel-killed-global", _KERNEL, "mm/oom_kill.c __oom_kill_process()",
+          "Out of memory: Killed process %d (%s) total-vm:%lukB, anon-rss:%lukB, file-rss:%lukB, "
+          "shmem-rss:%lukB",
+          "5.1-6.12 (5.3+: UID:%u pgtables:%lukB oom_score_adj:%hd follow)", "global-oom",
+          _f("pid:int", "comm:text", "total_vm_kb:int", "anon_rss_kb:int", "file_rss_kb:int",
+             "shmem_rss_kb:int"),
+          kind="kernel", framework="kernel"),
+    Entry("kernel-killed-memcg", _KERNEL, "mm/oom_kill.c __oom_kill_process()",
+          "Memory cgroup out of memory: Killed process %d (%s) total-vm:%lukB, anon-rss:%lukB, "
+          "file-rss:%lukB, shmem-rss:%lukB",
+          "5.1-6.12 (5.3+: UID:%u pgtables:%lukB oom_score_adj:%hd follow)", "memcg-limit",
+          _f("pid:int", "comm:text", "total_vm_kb:int", "anon_rss_kb:int", "file_rss_kb:int",
+             "shmem_rss_kb:int"),
+          kind="kernel", framework="kernel"),
+    Entry("kernel-killed-4x", _KERNEL, "mm/oom_kill.c oom_kill_process()",
+          "Killed process %d (%s) total-vm:%lukB, anon-rss:%lukB, file-rss:%lukB",
+          "3.10-5.0 (4.6+: shmem-rss:%lukB follows)", None,
+          _f("pid:int", "comm:text", "total_vm_kb:int", "anon_rss_kb:int", "file_rss_kb:int"),
+          kind="kernel", framework="kernel"),
+    Entry("kernel-kill-choice-memcg", _KERNEL, "mm/memcontrol.c / mm/oom_kill.c oom_kill_process()",
+          "Memory cgroup out of memory: Kill process %d (%s) score %u or sacrifice child",
+          "3.10-5.0", "memcg-limit", _f("pid:int", "comm:text", "score:int"),
+          kind="kernel", framework="kernel"),
+    Entry("kernel-kill-choice-global", _KERNEL, "mm/oom_kill.c oom_kill_process()",
+          "Out of memory: Kill process %d (%s) score %u or sacrifice child",
+          "3.10-5.0", "global-oom", _f("pid:int", "comm:text", "score:int"),
+          kind="kernel", framework="kernel"),
+    Entry("kernel-oom-reaper", _KERNEL, "mm/oom_kill.c oom_reap_task_mm()",
+          "oom_reaper: reaped process %d (%s), now anon-rss:%lukB, file-rss:%lukB, shmem-rss:%lukB",
+          "4.6-6.12", None,
+          _f("pid:int", "comm:text", "anon_rss_kb:int", "file_rss_kb:int", "shmem_rss_kb:int"),
+          kind="kernel", framework="kernel"),
+    Entry("kernel-no-killable", _KERNEL, "mm/oom_kill.c out_of_memory()",
+          "Out of memory and no killable processes...", "3.10-6.12", None, kind="kernel", framework="kernel"),
+    Entry("kernel-oom-group", _KERNEL, "mm/memcontrol.c mem_cgroup_print_oom_group()",
+          "Tasks in %s are going to be killed due to memory.oom.group set", "4.19-6.12", "memcg-limit",
+          _f("memcg:word"), kind="kernel", framework="kernel"),
+    Entry("kernel-tasks-state", _KERNEL, "mm/oom_kill.c dump_tasks()",
+          "Tasks state (memory values in pages):", "4.18-6.12", None, kind="kernel", framework="kernel"),
+    # -- the kernel: mm/memcontrol.c --------------------------------------------------------------
+    Entry("kernel-task-in-limit", _KERNEL, "mm/memcontrol.c mem_cgroup_print_oom_info()",
+          "Task in %s killed as a result of limit of %s", "3.10-4.18", "memcg-limit",
+          _f("task_memcg:path", "limit_memcg:path"), kind="kernel", framework="kernel"),
+    Entry("kernel-memcg-usage", _KERNEL, "mm/memcontrol.c mem_cgroup_print_oom_meminfo()",
+          "memory: usage %llukB, limit %llukB, failcnt %lu", "3.10-6.12", "memcg-limit",
+          _f("usage_kb:int", "limit_kb:int", "failcnt:int"), kind="kernel", framework="kernel"),
+    Entry("kernel-memsw-usage", _KERNEL, "mm/memcontrol.c mem_cgroup_print_oom_meminfo()",
+          "memory+swap: usage %llukB, limit %llukB, failcnt %lu", "3.10-6.12 (v1)", "memcg-limit",
+          _f("usage_kb:int", "limit_kb:int", "failcnt:int"), kind="kernel", framework="kernel"),
+    Entry("kernel-kmem-usage", _KERNEL, "mm/memcontrol.c mem_cgroup_print_oom_meminfo()",
+          "kmem: usage %llukB, limit %llukB, failcnt %lu", "3.10-6.12 (v1)", "memcg-limit",
+          _f("usage_kb:int", "limit_kb:int", "failcnt:int"), kind="kernel", framework="kernel"),
+    Entry("kernel-swap-usage", _KERNEL, "mm/memcontrol.c mem_cgroup_print_oom_meminfo()",
+          "swap: usage %llukB, limit %llukB, failcnt %lu", "4.5-6.12 (v2)", "memcg-limit",
+          _f("usage_kb:int", "limit_kb:int", "failcnt:int"), kind="kernel", framework="kernel"),
+    Entry("kernel-memcg-stats", _KERNEL, "mm/memcontrol.c mem_cgroup_print_oom_meminfo()",
+          "Memory cgroup stats for %s:", "3.10-6.12", "memcg-limit", _f("memcg:word"),
+          kind="kernel", framework="kernel"),
+    # -- the kernel: show_mem (mm/show_mem.c, lib/show_mem.c before 6.1) ----------------------------
+    Entry("kernel-mem-info", _KERNEL, "mm/show_mem.c __show_free_areas()", "Mem-Info:", "3.10-6.12",
+          None, kind="kernel", framework="kernel"),
+    Entry("kernel-pages-ram", _KERNEL, "lib/show_mem.c / mm/show_mem.c __show_mem()",
+          "%lu pages RAM", "3.10-6.12", None, _f("pages:int"), kind="kernel", framework="kernel"),
+    Entry("kernel-pagecache", _KERNEL, "mm/show_mem.c show_swap_cache_info()",
+          "%ld total pagecache pages", "3.10-6.12", None, _f("pages:int"), kind="kernel", framework="kernel"),
+    # -- NVIDIA's kernel driver ---------------------------------------------------------------------
+    Entry("nvidia-xid", "NVIDIA driver", "kernel/nvidia/nv.c (nvidia_log_xid)",
+          "NVRM: Xid (PCI:%s): %d, %s", "all open and closed drivers 3xx-5xx", None,
+          _f("pci:word", "xid:int", "detail:rest"), kind="kernel", framework="NVIDIA driver"),
+    # -- PyTorch ------------------------------------------------------------------------------------
+    Entry("torch-cuda-oom-2x", _TORCH, "c10/cuda/CUDACachingAllocator.cpp malloc()",
+          "CUDA out of memory. Tried to allocate {}. GPU {} has a total capacity of {} of which {} is free.",
+          "2.1-2.9", "cuda-oom", _f("tried:size", "device:int", "total:size", "free:size"),
+          framework=_TORCH),
+    Entry("torch-cuda-oom-1x", _TORCH, "c10/cuda/CUDACachingAllocator.cpp malloc()",
+          "CUDA out of memory. Tried to allocate {} (GPU {}; {} total capacity; {} already allocated; "
+          "{} free;",
+          "1.0-2.0", "cuda-oom", _f("tried:size", "device:int", "total:size", "allocated:size", "free:size"),
+          framework=_TORCH),
+    Entry("torch-dataloader-killed", _TORCH,
+          "torch/csrc/DataLoader.cpp handler_SIGCHLD / _error_if_any_worker_fails",
+          "DataLoader worker (pid {}) is killed by signal: Killed.", "1.0-2.9", "sigkill-not-oom",
+          _f("pid:int"), framework=_TORCH),
+    Entry("torch-dataloader-segv", _TORCH, "torch/csrc/DataLoader.cpp _error_if_any_worker_fails",
+          "DataLoader worker (pid {}) is killed by signal: Segmentation fault.", "1.0-2.9", "segfault",
+          _f("pid:int"), framework=_TORCH),
+    Entry("torch-dataloader-bus", _TORCH, "torch/csrc/DataLoader.cpp _error_if_any_worker_fails",
+          "DataLoader worker (pid {}) is killed by signal: Bus error.", "1.0-2.9", "shm-full",
+          _f("pid:int"), framework=_TORCH),
+    Entry("torch-dataloader-exited", _TORCH, "torch/utils/data/dataloader.py _try_get_data",
+          "DataLoader worker (pid(s) {}) exited unexpectedly", "1.0-2.9", None, _f("pids:text"),
+          framework=_TORCH),
+    Entry("torch-elastic-signal", _TORCH, "torch/distributed/elastic/multiprocessing/errors/__init__.py",
+          "Signal {} ({}) received by PID {}", "1.9-2.9", None, _f("signal:int", "name:word", "pid:int"),
+          framework="torchrun"),
+    Entry("torch-elastic-agent-failed", _TORCH, "torch/distributed/elastic/multiprocessing/api.py",
+          "failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s", "1.9-2.9", None,
+          _f("exit_code:int", "local_rank:int", "pid:int", "binary:rest"), framework="torchrun"),
+    Entry("torch-nccl-watchdog", _TORCH, "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp",
+          "Watchdog caught collective operation timeout: {}", "1.13-2.9", None, _f("work:rest"),
+          framework="NCCL"),
+    # -- the CUDA runtime, cuBLAS, cuDNN (the text after PyTorch's "CUDA error: ") ------------------
+    Entry("cuda-runtime-oom", "PyTorch / CUDA runtime",
+          "c10/cuda/CUDAException.cpp (\"CUDA error: \" + cudaGetErrorString(cudaErrorMemoryAllocation))",
+          "CUDA error: out of memory", "torch 1.0-2.9, CUDA 8-13", "cuda-oom", framework="CUDA runtime"),
+    Entry("cublas-alloc-failed", "cuBLAS",
+          "cublas_api.h CUBLAS_STATUS_ALLOC_FAILED (PyTorch's cublasGetErrorString)",
+          "CUBLAS_STATUS_ALLOC_FAILED when calling `{}`", "CUDA 8-13", "cuda-oom", _f("call:text"),
+          framework="cuBLAS"),
+    Entry("cudnn-alloc-failed", "cuDNN", "cudnn.h cudnnGetErrorString(CUDNN_STATUS_ALLOC_FAILED)",
+          "CUDNN_STATUS_ALLOC_FAILED", "cuDNN 7-9", "cuda-oom", framework="cuDNN"),
+    # -- TensorFlow ---------------------------------------------------------------------------------
+    Entry("tf-oom-tensor", "TensorFlow", "tensorflow/core/common_runtime/bfc_allocator.cc / op_kernel.cc",
+          "OOM when allocating tensor with shape[{}] and type {} on {} by allocator {}", "1.x-2.x",
+          "cuda-oom",
+          _f("shape:text", "dtype:word", "device:word", "allocator:word"), framework="TensorFlow"),
+    Entry("tf-bfc-ran-out", "TensorFlow",
+          "tensorflow/core/common_runtime/bfc_allocator.cc AllocateRawInternal",
+          "Allocator ({}) ran out of memory trying to allocate {}", "1.x-2.x (XLA's tf_allocator too)",
+          "cuda-oom", _f("allocator:word", "tried:size"), framework="TensorFlow"),
+    # -- JAX / XLA ----------------------------------------------------------------------------------
+    Entry("xla-oom", "XLA", "xla/stream_executor/gpu (BFC / device memory allocator) via jaxlib",
+          "RESOURCE_EXHAUSTED: Out of memory while trying to allocate {}.", "jaxlib 0.1.5x-0.5",
+          "cuda-oom", _f("tried:size"), framework="JAX/XLA"),
+    # -- Python, NumPy, libstdc++ -------------------------------------------------------------------
+    Entry("numpy-unable-to-allocate", "NumPy", "numpy/core/_exceptions.py _ArrayMemoryError.__str__",
+          "Unable to allocate {} for an array with shape {} and data type {}", "1.17-2.x",
+          "python-exception", _f("size:size", "shape:text", "dtype:word"), framework="NumPy"),
+    Entry("python-memory-error", "CPython", "Objects/exceptions.c MemoryError (traceback's last line)",
+          "MemoryError", "3.x", "python-exception", whole=True, framework="Python"),
+    Entry("libstdcxx-bad-alloc", "libstdc++", "libsupc++/vterminate.cc __verbose_terminate_handler",
+          "terminate called after throwing an instance of 'std::bad_alloc'", "GCC 4-14", None,
+          framework="libstdc++"),
+    # -- shells' job reports ------------------------------------------------------------------------
+    Entry("bash-killed-line", "bash", "jobs.c notify_of_job_status (non-interactive shell)",
+          "%s: line %d: %5ld Killed %s", "bash 3-5", "sigkill-not-oom",
+          _f("shell:word", "line_no:int", "pid:int", "command:rest"), framework="bash"),
+    Entry("zsh-killed", "zsh", "Src/jobs.c printjob (sigmsg(SIGKILL) = \"killed\")",
+          "zsh: killed %s", "zsh 4-5", "sigkill-not-oom", _f("command:rest"), framework="zsh"),
+    Entry("shell-killed", "bash/dash", "strsignal(SIGKILL) as bash's and dash's job report prints it",
+          "Killed", "bash 3-5, dash 0.5", "sigkill-not-oom", whole=True, framework="shell"),
+    Entry("shell-segfault", "bash/dash", "strsignal(SIGSEGV) and \" (core dumped)\" in the job report",
+          "Segmentation fault (core dumped)", "bash 3-5, dash 0.5", "segfault", framework="shell"),
+    # -- the kubelet --------------------------------------------------------------------------------
+    Entry("kubelet-eviction-node-low", "Kubernetes kubelet",
+          "pkg/kubelet/eviction/helpers.go nodeLowMessageFmt",
+          "The node was low on resource: %v. ", "1.7-1.33", "eviction", _f("resource:word"), kind="pod",
+          framework="kubelet"),
+    Entry("kubelet-eviction-container", "Kubernetes kubelet",
+          "pkg/kubelet/eviction/helpers.go containerMessageFmt",
+          "Container %s was using %s, request is %s, has larger consumption of %v. ", "1.27-1.33", "eviction",
+          _f("container:word", "usage:word", "request:word", "resource:word"), kind="pod",
+          framework="kubelet"),
+    Entry("kubelet-eviction-container-old", "Kubernetes kubelet",
+          "pkg/kubelet/eviction/helpers.go containerMessageFmt",
+          "Container %s was using %s, which exceeds its request of %s. ", "1.9-1.26", "eviction",
+          _f("container:word", "usage:word", "request:word"), kind="pod", framework="kubelet"),
+    Entry("kubelet-node-shutdown", "Kubernetes kubelet", "pkg/kubelet/nodeshutdown nodeShutdownMessage",
+          "Pod was terminated in response to imminent node shutdown.", "1.21-1.33", "preempted", kind="pod",
+          framework="kubelet"),
+    Entry("scheduler-preempted", "Kubernetes scheduler",
+          "pkg/scheduler/framework/preemption DisruptionTarget message",
+          "%s: preempting to accommodate a higher priority pod", "1.26-1.33", "preempted",
+          _f("plugin:word"), kind="pod", framework="kube-scheduler"),
+)
+
+#: The entries by key.
+BY_KEY: dict[str, Entry] = {e.key: e for e in ENTRIES}
+KERNEL: tuple[Entry, ...] = tuple(e for e in ENTRIES if e.kind == "kernel")
+
+
+@dataclass(frozen=True)
+class Found:
+    """A catalogued message found in a line: where it starts, and its fields as printed."""
+
+    entry: Entry
+    start: int
+    end: int
+    fields: dict[str, str]
+
+    def number(self, name: str) -> int | None:
+        """A field read as a number: ints as written, sizes in bytes."""
+        value = self.fields.get(name)
+        if value is None:
+            return None
+        kind = next((f.kind for f in self.entry.fields if f.name == name), "text")
+        if kind == "size":
+            return size_bytes(value)
+        if kind == "hex":
+            return int(value, 16)
+        try:
+            return int(value)
+        except ValueError:
+            return None
+
+
+def size_bytes(text: str) -> int:
+    """``"30.29 GiB"``, ``"6.88GiB"``, ``"8000000000 bytes"`` -> bytes (binary units, as printed)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*", text)
+    if m is None:
+        raise ValueError(f"not a size: {text!r}")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()] + 0.5)
+
+
+def find(line: str, entries: Iterable[Entry] = ENTRIES) -> Found | None:
+    """The catalogued message that starts first in ``line``, or None; wherever it starts."""
+    best: Found | None = None
+    for entry in entries:
+        at = line.find(entry.anchor)
+        if at < 0:
+            continue
+        m = entry.pattern.search(line, max(0, at - entry.lead))
+        if m is None or (best is not None and m.start() >= best.start):
+            continue
+        best = Found(entry, m.start(), m.end(), {k: v for k, v in m.groupdict().items() if v is not None})
+    return best
+
+
+def find_all(lines: Iterable[str], entries: Iterable[Entry] = ENTRIES) -> list[Found]:
+    """Every line's first catalogued message, in order."""
+    chosen = tuple(entries)
+    return [f for line in lines if (f := find(line, chosen)) is not None]
+
+
+def kernel_start(line: str) -> int:
+    """Where the kernel's own text starts in ``line`` (after any prefix), or -1 when it holds none."""
+    found = find(line, KERNEL)
+    return found.start if found is not None else -1

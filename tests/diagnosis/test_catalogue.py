@@ -1,0 +1,129 @@
+"""Every catalogued message, rendered from its format string with generated fields, is found again.
+
+The recogniser is compiled from the format strings (podmortem.diagnosis.catalogue); here each
+entry's format string is filled in by hypothesis, the way its printing code fills it in, put after
+a prefix some tool adds, and `catalogue.find` must name the entry's verdict and give back every
+number the message holds.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from podmortem.diagnosis import catalogue
+from podmortem.reports import codes
+
+_WORD = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-."
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def _size() -> st.SearchStrategy[tuple[str, int]]:
+    """A size as torch ("20.00 MiB"), TensorFlow ("6.88GiB") or XLA ("8000000000 bytes") print it."""
+    def torch_like(whole: int, cents: int, unit: str, space: bool) -> tuple[str, int]:
+        text = f"{whole}.{cents:02d}{' ' if space else ''}{unit}"
+        return text, catalogue.size_bytes(text)
+
+    spelled = st.builds(torch_like, st.integers(0, 1023), st.integers(0, 99), st.sampled_from(_UNITS),
+                        st.booleans())
+    counted = st.integers(0, 10**12).map(lambda n: (f"{n} bytes", n))
+    return st.one_of(spelled, counted)
+
+
+def _value(kind: str) -> st.SearchStrategy[tuple[str, int | None]]:
+    """A field's printed text and, for numbers, the number it stands for."""
+    if kind == "int":
+        return st.integers(-1000, 10**12).map(lambda n: (str(n), n))
+    if kind == "hex":
+        return st.integers(0, 2**32).map(lambda n: (hex(n), n))
+    if kind == "size":
+        return _size()
+    word = st.text(_WORD, min_size=1, max_size=20)
+    if kind in ("word", "comm"):
+        return word.map(lambda w: (w, None))
+    if kind == "path":
+        return st.lists(word, min_size=1, max_size=4).map(lambda parts: ("/" + "/".join(parts), None))
+    return st.text(_WORD + " /|", min_size=1, max_size=30).map(lambda t: (t.strip() or "x", None))
+
+
+_PLACEHOLDER = re.compile(catalogue._PLACEHOLDER.pattern)
+
+
+def _render(entry: catalogue.Entry, values: list[str]) -> str:
+    it = iter(values)
+    text = _PLACEHOLDER.sub(lambda m: "%" if m.group(0) == "%%" else next(it), entry.format)
+    return text.rstrip(" ")
+
+
+@st.composite
+def _message(draw: st.DrawFn, entry: catalogue.Entry) -> tuple[str, dict[str, int]]:
+    printed: list[str] = []
+    numbers: dict[str, int] = {}
+    for f in entry.fields:
+        text, number = draw(_value(f.kind))
+        printed.append(text)
+        if number is not None:
+            numbers[f.name] = number
+    return _render(entry, printed), numbers
+
+
+#: Prefixes tools put before a message: a grep file name, a host, a level, a logger's, a viewer's
+#: column, a rank; and any printable text ending where a prefix ends.
+_PREFIXES = st.one_of(
+    st.sampled_from([
+        "", "messages-20150510:", "10.0.0.1: kern:    info: [2025-01-02T03:04:05.678Z]: ", "[Mar19 10:02] ",
+        "[  +0.000003] ", "  12 ", "ERROR: ", "[rank3]: ", "trainer-0 | ", "\"", "│ ",
+        "E0101 12:00:00.1 1 x.go:1] ",
+    ]),
+    st.builds(lambda text, end: text + end,
+              st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=76),
+              st.sampled_from([": ", "] ", " | ", ":"])),
+)
+
+
+@pytest.mark.parametrize("entry", catalogue.ENTRIES, ids=lambda e: e.key)
+def test_every_entry_is_found_with_its_verdict_and_numbers(entry: catalogue.Entry) -> None:
+    @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    @given(message=_message(entry), prefix=_PREFIXES)
+    def check(message: tuple[str, dict[str, int]], prefix: str) -> None:
+        text, numbers = message
+        assume(catalogue.find(prefix) is None)  # a prefix that is itself a catalogued message is none
+        found = catalogue.find(prefix + text)
+        assert found is not None, prefix + text
+        assert found.entry.verdict == entry.verdict, (found.entry.key, prefix + text)
+        if found.entry is entry:
+            for name, number in numbers.items():
+                assert found.number(name) == number, (name, prefix + text)
+        if entry.fields[:1] == () or entry.fields[0].kind not in ("comm", "text", "word", "path", "int"):
+            assert found.start >= len(prefix.rstrip()) - 1, (found.start, prefix + text)
+
+    check()
+
+
+def test_entries_are_facts_with_a_source_and_a_known_verdict() -> None:
+    assert len({e.key for e in catalogue.ENTRIES}) == len(catalogue.ENTRIES)
+    for e in catalogue.ENTRIES:
+        assert e.project and e.source and e.versions and e.format, e.key
+        assert e.verdict is None or e.verdict in codes.VERDICTS, e.key
+        assert e.kind in ("kernel", "training", "pod"), e.key
+
+
+@pytest.mark.parametrize("text", [
+    "Process was Killed by the user",          # prose, not a shell's job report
+    "Killed processes are listed below",
+    "we caught MemoryError: and went on",
+    "CUDA error: device-side assert triggered",  # a CUDA error, but not a lack of memory
+])
+def test_words_in_prose_are_no_message(text: str) -> None:
+    found = catalogue.find(text)
+    assert found is None or found.entry.verdict is None, found
+
+
+def test_the_first_message_in_a_line_wins() -> None:
+    found = catalogue.find("Memory cgroup out of memory: Killed process 7 (python) total-vm:1kB, "
+                           "anon-rss:1kB, file-rss:0kB, shmem-rss:0kB")
+    assert found is not None and found.entry.key == "kernel-killed-memcg"
+    assert found.number("pid") == 7 and found.start == 0
