@@ -105,7 +105,7 @@ async def read_back(root: Path) -> Served:
             if isinstance(item, reading.LinesBlock):
                 served.extend((x.ts_ns, x.text) for x in item.lines())
             elif isinstance(item, reading.LargeLinesBlock):
-                served.extend((x.ts_ns, x.text) for x in await item.lines())
+                served.extend((x.ts_ns, x.text) for x in await reading.read_large_lines(item, None))
         return served, items, cursor, inst.ended is not None
 
 

@@ -57,7 +57,7 @@ async def served(root: Path, batches: list[list[LogLine]], *, raw: bool, how: re
         async for item in reading.read(store.find(namespace="ns", pod="p"), tail=tail, since_ns=since_ns):
             if isinstance(item, reading.LargeLinesBlock):
                 large += 1
-                pieces = [p async for p in item.pieces(how)]
+                pieces = [p async for p in reading.serve_large(item, how)]
             elif isinstance(item, reading.LinesBlock):
                 pieces = list(reading.render_block(item, how))
             else:
@@ -143,7 +143,7 @@ async def test_clipped_lines_of_a_large_batch_keep_only_the_head(
         return data
 
     monkeypatch.setattr(rendering.os, "pread", counting)
-    first, second = await block.clipped_lines(2048)
+    first, second = await reading.read_large_lines(block, 2048)
     assert first.text == b"z" * 2048 + b" [podmortem: %d more bytes]" % (len(text) - 2048)
     assert second.text == b"after"
     if not raw:

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd
+from podmortem.logs.following.outcomes import Reconnect
 from podmortem.logs.lines import LineBatch
-
-if TYPE_CHECKING:
-    from podmortem.logs.following.follower import Reconnect
 
 
 class LogSink(Protocol):

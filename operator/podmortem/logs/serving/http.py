@@ -171,7 +171,7 @@ def _ts(ns: int | None) -> str:
 def render_text(item: reading.LogItem, *, with_timestamps: bool) -> bytes:
     """A marker of a stored log as a line of its own (lines: `reading.render_block`)."""
     if isinstance(item, reading.LinesBlock | reading.LargeLinesBlock):
-        raise TypeError("lines are rendered in pieces: reading.render_block / LargeLinesBlock.pieces")
+        raise TypeError("lines are rendered in pieces: reading.render_block / reading.serve_large")
     if isinstance(item, GapMarker):
         detail = f": {item.detail}" if item.detail else ""
         msg = (f"--- podmortem: lines may be missing here ({item.reason}) "
@@ -190,7 +190,7 @@ def render_jsonl(item: reading.LogItem) -> bytes:
     """A marker of a stored log as one jsonl record (lines: `reading.render_block`)."""
     record: dict[str, Any]
     if isinstance(item, reading.LinesBlock | reading.LargeLinesBlock):
-        raise TypeError("lines are rendered in pieces: reading.render_block / LargeLinesBlock.pieces")
+        raise TypeError("lines are rendered in pieces: reading.render_block / reading.serve_large")
     if isinstance(item, GapMarker):
         record = {"type": "gap", "reason": str(item.reason), "after_ts_ns": item.after_ts_ns,
                   "before_ts_ns": item.before_ts_ns, "detail": item.detail}
@@ -210,7 +210,7 @@ async def render(item: reading.LogItem, query: LogQuery) -> AsyncIterator[bytes]
     else:
         how = reading.Render.TIMESTAMPS if query.timestamps else reading.Render.TEXT
     if isinstance(item, reading.LargeLinesBlock):
-        async for piece in item.pieces(how):
+        async for piece in reading.serve_large(item, how):
             yield piece
     elif isinstance(item, reading.LinesBlock):
         for piece in reading.render_block(item, how):

@@ -7,12 +7,10 @@ than a read chunk comes as a ``LargeLinesBlock``, served in pieces.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from podmortem.logs.events import GapMarker, LogEnd, LogLine
-from podmortem.logs.storage import read_pool, rendering, segments
-from podmortem.logs.storage.rendering import Render
+from podmortem.logs.storage import segments
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +44,8 @@ class LinesBlock:
 class LargeLinesBlock:
     """A stored batch bigger than `READ_CHUNK` (its CRC already checked): served in pieces.
 
-    Nothing of it is held but the piece being rendered, so a reader of a log of 16 MiB lines
-    holds what a reader of short lines holds.
+    Nothing of it is held but the piece being rendered (`rendering.serve_large`), so a reader of a
+    log of 16 MiB lines holds what a reader of short lines holds.
     """
 
     container: str
@@ -61,30 +59,6 @@ class LargeLinesBlock:
 
     def __len__(self) -> int:
         return self.head.n_lines - self.start
-
-    async def pieces(self, render: Render) -> AsyncIterator[bytes]:
-        """The lines rendered, piece by piece, each piece made in a worker thread."""
-        gen = rendering.render_large(self, render)
-        try:
-            while True:
-                piece = await read_pool.run(next, gen, None)
-                if piece is None:
-                    return
-                yield piece
-        finally:
-            await read_pool.run(gen.close)
-
-    async def clipped_lines(self, max_text_bytes: int) -> list[LogLine]:
-        """The lines with texts cut to ``max_text_bytes``: only that much of each is held.
-
-        A columnar batch's lengths let the rest be skipped unread; a raw batch's line has no
-        length, so its rest is scanned for the newline in large reads and dropped as it goes.
-        """
-        return await read_pool.run(rendering.large_lines, self, max_text_bytes)
-
-    async def lines(self) -> list[LogLine]:
-        """Every line whole: for tests and tools, never for a server (it holds the whole batch)."""
-        return await read_pool.run(rendering.large_lines, self, None)
 
 
 @dataclass(frozen=True, slots=True)

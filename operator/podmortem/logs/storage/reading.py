@@ -32,7 +32,7 @@ from podmortem.logs.storage.chunks import READ_CHUNK, Batches, DamageAt, LargeAt
 from podmortem.logs.storage.instance import Instance
 from podmortem.logs.storage.positions import data_start, since_segment, tail_start
 from podmortem.logs.storage.recovery import end_from_event
-from podmortem.logs.storage.rendering import PIECE, Render, render_block
+from podmortem.logs.storage.rendering import PIECE, Render, read_large_lines, render_block, serve_large
 from podmortem.logs.wakeup import Wakeup
 
 #: Names callers import from here, wherever they are defined now.
@@ -49,8 +49,10 @@ __all__ = [
     "Render",
     "RetentionCut",
     "read",
+    "read_large_lines",
     "read_lines",
     "render_block",
+    "serve_large",
 ]
 
 logger = logging.getLogger(__name__)
@@ -298,7 +300,7 @@ async def read_lines(
         if isinstance(item, LinesBlock):
             out.extend(item.lines())
         elif isinstance(item, LargeLinesBlock):
-            out.extend(await item.lines())
+            out.extend(await read_large_lines(item, None))
         elif isinstance(item, RetentionCut | Damaged | Idle):
             continue
         else:

@@ -9,16 +9,13 @@ import json
 import os
 import sys
 from array import array
-from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Generator, Iterator
 
 from podmortem.files import open_nofollow
 from podmortem.logs import timestamps
 from podmortem.logs.events import LogLine
-from podmortem.logs.storage import chunks, segments
-
-if TYPE_CHECKING:
-    from podmortem.logs.storage.blocks import LargeLinesBlock, LinesBlock
+from podmortem.logs.storage import chunks, read_pool, segments
+from podmortem.logs.storage.blocks import LargeLinesBlock, LinesBlock
 
 #: Source bytes per rendered piece of a large batch: the rendering (timestamps, JSON escapes of
 #: up to 6 bytes per byte) of one piece stays under 400 KiB.
@@ -180,6 +177,30 @@ def _columnar_events(
 def render_large(block: LargeLinesBlock, render: Render) -> Generator[bytes, None, None]:
     """Rendered pieces of a large batch, each from at most about `PIECE` source bytes."""
     yield from _render_events(_large_events(block), render)
+
+
+async def serve_large(block: LargeLinesBlock, render: Render) -> AsyncIterator[bytes]:
+    """A large batch's lines rendered, piece by piece, each piece made in a read-pool thread: nothing of
+    the batch is held but the piece being rendered."""
+    gen = render_large(block, render)
+    try:
+        while True:
+            piece = await read_pool.run(next, gen, None)
+            if piece is None:
+                return
+            yield piece
+    finally:
+        await read_pool.run(gen.close)
+
+
+async def read_large_lines(block: LargeLinesBlock, clip_at: int | None) -> list[LogLine]:
+    """A large batch's lines with texts cut to ``clip_at`` bytes (None: whole, for tests and tools, never
+    for a server: it holds the whole batch), read in a read-pool thread.
+
+    A columnar batch's lengths let the rest of a line be skipped unread; a raw batch's line has no
+    length, so its rest is scanned for the newline in large reads and dropped as it goes.
+    """
+    return await read_pool.run(large_lines, block, clip_at)
 
 
 def _block_events(block: LinesBlock) -> Iterator[_Event]:

@@ -1,22 +1,38 @@
-"""The ``LogSink`` of one pod in the store: what a follower writes lines, gaps and ends into."""
+"""The ``LogSink`` of one pod in the store: what a follower writes lines, gaps and ends into.
+
+The store hands these out (`podmortem.logs.storage.store.LogStore.sink`), so this module names only
+what a sink asks of the store (`PodWriter`), which the store is: the store imports the sink, never
+the other way round.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd, LogLine
+from podmortem.logs.storage.pods import Pod
 
-if TYPE_CHECKING:
-    from podmortem.logs.storage.pods import Pod
-    from podmortem.logs.storage.store import LogStore
+
+class PodWriter(Protocol):
+    """What a pod's sink asks of the store: each call names the pod it writes."""
+
+    def pod_for_write(self, released: Pod) -> Pod: ...
+
+    async def load_cursor(self, pod: Pod, container: str) -> LogCursor | None: ...
+
+    async def write(self, pod: Pod, container: str, lines: Sequence[LogLine], cursor: LogCursor) -> None: ...
+
+    async def gap(self, pod: Pod, marker: GapMarker) -> None: ...
+
+    async def end(self, pod: Pod, end: LogEnd) -> None: ...
 
 
 class PodLogSink:
     """The ``LogSink`` of one pod: what the follower writes lines, gaps and ends into."""
 
-    def __init__(self, store: LogStore, pod: Pod) -> None:
+    def __init__(self, store: PodWriter, pod: Pod) -> None:
         self._store = store
         self._pod = pod
 

@@ -203,7 +203,7 @@ def _take(
     return taken
 
 
-#: How `reading.LargeLinesBlock.clipped_lines` ends a line it cut.
+#: How `reading.read_large_lines` ends a line it cut.
 _STORE_CUT = re.compile(rb" \[podmortem: (\d+) more bytes\]")
 
 
@@ -215,7 +215,7 @@ async def _take_large(
 ) -> int:
     """`_take` for a batch too big to read whole: the store's reader cuts each line at `LINE_BYTES`."""
     taken = 0
-    for line in await block.clipped_lines(LINE_BYTES):
+    for line in await reading.read_large_lines(block, LINE_BYTES):
         if kill_ns is not None and line.ts_ns > kill_ns:
             continue
         taken += 1
