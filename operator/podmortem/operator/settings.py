@@ -233,7 +233,7 @@ class OperatorSettings:
     #: changed something is one API write per job; 30 s keeps 1,000 jobs at ~33 writes/s at most.
     last_log_line_interval_s: float = 30.0
     #: The followers' API requests (pod reads, log requests) per second on average, and how many may
-    #: go at once (client-go's QPS and burst; `podmortem.logs.following.rate_limit`): a restart over
+    #: go at once (client-go's QPS and burst; `podmortem.kube.rate_limit`): a restart over
     #: 10,000 pods spreads its 20,000 requests over about 100 s instead of sending them at once.
     api_qps: float = FollowSettings.api_qps or 500.0
     api_burst: int = FollowSettings.api_burst

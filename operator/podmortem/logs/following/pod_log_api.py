@@ -27,7 +27,7 @@ import aiohttp
 
 from podmortem.logs import errors
 from podmortem.logs.following.connection_slots import ConnectionSlots
-from podmortem.logs.following.rate_limit import TokenBucket
+from podmortem.kube.rate_limit import TokenBucket
 from podmortem.logs.settings import FollowSettings
 
 if TYPE_CHECKING:

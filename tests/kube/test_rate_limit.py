@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from podmortem.logs.following.rate_limit import TokenBucket
+from podmortem.kube.rate_limit import TokenBucket
 from podmortem.logs.settings import FollowSettings
 
 

@@ -1,0 +1,120 @@
+"""`ApiSession`: refused credentials made afresh once, every request paced, answers within budget."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from podmortem.kube.api import KubeError
+from podmortem.kube.config import ClusterAccess
+from podmortem.kube.rate_limit import TokenBucket
+from podmortem.kube.session import MAX_ERROR_BYTES, ApiSession
+
+
+class Api:
+    """A scripted API server that accepts one token and keeps every request's Authorization."""
+
+    def __init__(self) -> None:
+        self.token = "one"
+        self.seen: list[str] = []
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append(request.headers.get("Authorization", ""))
+        if request.headers.get("Authorization") != f"Bearer {self.token}":
+            return web.json_response({"kind": "Status", "reason": "Unauthorized"}, status=401)
+        if request.path == "/big":
+            return web.Response(body=b'{"x": "' + b"a" * 5000 + b'"}', content_type="application/json")
+        if request.path == "/missing":
+            return web.json_response({"kind": "Status", "reason": "NotFound"}, status=404)
+        if request.path == "/broken":
+            return web.Response(text="b" * 10_000, status=500)
+        if request.method in ("POST", "PATCH"):
+            return web.json_response({"got": await request.json(),
+                                      "type": request.headers.get("Content-Type")})
+        return web.json_response({"path": request.path, "query": dict(request.query)})
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[tuple[Api, str]]:
+    scripted = Api()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", scripted.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield scripted, f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_json_in_json_out(api: tuple[Api, str], tmp_path: Path) -> None:
+    _, url = api
+    (tmp_path / "token").write_text("one")
+    async with ApiSession(ClusterAccess(server=url, token_file=tmp_path / "token")) as session:
+        assert await session.request("GET", "/api/v1/pods", query={"limit": "1"}) == {
+            "path": "/api/v1/pods", "query": {"limit": "1"}}
+        answer = await session.request("PATCH", "/x", body={"a": 1},
+                                       content_type="application/merge-patch+json")
+        assert answer == {"got": {"a": 1}, "type": "application/merge-patch+json"}
+
+
+async def test_a_refused_request_is_sent_once_more_with_the_token_read_afresh(
+        api: tuple[Api, str], tmp_path: Path) -> None:
+    scripted, url = api
+    token = tmp_path / "token"
+    token.write_text("one")
+    async with ApiSession(ClusterAccess(server=url, token_file=token)) as session:
+        await session.request("GET", "/a")
+        scripted.token = "two"  # rotated: the file changes, the old token is refused from now
+        token.write_text("two")
+        os.utime(token, ns=(0, 0))  # whatever its stamp, the 401 makes it read again
+        assert (await session.request("GET", "/b"))["path"] == "/b"
+    assert scripted.seen[-2:] == ["Bearer one", "Bearer two"]
+
+
+async def test_still_refused_after_fresh_credentials_is_an_error(api: tuple[Api, str]) -> None:
+    scripted, url = api
+    async with ApiSession(ClusterAccess(server=url, authorization="Bearer wrong")) as session:
+        with pytest.raises(KubeError) as raised:
+            await session.request("GET", "/a")
+    assert raised.value.status == 401 and raised.value.reason == "Unauthorized"
+    assert len(scripted.seen) == 2  # once, and once more: no loop
+
+
+async def test_every_request_is_paced_by_the_sessions_limit(api: tuple[Api, str]) -> None:
+    _, url = api
+    taken: list[int] = []
+
+    class Counting(TokenBucket):
+        async def acquire(self) -> None:
+            taken.append(1)
+            await super().acquire()
+
+    limit = Counting(qps=1000.0, burst=10)
+    async with ApiSession(ClusterAccess(server=url, authorization="Bearer one"), limit=limit) as session:
+        for _ in range(3):
+            await session.request("GET", "/a")
+        async with session.response("GET", "/a") as response:
+            assert response.status == 200
+    assert len(taken) == 4
+
+
+async def test_an_answer_over_its_budget_is_an_error_and_an_error_body_is_cut(api: tuple[Api, str]) -> None:
+    _, url = api
+    access = ClusterAccess(server=url, authorization="Bearer one")
+    async with ApiSession(access, max_body_bytes=4096) as session:
+        with pytest.raises(KubeError, match="over 4096 bytes"):
+            await session.request("GET", "/big")
+        assert (await session.request("GET", "/big", max_body_bytes=10_000))["x"] == "a" * 5000
+        with pytest.raises(KubeError) as missing:
+            await session.request("GET", "/missing")
+        with pytest.raises(KubeError) as broken:
+            await session.request("GET", "/broken")
+    assert missing.value.status == 404 and missing.value.reason == "NotFound"
+    assert broken.value.status == 500 and broken.value.body == "b" * MAX_ERROR_BYTES
