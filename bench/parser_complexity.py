@@ -56,7 +56,7 @@ from podmortem.kernel import kmsg, oom_parser
 from podmortem.logs.serving import http
 from podmortem.operator import settings as operator_settings
 from podmortem.operator.watching import admission, pod_watch
-from podmortem.sidecar import evidence
+from podmortem.reports import sidecar_evidence as evidence
 
 #: Above this growth per doubling a case fails: linear is 2.0, n log n about 2.2, quadratic 4.0.
 LIMIT = 2.3

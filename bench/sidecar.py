@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the pod comes from the tests
 from tests.sidecar import pod
 
-from podmortem.sidecar import evidence as ev
+from podmortem.reports import sidecar_evidence as ev
 from podmortem_demo import sandbox
 
 GOAL_RSS = 32 * pod.MIB

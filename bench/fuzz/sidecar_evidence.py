@@ -1,6 +1,6 @@
 """Fuzz target: a sidecar's termination message, as the operator reads it back from the pod status.
 
-`podmortem.sidecar.evidence.parse` documents `EvidenceInvalid` for anything but valid evidence;
+`podmortem.reports.sidecar_evidence.parse` documents `EvidenceInvalid` for anything but valid evidence;
 any other exception is a finding, and so is evidence that does not render back to a message that
 parses to the same evidence.
 """
@@ -17,7 +17,7 @@ SEEDS = ("tests/fixtures/fuzz/sidecar_evidence/seed-*",)
 
 
 def check(data: bytes) -> None:
-    from podmortem.sidecar import evidence
+    from podmortem.reports import sidecar_evidence as evidence
 
     try:
         doc = evidence.parse(data)

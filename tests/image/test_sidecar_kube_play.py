@@ -31,7 +31,7 @@ import pytest
 
 from podmortem.operator import jobs
 from podmortem.operator.settings import SidecarInjectionSettings
-from podmortem.sidecar import evidence as ev
+from podmortem.reports import sidecar_evidence as ev
 
 from .test_image_build import _SKIP_REASON, IMAGE_USER, build_image, podman_env
 

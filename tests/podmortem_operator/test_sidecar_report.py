@@ -16,7 +16,7 @@ import pytest
 
 from podmortem.diagnosis import termination as term_mod
 from podmortem.operator.reporting import sidecar_report
-from podmortem.sidecar.evidence import SidecarEvidence, render
+from podmortem.reports.sidecar_evidence import SidecarEvidence, render
 from podmortem_demo.harness import evidence_for
 
 from .test_kernel_record_followup import (

@@ -25,9 +25,9 @@ from podmortem.operator import sidecar_injection
 from podmortem.operator.reporting import sidecar_report
 from podmortem.operator.settings import SidecarInjectionSettings
 from podmortem.reports import codes
+from podmortem.reports import sidecar_evidence as ev
 from podmortem.reports.failure import FailureReport
 from podmortem.reports.findings import Finding, Severity
-from podmortem.sidecar import evidence as ev
 from podmortem_demo.harness import evidence_for
 
 from .test_kernel_record_followup import SIDECAR_IMAGE, TARGET, UID, ScriptedAgent, running_reporter

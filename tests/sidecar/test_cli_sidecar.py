@@ -17,7 +17,7 @@ import pytest
 from tests.cli.entrypoints import PODMORTEM, clean_env
 from tests.sidecar import trees
 
-from podmortem.sidecar import evidence as ev
+from podmortem.reports import sidecar_evidence as ev
 
 DEADLINE_S = 30.0
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tests.sidecar import trees
 
-from podmortem.sidecar import evidence as ev
+from podmortem.reports import sidecar_evidence as ev
 from podmortem.sidecar import untrusted_files
 from podmortem.sidecar.main import run_sidecar
 from podmortem.sidecar.settings import SidecarSettings

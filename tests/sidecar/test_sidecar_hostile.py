@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from tests.sidecar import pod
 
-from podmortem.sidecar import evidence as ev
+from podmortem.reports import sidecar_evidence as ev
 from podmortem_demo import sandbox
 
 pytestmark = pytest.mark.kernel

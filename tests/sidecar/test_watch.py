@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from datetime import UTC, datetime
@@ -10,7 +11,8 @@ from pathlib import Path
 import pytest
 from tests.sidecar import trees
 
-from podmortem.sidecar import evidence as ev
+from podmortem.reports import sidecar_document as sd
+from podmortem.reports import sidecar_evidence as ev
 from podmortem.sidecar.settings import SidecarSettings
 from podmortem.sidecar.watch import ContainerWatch
 
@@ -47,10 +49,10 @@ def test_a_kill_of_the_trainer_with_its_workers_gone_too(pod: trees.FakePod) -> 
     finally:
         watch.close()
     assert doc.kill is not None
-    assert doc.kill.victim == ev.Process(pid=12, comm="python", pss=3_000_000 * 1024, role="trainer")
+    assert doc.kill.victim == sd.Process(pid=12, comm="python", pss=3_000_000 * 1024, role="trainer")
     assert doc.kill.gone == [12, 40, 41]
-    assert doc.oom == ev.OomCounter(before=0, after=1)
-    assert doc.cgroup == ev.Cgroup(version=pod.layout.version, path=pod.layout.trainer_cgroup)
+    assert doc.oom == sd.OomCounter(before=0, after=1)
+    assert doc.cgroup == sd.Cgroup(version=pod.layout.version, path=pod.layout.trainer_cgroup)
     assert doc.samples == 5 and doc.interval_s == 2.0 and doc.procs == 3
     assert [p.pid for p in doc.top] == [40, 12, 41] and [p.role for p in doc.top] == [
         "worker",
@@ -70,7 +72,7 @@ def test_a_kill_of_the_trainer_with_its_workers_gone_too(pod: trees.FakePod) -> 
         assert (doc.mem.usage, doc.mem.peak, doc.mem.limit_hits) == (323321856, 400000000, 12)
         assert (doc.mem.anon, doc.mem.kernel) == (314535936, 8785920)
     assert len(doc.trend) == 3
-    assert ev.parse(ev.render(doc)) == doc
+    assert ev.parse(sd.render(doc)).model_dump() == dataclasses.asdict(doc)
 
 
 def test_a_kill_read_when_the_exit_woke_survives_the_runtime_removing_the_cgroup(pod: trees.FakePod) -> None:
@@ -91,7 +93,7 @@ def test_a_kill_read_when_the_exit_woke_survives_the_runtime_removing_the_cgroup
     finally:
         watch.close()
     assert doc.kill is not None and doc.kill.victim.pid == 12 and doc.kill.gone == [12, 40]
-    assert doc.oom == ev.OomCounter(before=0, after=1)
+    assert doc.oom == sd.OomCounter(before=0, after=1)
 
 
 def test_a_worker_killed_alone_is_the_victim_and_the_trainer_goes_on(tmp_path: Path) -> None:
@@ -132,5 +134,5 @@ def test_an_unreachable_cgroup_still_samples_processes_and_says_why(tmp_path: Pa
     doc = watch.evidence(reason="sigterm", now=0.1, at=AT)
     assert [p.pid for p in doc.top] == [12]
     assert doc.mem is not None and doc.mem.usage is None
-    assert doc.oom == ev.OomCounter()
+    assert doc.oom == sd.OomCounter()
     assert any("cgroup unreadable" in note for note in doc.notes)

@@ -6,23 +6,15 @@ counts); v1 adds ``total_*`` hierarchical copies. Pure: the caller reads the fil
 
 from __future__ import annotations
 
-from podmortem.reports.memory import CgroupMemoryStat, CgroupVersion, detect_version
+from podmortem.reports.memory import CgroupMemoryStat
+from podmortem.reports.memory_classes import CgroupVersion, detect_version, stat_values
 
 
 def parse_memory_stat(
     text: str, *, path: str | None = None, version: CgroupVersion | None = None
 ) -> CgroupMemoryStat:
     """Parse a ``memory.stat`` file; lines that are not ``key integer`` are skipped, never fatal."""
-    stat: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, value = line.strip().partition(" ")
-        value = value.strip()
-        if not key or not value:
-            continue
-        try:
-            stat[key] = int(value)
-        except ValueError:
-            continue
+    stat = stat_values(text)
     return CgroupMemoryStat(
         version=version if version is not None else detect_version(stat), path=path, stat=stat
     )

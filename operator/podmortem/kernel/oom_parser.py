@@ -36,7 +36,8 @@ from typing import Any
 
 from podmortem.kernel import log_lines
 from podmortem.kernel.log_lines import ELISIONS, Line
-from podmortem.reports.memory import CgroupMemoryStat, detect_version
+from podmortem.reports.memory import CgroupMemoryStat
+from podmortem.reports.memory_classes import detect_version
 from podmortem.reports.oom_record import (
     ChosenVictim,
     KilledProcess,

@@ -15,7 +15,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, computed_field
 
 from podmortem.reports.findings import Finding
-from podmortem.reports.memory import CgroupVersion, MemoryBreakdown
+from podmortem.reports.memory import MemoryBreakdown
+from podmortem.reports.memory_classes import CgroupVersion
 from podmortem.reports.units import DEFAULT_PAGE_SIZE
 
 Sharing = Literal["owned", "shared", "unknown"]

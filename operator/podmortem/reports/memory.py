@@ -14,15 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-CgroupVersion = Literal[1, 2]
-
-#: v2 keys that only v2 prints (v1 says rss/cache instead).
-_V2_MARKERS = ("anon", "file", "kernel", "kernel_stack", "sock", "file_mapped")
-_V1_MARKERS = ("rss", "cache", "mapped_file", "total_rss", "total_cache", "hierarchical_memory_limit")
-#: v2 parts of ``kernel`` (MEMCG_KMEM: everything charged through obj_cgroup_charge_pages or
-#: __memcg_kmem_charge_page), summed when a kernel before 5.18 prints no ``kernel`` key. ``sock`` is
-#: not one: mem_cgroup_charge_skmem charges the memory counter and MEMCG_SOCK only.
-_V2_KERNEL_PARTS = ("kernel_stack", "pagetables", "sec_pagetables", "percpu", "vmalloc", "zswap")
+from podmortem.reports import memory_classes
+from podmortem.reports.memory_classes import CgroupVersion
 
 #: A category or class dominates when it holds at least this share of the cgroup's memory.
 DOMINANT_SHARE = 0.5
@@ -47,15 +40,6 @@ CLASS_PARENT: dict[str, str] = {
 
 #: Breakdown fields written to JSON even when None (the ones its first version had).
 _ALWAYS_DUMPED = frozenset({"anon_bytes", "file_bytes", "shmem_bytes", "kernel_bytes", "source"})
-
-
-def detect_version(keys: dict[str, int] | list[str]) -> CgroupVersion | None:
-    """Tell v1 from v2 by the keys only one of them prints; None when the keys do not say."""
-    if any(k in keys for k in _V2_MARKERS):
-        return 2
-    if any(k in keys for k in _V1_MARKERS):
-        return 1
-    return None
 
 
 class MemoryBreakdown(BaseModel):
@@ -171,73 +155,17 @@ class MemoryBreakdown(BaseModel):
         return max(held)[1] if held else category
 
 
-def _slab(stat: dict[str, int], prefix: str = "") -> int | None:
-    slab = stat.get(prefix + "slab")
-    if slab is None and (prefix + "slab_reclaimable" in stat or prefix + "slab_unreclaimable" in stat):
-        slab = stat.get(prefix + "slab_reclaimable", 0) + stat.get(prefix + "slab_unreclaimable", 0)
-    return slab
-
-
 def breakdown_v2(stat: dict[str, int], *, source: str = "memory.stat v2") -> MemoryBreakdown:
-    """Classes of a v2 memory.stat (mm/memcontrol.c ``memory_stats[]``); see `MemoryBreakdown`."""
-    shmem = stat.get("shmem")
-    file_total = stat.get("file")
-    slab = _slab(stat)
-    kernel = stat.get("kernel")
-    if kernel is None:
-        parts = [stat[k] for k in _V2_KERNEL_PARTS if k in stat]
-        if slab is not None:
-            parts.append(slab)
-        kernel = sum(parts) if parts else None
-    return MemoryBreakdown(
-        anon_bytes=stat.get("anon"),
-        file_bytes=max(0, file_total - (shmem or 0)) if file_total is not None else None,
-        shmem_bytes=shmem,
-        kernel_bytes=kernel,
-        sock_bytes=stat.get("sock"),
-        hugetlb_bytes=stat.get("hugetlb"),
-        slab_bytes=slab,
-        slab_reclaimable_bytes=stat.get("slab_reclaimable"),
-        slab_unreclaimable_bytes=stat.get("slab_unreclaimable"),
-        kernel_stack_bytes=stat.get("kernel_stack"),
-        pagetables_bytes=stat.get("pagetables"),
-        sec_pagetables_bytes=stat.get("sec_pagetables"),
-        percpu_bytes=stat.get("percpu"),
-        vmalloc_bytes=stat.get("vmalloc"),
-        zswap_bytes=stat.get("zswap"),
-        file_dirty_bytes=stat.get("file_dirty"),
-        file_writeback_bytes=stat.get("file_writeback"),
-        file_mapped_bytes=stat.get("file_mapped"),
-        anon_thp_bytes=stat.get("anon_thp"),
-        swapcached_bytes=stat.get("swapcached"),
-        zswapped_bytes=stat.get("zswapped"),
-        source=source,
-    )
+    """Classes of a v2 memory.stat (`memory_classes.classes_v2`); see `MemoryBreakdown`."""
+    return MemoryBreakdown(**memory_classes.classes_v2(stat), source=source)
 
 
 def breakdown_v1(
     stat: dict[str, int], *, prefix: str = "", kmem_bytes: int | None = None, source: str = "memory.stat v1"
 ) -> MemoryBreakdown:
-    """Classes of a v1 memory.stat (``memcg1_stat_names[]``), with ``prefix`` "total_" for its totals.
-
-    ``cache`` holds shmem, mapped_file, dirty and writeback; ``rss`` holds rss_huge; ``swap`` is
-    charged to memory+swap only; kernel memory is the ``kmem:`` line, where printed.
-    """
-    shmem = stat.get(prefix + "shmem")
-    cache = stat.get(prefix + "cache")
-    return MemoryBreakdown(
-        anon_bytes=stat.get(prefix + "rss"),
-        file_bytes=max(0, cache - (shmem or 0)) if cache is not None else None,
-        shmem_bytes=shmem,
-        kernel_bytes=kmem_bytes,
-        file_dirty_bytes=stat.get(prefix + "dirty"),
-        file_writeback_bytes=stat.get(prefix + "writeback"),
-        file_mapped_bytes=stat.get(prefix + "mapped_file"),
-        anon_thp_bytes=stat.get(prefix + "rss_huge"),
-        swapcached_bytes=stat.get(prefix + "swapcached"),
-        swap_bytes=stat.get(prefix + "swap"),
-        source=source,
-    )
+    """Classes of a v1 memory.stat (`memory_classes.classes_v1`), ``prefix`` "total_" for its totals."""
+    classes = memory_classes.classes_v1(stat, prefix=prefix, kmem_bytes=kmem_bytes)
+    return MemoryBreakdown(**classes, source=source)
 
 
 def breakdown_mem_info(mem_info: dict[str, int], *, page_size: int) -> MemoryBreakdown | None:
@@ -297,7 +225,7 @@ class CgroupMemoryStat(BaseModel):
     @property
     def hierarchical(self) -> bool:
         """True when these numbers include child cgroups (v2 always; v1 via ``total_*`` keys)."""
-        return self.version == 2 or "total_rss" in self.stat or "total_cache" in self.stat
+        return memory_classes.hierarchical(self.stat, self.version)
 
     def breakdown(self, *, kmem_bytes: int | None = None) -> MemoryBreakdown:
         """The classes of this cgroup's memory; v1 kernel memory comes from the ``kmem:`` line if given."""

@@ -13,7 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from podmortem.reports.memory import CgroupMemoryStat, CgroupVersion
+from podmortem.reports.memory import CgroupMemoryStat
+from podmortem.reports.memory_classes import CgroupVersion
 
 CONSTRAINT_MEMCG = "CONSTRAINT_MEMCG"
 CONSTRAINT_NONE = "CONSTRAINT_NONE"

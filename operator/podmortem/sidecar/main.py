@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import dataclasses
 import logging
 import os
 import signal
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from podmortem.sidecar import evidence as ev
+from podmortem.reports import sidecar_document as ev
 from podmortem.sidecar.exits import ExitWaiter
 from podmortem.sidecar.settings import SidecarSettings
 from podmortem.sidecar.watch import ContainerWatch, Reason
@@ -75,20 +76,20 @@ class TerminationLog:
             self._fd = None
 
 
-def minimal_evidence(what: str, exc: BaseException) -> ev.SidecarEvidence:
+def minimal_evidence(what: str, exc: BaseException) -> ev.SidecarDocument:
     """The least document: that the sidecar failed, what failed and why."""
     from datetime import UTC, datetime
 
     from podmortem import __version__
 
-    return ev.SidecarEvidence(
-        podmortem=ev.clean_text(__version__, 32), reason="failed", at=datetime.now(UTC),
+    return ev.SidecarDocument(
+        podmortem=ev.clean_text(__version__, ev.MAX_VERSION), reason="failed", at=datetime.now(UTC),
         notes=[ev.clean_text(f"{what} failed: {type(exc).__name__}: {exc}", ev.MAX_TEXT)],
     )
 
 
 def write_message(
-    settings: SidecarSettings, doc: ev.SidecarEvidence, log: TerminationLog | None = None
+    settings: SidecarSettings, doc: ev.SidecarDocument, log: TerminationLog | None = None
 ) -> bool:
     """Write the document to the termination log, whole (at most 4096 bytes); False if it cannot be."""
     text = ev.render(doc)
@@ -168,7 +169,7 @@ def run_sidecar(settings: SidecarSettings, *, clock: Callable[[], float] = time.
             if failure is not None:
                 what, error = failure
                 note = ev.clean_text(f"{what} failed: {type(error).__name__}: {error}", ev.MAX_TEXT)
-                doc = doc.model_copy(update={"reason": "failed", "notes": [note, *doc.notes][: ev.MAX_NOTES]})
+                doc = dataclasses.replace(doc, reason="failed", notes=[note, *doc.notes][: ev.MAX_NOTES])
         except Exception as exc:
             logger.exception("the evidence could not be built")
             doc = minimal_evidence("building the evidence", exc)

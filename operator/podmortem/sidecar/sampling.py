@@ -1,6 +1,6 @@
 """One sample of the trainer container: its cgroup's numbers and each process's PSS, trainer or worker.
 
-The same reads as the node agent's sampler (``cgroups.hostfs``, ``memory_stat``,
+The same reads as the node agent's sampler (``cgroups.hostfs``, ``memory.stat``,
 ``procfs``), from inside the pod: the cgroup through the directory the sidecar
 holds open, the processes through the shared /proc. PSS, not RSS, because a
 DataLoader worker forked from a grown trainer maps the trainer's pages too; PSS
@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from podmortem.cgroups import hostfs, memory_stat, procfs
-from podmortem.reports.memory import MemoryBreakdown
+from podmortem.cgroups import hostfs, procfs
+from podmortem.reports import memory_classes
+from podmortem.reports.sidecar_document import Role
 from podmortem.sidecar.cgroup import OpenCgroup
 from podmortem.sidecar.container import Container, parent_if_running, read_proc_file
-from podmortem.sidecar.evidence import Role
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ class CgroupNumbers:
     peak_bytes: int | None = None
     oom_kills: int | None = None
     limit_hits: int | None = None
-    breakdown: MemoryBreakdown | None = None
+    #: The classes of memory.stat (`memory_classes.classes`: ``anon_bytes``, ``file_bytes``...).
+    classes: memory_classes.Classes | None = None
     #: Why the cgroup could not be read, when it could not.
     error: str | None = None
 
@@ -78,14 +79,13 @@ def read_numbers(cgroup: OpenCgroup | None) -> CgroupNumbers:
         reading = cgroup.read()
     except (hostfs.CgroupMissing, OSError) as exc:
         return CgroupNumbers(error=f"{cgroup.path}: {exc}")
-    stat = memory_stat.parse_memory_stat(reading.stat_text, version=cgroup.version)
     return CgroupNumbers(
         usage_bytes=reading.usage_bytes,
         limit_bytes=reading.limit_bytes,
         peak_bytes=reading.peak_bytes,
         oom_kills=reading.oom_kill_count,
         limit_hits=cgroup.limit_hits(),
-        breakdown=stat.breakdown(),
+        classes=memory_classes.classes(memory_classes.stat_values(reading.stat_text), cgroup.version),
     )
 
 

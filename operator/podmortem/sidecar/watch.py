@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from podmortem import __version__
+from podmortem.reports import sidecar_document as ev
 from podmortem.sidecar import container as containers
-from podmortem.sidecar import evidence as ev
 from podmortem.sidecar.cgroup import CgroupUnreachable, OpenCgroup
 from podmortem.sidecar.kill_watch import Kill, KillWatch
 from podmortem.sidecar.sampling import (
@@ -181,7 +181,7 @@ class ContainerWatch:
                     return sample
         return samples[-1] if samples else None
 
-    def evidence(self, *, reason: Reason, now: float, at: datetime | None = None) -> ev.SidecarEvidence:
+    def evidence(self, *, reason: Reason, now: float, at: datetime | None = None) -> ev.SidecarDocument:
         """The evidence document for what has been seen so far."""
         s = self.settings
         at = at if at is not None else datetime.now(UTC)
@@ -204,8 +204,8 @@ class ContainerWatch:
             notes.insert(0, "no process of the trainer container seen")
         if self.ring.dropped:
             notes.append(f"{self.ring.dropped} older samples dropped")
-        return ev.SidecarEvidence(
-            podmortem=ev.clean_text(__version__, 32),
+        return ev.SidecarDocument(
+            podmortem=ev.clean_text(__version__, ev.MAX_VERSION),
             reason=reason,
             at=at,
             cgroup=(
@@ -264,7 +264,7 @@ def _memory(base: Sample, after: CgroupNumbers | None, *, age_s: float) -> ev.Me
     """Usage and classes from the sample before the kill; peak, limit and hits from the read after it."""
     numbers = base.cgroup
     peaks = [x for x in (numbers.peak_bytes, after.peak_bytes if after else None) if x is not None]
-    b = numbers.breakdown
+    b = numbers.classes or {}
     return ev.Memory(
         usage=_bytes(numbers.usage_bytes),
         limit=_bytes(after.limit_bytes if after is not None and after.limit_bytes is not None
@@ -272,11 +272,11 @@ def _memory(base: Sample, after: CgroupNumbers | None, *, age_s: float) -> ev.Me
         peak=_bytes(max(peaks)) if peaks else None,
         limit_hits=_bytes(after.limit_hits if after is not None and after.limit_hits is not None
                           else numbers.limit_hits),
-        anon=_bytes(b.anon_bytes) if b else None,
-        file=_bytes(b.file_bytes) if b else None,
-        shmem=_bytes(b.shmem_bytes) if b else None,
-        kernel=_bytes(b.kernel_bytes) if b else None,
-        sock=_bytes(b.sock_bytes) if b else None,
-        swap=_bytes(b.swap_bytes) if b else None,
+        anon=_bytes(b.get("anon_bytes")),
+        file=_bytes(b.get("file_bytes")),
+        shmem=_bytes(b.get("shmem_bytes")),
+        kernel=_bytes(b.get("kernel_bytes")),
+        sock=_bytes(b.get("sock_bytes")),
+        swap=_bytes(b.get("swap_bytes")),
         age_s=min(max(0.0, age_s), ev.MAX_SECONDS),
     )

@@ -65,8 +65,8 @@ from podmortem.reports.document import (
 )
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.failure import FailureReport
+from podmortem.reports.sidecar_evidence import SidecarEvidence
 from podmortem.reports.timeline_model import Projection
-from podmortem.sidecar.evidence import SidecarEvidence
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 In sidecar mode (`docs/sidecar.md`) the pod carries ``podmortem sidecar``, which leaves what it saw
 of the trainer container in its termination message: the container's own cgroup counters at the
 kill, the processes by PSS, and the usage trend. The operator reads that text from the pod's
-status as untrusted input (`podmortem.sidecar.evidence.parse`: size, schema, numbers) and makes
+status as untrusted input (`podmortem.reports.sidecar_evidence.parse`: size, schema, numbers) and makes
 the same kinds of findings a kernel record gives: the verdict (the container's own limit, from its
 OOM-kill counter), what filled it, what the workers held, and the trend. Each finding names the
 figures it rests on and says they are the sidecar's samples: the kernel's record, and so the
@@ -31,8 +31,8 @@ from podmortem.reports import codes as verdict_codes
 from podmortem.reports.document import SidecarEvidenceSummary
 from podmortem.reports.failure import FailureReport, KillSummary
 from podmortem.reports.findings import Finding, Severity
+from podmortem.reports.sidecar_evidence import EvidenceInvalid, SidecarEvidence, parse
 from podmortem.reports.units import human_bytes
-from podmortem.sidecar.evidence import EvidenceInvalid, SidecarEvidence, parse
 
 #: A memory class holding at least this share of the container's charged memory is named.
 DOMINANT_SHARE = 0.5

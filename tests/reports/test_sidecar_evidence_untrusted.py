@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from podmortem.sidecar import evidence as ev
+from podmortem.reports import sidecar_evidence as ev
 
 BASE = {"v": 1, "podmortem": "0.1.0", "reason": "sigterm", "at": "2026-12-04T13:36:26Z"}
 

@@ -1,50 +1,44 @@
-"""The sidecar's evidence document: what it hands the operator through the termination message.
+"""The sidecar's evidence document as the operator reads it: untrusted text, one strict model.
 
 The kubelet copies at most 4 KiB of a container's termination message file into
 ``containerStatuses[].state.terminated.message``, so that is where a sidecar with
 no network and no RBAC can leave what it saw. The operator reads the same text
 back from the pod status, where anyone who can edit the sidecar's command can
 write it: `parse` treats it as untrusted (size, schema, finite non-negative
-numbers, bounded strings and lists) and raises only `EvidenceInvalid`.
-`render` is the writer's side: it always fits 4096 bytes, dropping the least
-valuable parts first. Pure: no I/O.
+numbers, bounded strings and lists) and raises only `EvidenceInvalid`. The sidecar
+writes it without pydantic (`podmortem.reports.sidecar_document`, whose fields and
+bounds these are); `render` is that writer's, for a model. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import json
-import unicodedata
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from podmortem.errors import PodmortemError
-
-#: The version of this document's shape; a reader refuses any other (a new field that older readers may
-#: ignore does not need a new version: unknown keys are ignored).
-EVIDENCE_VERSION: Literal[1] = 1
-#: The kubelet keeps at most this many bytes of a termination message (``MaxContainerTerminationMessage
-#: Length``); a longer file is cut, which would leave JSON that no longer parses.
-MAX_MESSAGE_BYTES = 4096
-#: Bounds that keep every part small, whatever the processes call themselves.
-MAX_TEXT = 200
-MAX_COMM = 64
-MAX_PATH = 512
-MAX_PROCESSES = 16
-MAX_TREND = 32
-MAX_GONE = 32
-MAX_NOTES = 8
-#: Linux's PID_MAX_LIMIT: every pid is below it.
-MAX_PID = 4_194_304
-#: Years a time in the document may have: the sidecar writes the node's clock, so anything outside is
-#: not a clock reading (and year 1 with a +14:00 offset cannot even be turned into UTC).
-MIN_YEAR, MAX_YEAR = 2000, 2200
-MAX_INT = 2**63 - 1
-#: Seconds (an interval, an age): a year is more than any of them can honestly be.
-MAX_SECONDS = 365 * 86400.0
-#: What a cut string ends with, so a reader sees it was cut.
-ELLIPSIS = "…"
+from podmortem.reports import sidecar_document
+from podmortem.reports.sidecar_document import (
+    EVIDENCE_VERSION,
+    MAX_COMM,
+    MAX_GONE,
+    MAX_INT,
+    MAX_MESSAGE_BYTES,
+    MAX_NOTES,
+    MAX_PATH,
+    MAX_PID,
+    MAX_PROCESSES,
+    MAX_SECONDS,
+    MAX_TEXT,
+    MAX_TREND,
+    MAX_VERSION,
+    MAX_YEAR,
+    MIN_YEAR,
+    Role,
+    clean_text,
+)
 
 
 class EvidenceInvalid(PodmortemError, ValueError):
@@ -52,17 +46,6 @@ class EvidenceInvalid(PodmortemError, ValueError):
 
     ``str(exc)`` is one short line (at most `MAX_TEXT` characters) that says why, never the input.
     """
-
-
-def clean_text(value: str, limit: int) -> str:
-    """``value`` printable and at most ``limit`` characters: control and surrogate characters become
-    ``?`` and a longer text is cut, ending in an ellipsis. Idempotent."""
-    cleaned = "".join(
-        "?" if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in value
-    )
-    if len(cleaned) > limit:
-        cleaned = cleaned[: max(0, limit - 1)] + ELLIPSIS
-    return cleaned
 
 
 def _printable(limit: int) -> AfterValidator:
@@ -91,7 +74,6 @@ Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
 Comm = Annotated[str, Field(max_length=MAX_COMM), _printable(MAX_COMM)]
 Text = Annotated[str, Field(max_length=MAX_TEXT), _printable(MAX_TEXT)]
 CgroupPath = Annotated[str, Field(max_length=MAX_PATH), _printable(MAX_PATH)]
-Role = Literal["trainer", "worker"]
 
 
 class _Part(BaseModel):
@@ -164,7 +146,7 @@ class SidecarEvidence(_Part):
 
     v: Literal[1] = EVIDENCE_VERSION
     #: The podmortem version that wrote it.
-    podmortem: Annotated[str, Field(max_length=32), _printable(32)]
+    podmortem: Annotated[str, Field(max_length=MAX_VERSION), _printable(MAX_VERSION)]
     #: Why it was written: the trainer's processes were all gone, the sidecar got SIGTERM, or the
     #: sidecar failed (``notes`` say what failed and why; the rest is what it had until then).
     reason: Literal["trainer-gone", "sigterm", "failed"]
@@ -189,65 +171,10 @@ class SidecarEvidence(_Part):
     notes: Annotated[list[Text], Field(max_length=MAX_NOTES)] = Field(default_factory=list)
 
 
-def _dump(doc: SidecarEvidence) -> str:
-    return doc.model_dump_json(exclude_none=True)
-
-
-def _size(text: str) -> int:
-    return len(text.encode("utf-8"))
-
-
-def _shrunk(doc: SidecarEvidence) -> list[SidecarEvidence]:
-    """Smaller and smaller versions of ``doc``: the least valuable part goes first.
-
-    Notes, then the oldest of the trend, then the smallest of the top processes, then the other
-    vanished pids, then long names; the last one keeps only what a report rests on, and is small
-    enough by construction (every string in it cut to a few characters).
-    """
-    steps = [doc.model_copy(update={"notes": []})]
-    current = steps[-1]
-    while current.trend:
-        current = current.model_copy(update={"trend": current.trend[len(current.trend) // 2 + 1 :]})
-        steps.append(current)
-    while current.top:
-        current = current.model_copy(update={"top": current.top[: len(current.top) // 2]})
-        steps.append(current)
-    if current.kill is not None and current.kill.gone:
-        kill = current.kill.model_copy(update={"gone": [current.kill.victim.pid]})
-        current = current.model_copy(update={"kill": kill})
-        steps.append(current)
-    steps.append(_short_texts(current, comm=15, path=96))
-    steps.append(_short_texts(current, comm=4, path=8, version=8))
-    return steps
-
-
-def _short_texts(doc: SidecarEvidence, *, comm: int, path: int, version: int = 32) -> SidecarEvidence:
-    update: dict[str, object] = {"podmortem": clean_text(doc.podmortem, version)}
-    if doc.cgroup is not None:
-        # the end of a path names the container; its start is the same for every pod of the node
-        tail = doc.cgroup.path[-path:]
-        short = tail if len(doc.cgroup.path) <= path else ELLIPSIS + tail[1:]
-        update["cgroup"] = doc.cgroup.model_copy(update={"path": short})
-    if doc.kill is not None:
-        victim = doc.kill.victim.model_copy(update={"comm": clean_text(doc.kill.victim.comm, comm)})
-        update["kill"] = doc.kill.model_copy(update={"victim": victim})
-    update["top"] = [p.model_copy(update={"comm": clean_text(p.comm, comm)}) for p in doc.top]
-    return doc.model_copy(update=update)
-
-
-def fit(doc: SidecarEvidence) -> SidecarEvidence:
-    """``doc`` itself when its JSON fits `MAX_MESSAGE_BYTES`, else the fullest smaller version that does."""
-    if _size(_dump(doc)) <= MAX_MESSAGE_BYTES:
-        return doc
-    for smaller in _shrunk(doc):
-        if _size(_dump(smaller)) <= MAX_MESSAGE_BYTES:
-            return smaller
-    raise AssertionError("the shortest evidence document is over 4096 bytes")  # pragma: no cover
-
-
 def render(doc: SidecarEvidence) -> str:
-    """The termination message for ``doc``: compact JSON, at most 4096 bytes of UTF-8, always."""
-    return _dump(fit(doc))
+    """The termination message the sidecar's writer makes of ``doc`` (`sidecar_document.render`): at
+    most 4096 bytes, the least valuable parts dropped first."""
+    return sidecar_document.render(sidecar_document.from_values(doc.model_dump()))
 
 
 def _why(exc: ValidationError) -> str:
