@@ -24,7 +24,7 @@ def _held(h: Harness, uid: str) -> dict[str, Any]:
 
     def read() -> dict[str, Any]:
         return {
-            "reported": uid in service._reported,
+            "reported": uid in service.records.pods and bool(service.records.pods[uid].reported),
             "report": uid in reporter.by_pod,
             "index": uid in service.targets.pods,
             "early_warning": uid in service.early_warning.projections
@@ -120,7 +120,7 @@ def test_a_finished_pod_nobody_deletes_takes_its_state_with_it_after_its_retenti
     assert gone >= 1
     held = _held(h, uid)
     assert not any((held["reported"], held["report"], held["index"], held["early_warning"])), held
-    assert h.sync(lambda: uid not in service._finished)
+    assert h.sync(lambda: uid not in service.records.pods)
 
     events = len(_report_events(h, "kept"))
     report = _annotation(h, "kept")

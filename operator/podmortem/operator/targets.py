@@ -1,15 +1,21 @@
 """The operator's index of followed targets: owner uid -> target, and pod uid -> its owner's target.
 
 One object, built before the services that read it (the store's sink, the early warning, the
-service), so none of them reaches into another for it. The kopf handlers change it only through
-`podmortem.operator.watching.service.OperatorService`.
+reporter, the service), so none of them reaches into another for it.
+
+Who changes what: `podmortem.operator.watching.service.OperatorService` adds and replaces owners and
+pods, and a pod's rank; a pod or an owner goes only through `podmortem.operator.records.Records`,
+whose hooks call `Targets.forget_pod` and `Targets.forget_owner`. Within a `WatchedTarget`, the
+early warning (`podmortem.operator.watching.early_warning`) updates ``pressure``; the service and
+the reporter update the job section's ``job_pods`` and ``job_root`` (the reporter when a pod's
+report changes after it was written); the service alone ``announced``, ``job_dirty`` and
+``job_task``. What the status holds is `podmortem.operator.status.StatusWriter`'s alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
 from podmortem.diagnosis import job_root_cause
 from podmortem.operator import annotations as opts
@@ -28,8 +34,6 @@ class WatchedTarget:
     ranks: dict[str, int | None] = field(default_factory=dict)
     #: Option problems already announced (so an Event is posted once, not at every event).
     announced: set[str] = field(default_factory=set)
-    #: The last status fields written, to skip writes that change nothing.
-    written: dict[str, Any] = field(default_factory=dict)
     #: A foreign job's pods (uid -> facts), kept after a pod is deleted, for the job-level root cause.
     job_pods: dict[str, job_root_cause.PodFacts] = field(default_factory=dict)
     #: The root-cause pod, whether a guess, and its line, as last announced by a ``JobRootCause`` Event.
@@ -55,3 +59,16 @@ class Targets:
         """The log retention the pod's job asked for (spec.logRetention or the annotation), if any."""
         known = self.pods.get(pod_uid)
         return known.target.options.log_retention if known is not None else None
+
+    def forget_pod(self, pod_uid: str) -> None:
+        """The pod is forgotten (`podmortem.operator.records.Records`): it leaves the index, its owner's
+        pressure and ranks."""
+        known = self.pods.pop(pod_uid, None)
+        if known is not None:
+            known.pressure.forget(pod_uid)
+            known.ranks.pop(pod_uid, None)
+
+    def forget_owner(self, uid: str) -> None:
+        """The owner is forgotten (deleted): its target goes; pods still indexed under it go with their own
+        forget (each pod is deleted too, and a relist sees it gone)."""
+        self.owners.pop(uid, None)

@@ -91,8 +91,6 @@ class Outcome:
     last_line_ns: int | None = None
     #: Why the agent gave no evidence in the report's budget, if it did not.
     agent_error: str | None = None
-    #: The report as last written to a status, so that a later patch can remove what it no longer has.
-    in_status: dict[str, Any] = field(default_factory=dict)
     #: The first report and its patches (Prometheus series, kernel record) are written one at a time.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: The pod's sidecar evidence (sidecar mode), once read; ``sidecar_read``: its message was read
@@ -513,7 +511,11 @@ class Reporter:
             if target.role == "trainingjob":
                 verdict, headline = self._headline(outcome)
                 document = self.status_document(outcome)
-                fields: dict[str, Any] = {"failureReport": merge_patch(outcome.in_status, document)}
+                # The patch turns the report the status holds into this one (what it no longer has goes).
+                held = self.status.fields(namespace=target.namespace, name=target.name).get("failureReport")
+                fields: dict[str, Any] = {
+                    "failureReport": merge_patch(held if isinstance(held, Mapping) else {}, document)
+                }
                 if peak is not None and peak.kind == "kernel" and peak.peak_bytes is not None:
                     # The kernel's usage at the kill is the peak (the cgroup was at its limit): the
                     # Peak/Limit column shows it, and says so, instead of the last memory line's (a
@@ -532,7 +534,6 @@ class Reporter:
                     fields=fields,
                     conditions=[("Failed", True, _reason(verdict), headline)] if condition else (),
                 )
-                outcome.in_status = document
                 return "status"
             if target.role == "foreign" or self.settings.patch_pods:
                 await self._put_annotation(target, outcome)
@@ -668,7 +669,6 @@ class Reporter:
         The agent is asked for what is left of ``record_wait_s`` since the report (at least once),
         and the report is patched as if this run had written it (`ReportDocument.parse` read it back).
         """
-        status = target.role == "trainingjob"
         document = ReportDocument.parse(stored)
         document.report_url = self.page_url(target)
         reported = document.reported_at
@@ -689,7 +689,6 @@ class Reporter:
             document=document,
             latency_s=0.0,
             last_line_ns=last_line_ns,
-            in_status=dict(stored) if status else {},
         )
         self._keep(outcome)
         self.by_pod.setdefault(termination.pod_uid, outcome)

@@ -62,7 +62,6 @@ class EarlyWarning:
             fields = {"memory": memory_status.status_memory(line, observed_ns=ts_ns)}
             fields.update(log_status_fields(facts, log_url=self.log_url))
             await self.status.patch(namespace=target.namespace, name=target.name, fields=fields)
-            known.written.update(fields)
         peak = memory_status.epoch_peak(line)
         if peak is None or line.pod is None:
             return

@@ -8,9 +8,16 @@
   the status and feed the early warning.
 * A termination with exit 137, OOMKilled or eviction gets one report.
 
-The index of followed owners and pods is `podmortem.operator.targets.Targets`, built before this
-service and shared with the store's sink and the early warning (`podmortem.operator.watching.early_warning`,
-which takes the memory lines); the handlers here are the only ones that change it.
+Who changes what. This service adds followed owners and pods to the index of
+`podmortem.operator.targets.Targets` (built before it, shared with the store's sink, the reporter
+and the early warning, `podmortem.operator.watching.early_warning`, which takes the memory lines)
+and keeps each pod's and job's record (`podmortem.operator.records.Records`: reported terminations,
+when a pod finished, a job's parents). Nothing it or another component keeps of a pod or a job goes
+but through those records: `Records.forget_pod` (a pod deleted, or missing from a relist after a watch
+outage, or `Records.expire_finished` past its log's retention) and `Records.forget_job` call the
+hooks the components registered here (`OperatorService.__init__`). What a TrainingJob's status holds
+is `podmortem.operator.status.StatusWriter`'s alone; the reporter, the early warning and this service
+write it through that writer.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from podmortem.operator import annotations as opts
 from podmortem.operator import jobs
 from podmortem.operator.following import Following, log_status_fields
 from podmortem.operator.jobs import Target
+from podmortem.operator.records import JobRecord, Reason, Records
 from podmortem.operator.reporting import job_report
 from podmortem.operator.reporting import reporter as reporting
 from podmortem.operator.reporting.reporter import Reporter
@@ -96,6 +104,7 @@ class OperatorService:
         targets: Targets,
         early_warning: EarlyWarning,
         on_stopped: Callable[[], Awaitable[None]] | None = None,
+        records: Records | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
@@ -111,22 +120,21 @@ class OperatorService:
             memory_warning_ratio=settings.memory_warning_ratio,
             early_warning_epochs=settings.early_warning_epochs,
         )
-        #: Foreign-kind object uid -> its owners' uids, watched or not: a pod's Job may belong to an
-        #: annotated JobSet or CronJob of a configured kind (see `resolve`).
-        self._parents: dict[str, tuple[str, ...]] = {}
+        #: Each pod's and job's record; forgetting one calls every component's hook (registered here).
+        self.records = records if records is not None else Records()
+        self.records.on_forget_pod(lambda uid, _reason: targets.forget_pod(uid))
+        self.records.on_forget_pod(lambda uid, _reason: early_warning.forget(uid))
+        if following is not None:  # its facts go when its follower ends; the store lets go of the log then
+            self.records.on_forget_pod(lambda uid, _reason: following.forget(uid))
+        self.records.on_forget_pod(self._forget_reports)
+        self.records.on_forget_job(self._forget_job)
         #: Pods with owners, seen while no followed owner of theirs was known: at startup the pods'
         #: list can be handled before the jobs' (kopf lists each kind on its own), and a pod that
         #: ended during an operator restart would be dropped for good. Replayed when an owner or a
         #: parent link is learned; pod uid -> latest body, at most `MAX_UNOWNED` (oldest dropped).
         self._unowned: dict[str, Mapping[str, Any]] = {}
-        #: Terminations reported (or found reported), by pod uid: dropped with the pod.
-        self._reported: dict[str, set[str]] = {}
         #: Reports being written, by termination key (a second event for it waits for the first).
         self._reporting: dict[str, asyncio.Task[None]] = {}
-        #: Pods seen finished for good (phase Succeeded or Failed) and never deleted, by uid: when
-        #: (wall-clock seconds). Their state goes once their log's retention has passed
-        #: (`drop_finished`): a Job kept forever must not hold its pods' state forever.
-        self._finished: dict[str, float] = {}
         self._tasks = Background("service")
 
     # --- TrainingJobs --------------------------------------------------------------------------
@@ -209,11 +217,24 @@ class OperatorService:
         await self._event(target.involved(), "Warning", reason, message)
 
     def forget_owner(self, uid: str) -> None:
-        self._parents.pop(uid, None)
-        self.reporter.forget_target(uid)
-        known = self.targets.owners.pop(uid, None)
+        """A TrainingJob or an object of a foreign kind is deleted."""
+        self.records.forget_job(uid)
+
+    def _forget_job(self, job: JobRecord) -> None:
+        """The `Records` job hook: the job's reports and section, its followed target, its status."""
+        self.reporter.forget_target(job.uid)
+        known = self.targets.owners.get(job.uid)
+        self.targets.forget_owner(job.uid)
         if known is not None and known.target.role == "trainingjob":
             self.status.forget(namespace=known.target.namespace, name=known.target.name)
+
+    def _forget_reports(self, pod_uid: str, reason: Reason) -> None:
+        """The `Records` pod hook of the reporter: a deleted pod of a foreign job keeps its reports
+        while the job's section shows them (`Reporter.forget_pod`); an expired one's go."""
+        if reason == "expired":
+            self.reporter.drop_pod(pod_uid)
+        else:
+            self.reporter.forget_pod(pod_uid)
 
     # --- foreign jobs -----------------------------------------------------------------------------
 
@@ -221,13 +242,14 @@ class OperatorService:
         job = Body(body)
         uid = job.uid
         parents = tuple(owner for owner, _kind, _name in jobs.owner_uids(body))
-        learned = parents != self._parents.get(uid, ())
-        if parents:
-            self._parents[uid] = parents
-        else:
-            self._parents.pop(uid, None)
+        learned = parents != self.records.parents_of(uid)
+        record = self.records.job(uid, namespace=job.namespace, name=job.name)
+        record.parents = parents
         if not opts.is_watched(job.annotations) or job.being_deleted:
             self.targets.owners.pop(uid, None)
+            record.role = None
+            if not parents:  # neither followed nor an ancestor of one: nothing to keep
+                self.records.jobs.pop(uid, None)
             if learned:
                 await self._replay_unowned()
             return
@@ -249,6 +271,7 @@ class OperatorService:
 
     def _remember_owner(self, uid: str, target: Target) -> WatchedTarget:
         """The followed owner ``uid``, with its latest target (a new entry the first time)."""
+        self.records.job(uid, namespace=target.namespace, name=target.name).role = target.role
         known = self.targets.owners.get(uid)
         if known is None:
             known = self.targets.owners[uid] = WatchedTarget(target=target)
@@ -290,7 +313,7 @@ class OperatorService:
                 if uid in self.targets.owners:
                     return self.targets.owners[uid]
             seen.update(level)
-            level = [p for uid in level for p in self._parents.get(uid, ()) if p not in seen]
+            level = [p for uid in level for p in self.records.parents_of(uid) if p not in seen]
             if not level:
                 break
         return None
@@ -308,16 +331,9 @@ class OperatorService:
                     self._unowned.pop(next(iter(self._unowned)))
             return
         self._unowned.pop(pod_uid, None)
-        if deleted or body.phase not in FINISHED_PHASES:
-            self._finished.pop(pod_uid, None)
-        else:
-            self._finished.setdefault(pod_uid, time.time())
-        if deleted:
-            self.targets.pods.pop(pod_uid, None)
-            known.pressure.forget(pod_uid)
-            known.ranks.pop(pod_uid, None)
-            self.early_warning.forget(pod_uid)
-        else:
+        self.records.pod(pod_uid, namespace=body.namespace, name=body.name)
+        self.records.note_phase(pod_uid, finished=body.phase in FINISHED_PHASES, now=time.time())
+        if not deleted:
             self.targets.pods[pod_uid] = known
             if pod_uid not in known.ranks:
                 known.ranks[pod_uid] = job_root_cause.rank_of(pod)
@@ -339,13 +355,13 @@ class OperatorService:
         for found in termination.find(pod):
             if found.key in self._reporting:
                 await asyncio.wait({self._reporting[found.key]})  # its report first, then what came since
-            if found.key in self._reported.get(found.pod_uid, ()):
+            if self.records.reported(found.pod_uid, found.key):
                 if found.sidecar_message is not None:
                     self.reporter.attach_sidecar(found)
                 continue
             stored = await self._stored_report(known, found, pod)
             if stored is not None:
-                self._reported.setdefault(found.pod_uid, set()).add(found.key)
+                self.records.note_reported(found.pod_uid, found.key)
                 document, raw = stored
                 if document.pending_record:
                     self.reporter.resume_pending_record(termination=found, target=known.target, stored=raw)
@@ -359,39 +375,26 @@ class OperatorService:
         elif target.role == "foreign":
             await self._job_root_cause(known, pod, deleted=deleted)
         if deleted:
-            # Only now: the report and the job's row above read this pod's log tail and report.
-            if self.following is not None:
-                self.following.forget(pod_uid)
-            self._reported.pop(pod_uid, None)
-            self.reporter.forget_pod(pod_uid)
+            # Only now: the report and the job's row above read this pod's log tail, report and projection.
+            self.records.forget_pod(pod_uid, "deleted")
 
     def drop_finished(self, *, now: float | None = None) -> int:
         """Drop the state of pods finished longer ago than their log's retention and never deleted.
 
-        As if deleted (follower, reported keys, index, early warning), and their reports too, also a
+        As if deleted (`Records.forget_pod`, every component's hook), and their reports too, also a
         foreign job's pod's: the report stays where it was written (the annotation, the status). A
         pod whose report is still being written or followed up is left for the next sweep. A later
         event of such a pod finds its report stored and writes none again. Returns how many went.
         """
-        now = time.time() if now is None else now
-        gone = 0
-        for uid, since in list(self._finished.items()):
-            if now - since < self.settings.log_retention_s or not self.reporter.settled(uid):
-                continue
-            if any(task_key.startswith(uid + "/") for task_key in self._reporting):
-                continue
-            self._finished.pop(uid, None)
-            known = self.targets.pods.pop(uid, None)
-            if known is not None:
-                known.pressure.forget(uid)
-                known.ranks.pop(uid, None)
-            self.early_warning.forget(uid)
-            if self.following is not None:
-                self.following.forget(uid)
-            self._reported.pop(uid, None)
-            self.reporter.drop_pod(uid)
-            gone += 1
-        return gone
+
+        def ready(uid: str) -> bool:
+            return self.reporter.settled(uid) and not any(
+                task_key.startswith(uid + "/") for task_key in self._reporting
+            )
+
+        return self.records.expire_finished(
+            now=time.time() if now is None else now, retention_s=self.settings.log_retention_s, ready=ready
+        )
 
     async def drop_finished_forever(self, *, interval_s: float) -> None:
         """`drop_finished` every ``interval_s`` seconds, for the operator's whole life."""
@@ -439,6 +442,8 @@ class OperatorService:
         while known.job_dirty:
             known.job_dirty = False
             await asyncio.sleep(JOB_REPORT_COALESCE_S)
+            if self.targets.owners.get(known.target.uid) is not known:
+                return  # forgotten meanwhile (its pods' deletions came just before its own): no section
             computed = reporting.compute_job(known)
             if computed is None:
                 continue
@@ -460,7 +465,7 @@ class OperatorService:
             outcome = await self.reporter.report(
                 termination=found, target=known.target, facts=facts, seen_at=seen_at
             )
-            self._reported.setdefault(found.pod_uid, set()).add(found.key)
+            self.records.note_reported(found.pod_uid, found.key)
             logger.info(
                 "report for %s/%s (%s): verdict %s, written to %s in %.3f s",
                 found.namespace,
@@ -507,11 +512,7 @@ class OperatorService:
         facts = self.following.facts(PodBody(pod).uid) if self.following else None
         if facts is not None:
             fields.update(log_status_fields(facts, log_url=self.reporter.log_url))
-        changed = {k: v for k, v in fields.items() if known.written.get(k) != v}
-        if not changed:
-            return
-        await self.status.patch(namespace=target.namespace, name=target.name, fields=changed)
-        known.written.update(changed)
+        await self.status.patch_if_changed(namespace=target.namespace, name=target.name, fields=fields)
 
     # --- periodic log status -------------------------------------------------------------------------------
 
@@ -531,24 +532,19 @@ class OperatorService:
             if target.role != "trainingjob" or facts is None:
                 continue
             fields = log_status_fields(facts, log_url=self.reporter.log_url)
-            changed = {k: v for k, v in fields.items() if known.written.get(k) != v}
-            conditions = []
             full = sorted(facts.disk_full)
-            if full != known.written.get(_DISK_FULL, []):
-                conditions.append(disk_full_condition(facts, full))
-            if not changed and not conditions:
-                continue
+            # DiskFull appears once a volume was full, never on a job whose log always fit.
+            shown = self.status.condition(namespace=target.namespace, name=target.name, type_="DiskFull")
+            conditions = [disk_full_condition(facts, full)] if full or shown is not None else []
             try:
-                await self.status.patch(namespace=target.namespace, name=target.name, fields=changed,
-                                        conditions=conditions)
+                if await self.status.patch_if_changed(
+                    namespace=target.namespace, name=target.name, fields=fields, conditions=conditions
+                ):
+                    patched += 1
             except (kube_mod.KubeError, OSError, TimeoutError) as exc:
                 logger.warning(
                     "refreshing the log status of %s/%s failed: %s", target.namespace, target.name, exc
                 )
-                continue
-            known.written.update(changed)
-            known.written[_DISK_FULL] = full
-            patched += 1
         return patched
 
     async def refresh_forever(self, *, interval_s: float) -> None:
@@ -615,7 +611,3 @@ class OperatorService:
             await self.following.stop()
         if self.on_stopped is not None:
             await self.on_stopped()
-
-
-#: Key in ``written`` for the containers the DiskFull condition last named (not a status field).
-_DISK_FULL = "_diskFull"
