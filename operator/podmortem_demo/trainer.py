@@ -51,13 +51,13 @@ from typing import Any
 import numpy as np
 
 from podmortem_demo import watchdog
-from podmortem_runtime import insseg, memory, own_cgroup, val_loader
+from podmortem_runtime import insseg, loader_policy, memory, own_cgroup, val_loader
 from podmortem_runtime.insseg import association
 
 MIB = 1024**2
 #: The baseline policy: Pointcept's validation loader (workers forked anew at every evaluation).
 FRESH_FORK = "fresh-fork"
-POLICIES = (FRESH_FORK, *val_loader.POLICIES)
+POLICIES = (FRESH_FORK, *loader_policy.POLICIES)
 #: Pointcept's evaluator: a full-size mask kept per proposal of every scene (grows each epoch).
 POINTCEPT = "pointcept"
 #: The runtime patch's evaluator: per-scene counts kept, masks dropped (flat).

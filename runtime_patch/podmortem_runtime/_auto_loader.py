@@ -16,12 +16,11 @@ from __future__ import annotations
 import logging
 import multiprocessing.context
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch.utils.data
 
-if TYPE_CHECKING:
-    from podmortem_runtime.val_loader import PolicyChoice, ResolvedPolicy
+from podmortem_runtime.loader_policy import PolicyChoice, ResolvedPolicy
 
 log = logging.getLogger("podmortem_runtime.val_loader")
 

@@ -40,13 +40,10 @@ import multiprocessing
 import multiprocessing.context
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from podmortem_runtime import fresh_process, own_cgroup, procfs
-
-Policy = Literal["none", "persistent", "forkserver", "spawn", "auto"]
-ResolvedPolicy = Literal["none", "persistent", "forkserver", "spawn"]
-POLICIES: tuple[str, ...] = ("none", "persistent", "forkserver", "spawn", "auto")
+from podmortem_runtime.loader_policy import POLICIES, Policy, PolicyChoice, ResolvedPolicy
 
 #: glibc's mallopt parameter number for M_MMAP_THRESHOLD (malloc.h).
 _M_MMAP_THRESHOLD = -3
@@ -64,14 +61,6 @@ AUTO_FORK_BUDGET_BYTES = 256 * 1024**2
 AUTO_FORKSERVER_RESERVE_BYTES = 512 * 1024**2
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PolicyChoice:
-    """What `choose_policy` picked and why, for the training log."""
-
-    policy: ResolvedPolicy
-    reason: str
 
 
 @dataclass(frozen=True)

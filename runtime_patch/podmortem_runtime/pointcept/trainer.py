@@ -25,9 +25,9 @@ import torch
 import torch.utils.data
 from pointcept.datasets import build_dataset, collate_fn
 
-from podmortem_runtime import val_loader
+from podmortem_runtime import loader_policy, val_loader
 
-DEFAULT_POLICY: val_loader.Policy = "auto"
+DEFAULT_POLICY: loader_policy.Policy = "auto"
 
 
 class ValLoaderPolicyMixin:
@@ -48,10 +48,10 @@ class ValLoaderPolicyMixin:
         sampler: Any = (
             torch.utils.data.distributed.DistributedSampler(val_data) if comm.get_world_size() > 1 else None
         )
-        policy: val_loader.Policy = getattr(self.cfg, "val_loader_policy", DEFAULT_POLICY)
+        policy: loader_policy.Policy = getattr(self.cfg, "val_loader_policy", DEFAULT_POLICY)
         logger = getattr(self, "logger", None)
 
-        def tell(choice: val_loader.PolicyChoice) -> None:
+        def tell(choice: loader_policy.PolicyChoice) -> None:
             if logger is not None:
                 logger.info(f"=> Validation loader policy: {choice.policy} ({choice.reason})")
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.utils.data
 
-from podmortem_runtime import val_loader
+from podmortem_runtime import loader_policy, val_loader
 
 ROOT = Path(__file__).resolve().parents[3]
 GIB = 1024**3
@@ -33,7 +33,7 @@ MIB = 1024**2
         ("none", 8, 0, "none"),
     ],
 )
-def test_choose_policy(policy: val_loader.Policy, workers: int, private: int, expected: str) -> None:
+def test_choose_policy(policy: loader_policy.Policy, workers: int, private: int, expected: str) -> None:
     choice = val_loader.choose_policy(policy, num_workers=workers, private_bytes=private)
     assert choice.policy == expected
     assert choice.reason
@@ -74,7 +74,7 @@ DATA = torch.utils.data.TensorDataset(torch.arange(10))
 
 
 @pytest.mark.parametrize("policy", ["none", "persistent", "forkserver"])
-def test_every_policy_yields_every_item_in_order(policy: val_loader.Policy) -> None:
+def test_every_policy_yields_every_item_in_order(policy: loader_policy.Policy) -> None:
     loader = val_loader.make_val_loader(DATA, batch_size=3, num_workers=2, policy=policy)
     assert loader.num_workers == (0 if policy == "none" else 2)
     assert loader.persistent_workers == (policy == "persistent")
@@ -85,7 +85,7 @@ def test_every_policy_yields_every_item_in_order(policy: val_loader.Policy) -> N
 
 @pytest.mark.parametrize(("budget", "expected"), [(GIB, "persistent"), (1, "forkserver")])
 def test_auto_decides_when_workers_are_about_to_start(budget: int, expected: str) -> None:
-    seen: list[val_loader.PolicyChoice] = []
+    seen: list[loader_policy.PolicyChoice] = []
     loader = val_loader.make_val_loader(
         DATA, batch_size=3, num_workers=2, policy="auto", fork_budget_bytes=budget, on_choice=seen.append
     )
