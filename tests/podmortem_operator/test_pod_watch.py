@@ -11,7 +11,9 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -349,3 +351,48 @@ async def test_whatever_escapes_a_pods_task_is_logged_with_its_name(caplog: pyte
         await asyncio.sleep(0)
     assert "podmortem-pod-event-uid-a failed: AttributeError" in caplog.text
     assert objects.held == 0
+
+
+async def test_a_token_rotated_under_the_watch_is_read_afresh_at_the_401_with_no_back_off(
+    tmp_path: Path,
+) -> None:
+    """The kubelet swapped the projected token and the API server already refuses the old one."""
+    token = tmp_path / "token"
+    token.write_text("old")
+    access = ClusterAccess(server="", token_file=token)
+    access.headers()  # read now: "old"
+    before = token.stat()
+    token.write_text("new")
+    os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))  # nothing says it changed
+    seen: list[str] = []
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        seen.append(request.headers.get("Authorization", ""))
+        if request.headers.get("Authorization") != "Bearer new":
+            return web.json_response({"kind": "Status", "code": 401}, status=401)
+        if request.query.get("watch") == "true":
+            await asyncio.Event().wait()  # a quiet watch, held open
+        return web.json_response({"metadata": {"resourceVersion": "1"}, "items": [_pod("a", "1")]})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", pods)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    access.server = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    handled: list[str] = []
+
+    async def handler(body: Mapping[str, Any], deleted: bool) -> None:
+        handled.append(body["metadata"]["uid"])
+
+    watches = PodWatches(connection=Connection(access), namespaces=(), handler=handler,
+                         accept=lambda pod: True)
+    [watch] = watches.watches
+    watches.start()
+    try:
+        await _until(lambda: handled == ["a"] and len(seen) == 3, "listed, then watching")
+    finally:
+        await watches.stop()
+        await runner.cleanup()
+    assert seen == ["Bearer old", "Bearer new", "Bearer new"]
+    assert watch.backoff.steps == 0  # a refused token made afresh is no failure to back off from

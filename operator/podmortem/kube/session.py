@@ -131,13 +131,14 @@ class ApiSession:
                        body: bytes | None = None, headers: Mapping[str, str] | None = None,
                        client_timeout: aiohttp.ClientTimeout | None = None,
                        ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """`send`, the response released (its connection closed) when the block ends."""
+        """`send`, the response released when the block ends (its connection kept for the next
+        request only if its body was read to the end, as aiohttp's own ``async with``)."""
         response = await self.send(method, path, query=query, body=body, headers=headers,
                                    client_timeout=client_timeout)
         try:
             yield response
         finally:
-            response.close()
+            response.release()
 
     async def request(self, method: str, path: str, *, query: Query | None = None, body: Any = None,
                       content_type: str = "application/json", timeout_s: float | None = None,

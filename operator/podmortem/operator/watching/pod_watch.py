@@ -47,8 +47,8 @@ from typing import Any
 import aiohttp
 
 from podmortem.background import Background
-from podmortem.kube import clients
 from podmortem.kube.connection import Connection, list_path
+from podmortem.kube.session import ApiSession
 from podmortem.operator.watching import backoff, list_page
 
 logger = logging.getLogger(__name__)
@@ -229,33 +229,34 @@ class PodWatch:
 
     async def run(self) -> None:
         """List and watch until cancelled; every failure backs off (:mod:`.backoff`) and resumes."""
-        refused = False
         try:
-            while True:
-                try:
-                    access = await self.connection.credentials(fresh=refused)
-                    refused = False
-                    async with clients.aiohttp_session(access) as session:
-                        if self._version is None:
-                            await self._step()
-                            self._version = await self._list(session, access.server)
-                            self.listed.set()
-                        await self._step()
-                        await self._watch(session, access.server)
-                except (Gone, WentBack) as exc:
-                    why = str(exc) or (f"resourceVersion {self._version} is gone (410)" if self._version
-                                       else "the list was answered 410 Gone")
-                    self._failed(f"{why}; listing again", level=logging.INFO)
-                    self._version = None
-                except (ShortWatch, EndlessList) as exc:
-                    self._failed(str(exc), level=logging.INFO)
-                except Exception as exc:  # whatever it was, the watch goes on: pods must not go unseen
-                    refused = isinstance(exc, aiohttp.ClientResponseError) and exc.status == 401
-                    expected = isinstance(exc, (aiohttp.ClientError, TimeoutError, OSError, ValueError))
-                    self._failed(f"watch failed ({type(exc).__name__}: {exc})", level=logging.WARNING,
-                                 exc=None if expected else exc)
+            # Refused credentials are made afresh by the session itself (once more after a 401).
+            async with ApiSession(self.connection) as api:
+                while True:
+                    await self._once(api)
         finally:
             await self.objects.close()
+
+    async def _once(self, api: ApiSession) -> None:
+        """List if no version is known, then watch; a failure is logged and backed off, never raised."""
+        try:
+            if self._version is None:
+                await self._step()
+                self._version = await self._list(api)
+                self.listed.set()
+            await self._step()
+            await self._watch(api)
+        except (Gone, WentBack) as exc:
+            why = str(exc) or (f"resourceVersion {self._version} is gone (410)" if self._version
+                               else "the list was answered 410 Gone")
+            self._failed(f"{why}; listing again", level=logging.INFO)
+            self._version = None
+        except (ShortWatch, EndlessList) as exc:
+            self._failed(str(exc), level=logging.INFO)
+        except Exception as exc:  # whatever it was, the watch goes on: pods must not go unseen
+            expected = isinstance(exc, (aiohttp.ClientError, TimeoutError, OSError, ValueError))
+            self._failed(f"watch failed ({type(exc).__name__}: {exc})", level=logging.WARNING,
+                         exc=None if expected else exc)
 
     def _failed(self, why: str, *, level: int, exc: BaseException | None = None) -> None:
         self.backoff.failed()
@@ -340,7 +341,7 @@ class PodWatch:
             await self.objects.room(_KNOWN_OVERHEAD, MAX_HELD_BYTES)
             self.objects.submit(uid, body, True, size=_KNOWN_OVERHEAD)
 
-    async def _list(self, session: aiohttp.ClientSession, server: str) -> str:
+    async def _list(self, api: ApiSession) -> str:
         """Hand out every pod, page by page, then the pods gone since: the list's resourceVersion."""
         s = self.settings
         loop = asyncio.get_running_loop()
@@ -354,9 +355,9 @@ class PodWatch:
             params = {"limit": str(s.page_size)}
             if token:
                 params["continue"] = token
-            async with session.get(server + self.path, params=params,
-                                   headers={"Accept": "application/json"},
-                                   timeout=aiohttp.ClientTimeout(total=left, sock_read=120)) as response:
+            async with api.response("GET", self.path, query=params, headers={"Accept": "application/json"},
+                                    client_timeout=aiohttp.ClientTimeout(total=left, sock_read=120)
+                                    ) as response:
                 await _raise_for(response)
                 page = list_page.ListPage(limit=MAX_PAGE_BYTES, item_limit=MAX_EVENT_BYTES)
                 async for item, size in page.items(response.content.iter_any()):
@@ -369,7 +370,7 @@ class PodWatch:
                 return str(page.metadata.get("resourceVersion") or "")
         raise EndlessList(f"the list went on past {s.max_list_pages} pages; listing again")
 
-    async def _watch(self, session: aiohttp.ClientSession, server: str) -> None:
+    async def _watch(self, api: ApiSession) -> None:
         """One watch from the last version, until the server ends it; ShortWatch if it was not healthy."""
         timeout_s = self.settings.watch_timeout_s
         params = {"watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_s)}
@@ -379,8 +380,9 @@ class PodWatch:
         started = loop.time()
         events = 0
         try:
-            async with session.get(server + self.path, params=params, headers={"Accept": "application/json"},
-                                   timeout=aiohttp.ClientTimeout(sock_read=timeout_s + 60)) as response:
+            async with api.response("GET", self.path, query=params, headers={"Accept": "application/json"},
+                                    client_timeout=aiohttp.ClientTimeout(sock_read=timeout_s + 60)
+                                    ) as response:
                 await _raise_for(response)
                 async for line in event_lines(response.content.iter_any()):
                     events += 1
