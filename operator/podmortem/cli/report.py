@@ -73,19 +73,12 @@ def find_report(doc: object) -> tuple[str | None, dict[str, Any]] | None:
     if not isinstance(doc, Mapping):
         return None
     from podmortem.kube.bodies import Body
+    from podmortem.reports.stored_report import StoredReport
 
-    if isinstance(doc.get("metadata"), Mapping):  # a whole object: TrainingJob status, or another kind's
+    if isinstance(doc.get("metadata"), Mapping):  # a whole object: where the operator stores its report
         obj = Body(doc)
-        title = f"{obj.namespace}/{obj.name}"
-        report = obj.status.get("failureReport")
-        if isinstance(report, dict):
-            return title, report
-        text = obj.annotations.get("podmortem.io/failure-report")
-        if text is not None:
-            from podmortem.reports import stored_bounds
-
-            return title, stored_bounds.parse_annotation(text)  # Unreadable: the caller says why
-        return None
+        stored = StoredReport.locate(doc)  # Unreadable: the caller says why
+        return (f"{obj.namespace}/{obj.name}", stored.raw) if stored is not None else None
     reports = doc.get("reports")
     if isinstance(reports, list) and reports and isinstance(reports[-1], dict):
         return "kernel OOM record", reports[-1]
@@ -112,20 +105,18 @@ async def fetch(access: ClusterAccess, path: str) -> object:
     import aiohttp
 
     from podmortem.kube import clients
+    from podmortem.kube.api import KubeError
+    from podmortem.kube.session import ApiSession
 
-    plain = await clients.resolve_plugin(access)
     try:
-        async with clients.aiohttp_session(plain) as session, session.get(
-            plain.server + path, timeout=aiohttp.ClientTimeout(total=30)
-        ) as response:
-            if response.status == 404:
-                return None
-            body = await response.text()
-            if response.status != 200:
-                raise ApiUnusable(f"GET {path}: HTTP {response.status}: {body.strip()[:300]}")
-            return json.loads(body)
+        async with ApiSession(access, timeout_s=30.0) as api:
+            return await api.request("GET", path)
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise ApiUnusable(f"GET {path}: HTTP {exc.status}: {exc.body.strip()[:300]}") from exc
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise ApiUnusable(clients.describe_connection_error(exc, plain)) from exc
+        raise ApiUnusable(clients.describe_connection_error(exc, access)) from exc
 
 
 def read_from_api(args: argparse.Namespace) -> object:
