@@ -63,6 +63,12 @@ def test_every_chart_variable_reaches_the_settings(monkeypatch: pytest.MonkeyPat
         "PODMORTEM_SAMPLE_INTERVAL_SECONDS": "5",
         "PODMORTEM_SAMPLE_RING_SIZE": "720",
         "PODMORTEM_AGENT_TOKEN_FILE": "/var/run/secrets/podmortem/agent-token/token",
+        "PODMORTEM_OOM_EVENTS": "true",
+        "PODMORTEM_OOM_EVENT_INTERVAL_SECONDS": "30",
+        "PODMORTEM_OOM_EVENTS_PER_MINUTE": "12",
+        "PODMORTEM_OOM_METRIC_POD_LABELS": "app,team",
+        "PODMORTEM_HTTP_HEADER_TIMEOUT_SECONDS": "4",
+        "PODMORTEM_HTTP_MAX_CONNECTIONS_PER_PEER": "16",
     }
     assert set(env) >= _chart_env_names()
     for name, value in env.items():
@@ -80,6 +86,9 @@ def test_every_chart_variable_reaches_the_settings(monkeypatch: pytest.MonkeyPat
     assert s.state_dir == tmp_path / "state"
     assert (s.poll_interval_s, s.ring_size) == (5.0, 720)
     assert s.token_path == Path("/var/run/secrets/podmortem/agent-token/token")
+    assert (s.oom_events, s.oom_event_interval_s, s.oom_events_per_minute) == (True, 30.0, 12)
+    assert s.oom_metric_pod_labels == ("app", "team")
+    assert (s.connections.header_timeout_s, s.connections.max_connections_per_peer) == (4.0, 16)
     # The command line wins over the environment.
     s = cli_agent.settings_from(
         _args("--kernel-log-source", "auto", "--port", "7000", "--foreign-kinds", "[]")

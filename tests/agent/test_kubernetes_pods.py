@@ -328,3 +328,28 @@ def test_owner_reference_parts() -> None:
     assert owners.guess_kind_matches("PyTorchJob", "pytorchjobs")
     assert owners.guess_kind_matches("Policy", "policies")
     assert not owners.guess_kind_matches("Job", "cronjobs")
+
+
+async def test_every_pod_of_the_node_is_kept_for_oom_events_marked_or_not(cluster: Cluster) -> None:
+    """With ``node_pod_labels`` (``--oom-events``) the listing keeps every pod of this node, not only the
+    sampled ones, with the allowed labels alone; a failed listing keeps the last ones."""
+    plain = await cluster.pod("web", "uwsgi-0")
+    marked = await cluster.pod("ml", "trainer-0", annotations={WATCH: "true"})
+    await cluster.pod("web", "elsewhere", node="node-2")
+    await cluster.patch("/api/v1/namespaces/web/pods/uwsgi-0",
+                        {"metadata": {"labels": {"app": "uwsgi", "pod-template-hash": "7c9d"}}})
+    source = _source(cluster, node_pod_labels=("app",))
+    plain_only = _source(cluster)
+    try:
+        assert set(await source.current()) == {marked}  # what is sampled does not change
+        assert set(source.node_pods) == {plain, marked}
+        assert source.node_pods[plain].labels == {"app": "uwsgi"}
+        assert (source.node_pods[plain].namespace, source.node_pods[plain].name) == ("web", "uwsgi-0")
+        cluster.api.failing = True
+        await source.current()
+        assert set(source.node_pods) == {plain, marked}
+        await plain_only.current()
+        assert plain_only.node_pods == {}
+    finally:
+        await source.close()
+        await plain_only.close()

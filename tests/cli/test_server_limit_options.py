@@ -57,3 +57,17 @@ def test_unusable_values_are_one_line(monkeypatch: pytest.MonkeyPatch, argv: lis
     with pytest.raises(SettingError) as caught:
         _agent(*argv)
     assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_oom_event_settings_from_flags_and_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PODMORTEM_OOM_METRIC_POD_LABELS", "app, team ,")
+    args = build_parser("agent").parse_args(["agent", "--node-name", "n1", "--oom-events",
+                                             "--oom-event-interval", "0", "--oom-events-per-minute", "5"])
+    settings = agent_cli.settings_from(args)
+    assert settings.oom_events and settings.oom_event_interval_s == 0 and settings.oom_events_per_minute == 5
+    assert settings.oom_metric_pod_labels == ("app", "team")
+    plain = build_parser("agent").parse_args(["agent", "--node-name", "n1"])
+    assert agent_cli.settings_from(plain).oom_events is False
+    monkeypatch.setenv("PODMORTEM_OOM_METRIC_POD_LABELS", ",".join(f"l{i}" for i in range(11)))
+    with pytest.raises(SettingError, match="at most 10 label keys, got 11"):
+        agent_cli.settings_from(args)

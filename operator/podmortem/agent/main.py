@@ -25,6 +25,7 @@ from podmortem.agent import pods, server
 from podmortem.agent.kernel_log import KernelLog, KernelLogState
 from podmortem.agent.metrics import AgentMetrics
 from podmortem.agent.node import NodeAgent
+from podmortem.agent.oom_events import ApiPoster, OomEvents
 from podmortem.agent.settings import AgentSettings
 from podmortem.background import Background
 from podmortem.cgroups import hostfs as cgroupfs
@@ -52,12 +53,13 @@ def build_agent(
         hierarchy, error = None, str(exc)
         logger.error("cannot sample: %s", error)
     source: pods.PodSource
+    kube_pods: pods.KubernetesPods | None = None
     if pod_source is not None:
         source = pod_source
     elif settings.static_pods:
         source = pods.StaticPods(settings.static_pods)
     else:
-        source = pods.KubernetesPods(
+        source = kube_pods = pods.KubernetesPods(
             node_name=settings.node_name,
             hierarchy=hierarchy,
             watch_annotation=settings.watch_annotation,
@@ -66,8 +68,20 @@ def build_agent(
             foreign_kinds=settings.foreign_kinds,
             owner_cache_s=settings.owner_cache_s,
             kubeconfig=settings.kubeconfig,
+            node_pod_labels=settings.oom_metric_pod_labels if settings.oom_events else None,
         )
     metrics = AgentMetrics(registry if registry is not None else CollectorRegistry())
+    oom_events = None
+    if settings.oom_events and kube_pods is not None:
+        listing = kube_pods
+        oom_events = OomEvents(
+            node=settings.node_name, lookup=lambda uid: listing.node_pods.get(uid),
+            poster=ApiPoster(settings.kubeconfig), registry=metrics.registry,
+            pod_labels=settings.oom_metric_pod_labels, per_pod_s=settings.oom_event_interval_s,
+            per_minute=settings.oom_events_per_minute, keep_unknown_s=settings.unplaced_record_keep_s,
+        )
+    elif settings.oom_events:
+        logger.warning("--oom-events needs the Kubernetes API (no --static-pod): no OOM-kill Events")
     agent = NodeAgent(
         settings=settings,
         pod_source=source,
@@ -75,6 +89,7 @@ def build_agent(
         hierarchy=hierarchy,
         hierarchy_error=error,
         records_file=settings.records_state_file,
+        oom_events=oom_events,
     )
     agent.restore_records()
     return agent
@@ -131,6 +146,8 @@ async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = Non
     work = [tasks.start(agent.run_sampling(), name="sampling")]
     if kernel_log is not None:
         work.append(tasks.start(kernel_log.run(), name="kernel-log"))
+    if agent.oom_events is not None:
+        work.append(tasks.start(agent.oom_events.run(), name="oom-events"))
     try:
         waiter = tasks.start(stop.wait(), name="stop-wait")
         done, _ = await asyncio.wait([waiter, *work], return_when=asyncio.FIRST_COMPLETED)
@@ -145,5 +162,7 @@ async def run_agent(settings: AgentSettings, *, stop: asyncio.Event | None = Non
         for r in runners:
             await r.cleanup()
         await agent.pod_source.close()
+        if agent.oom_events is not None and isinstance(agent.oom_events.poster, ApiPoster):
+            await agent.oom_events.poster.close()
         for sig in installed:
             loop.remove_signal_handler(sig)

@@ -19,6 +19,7 @@ from podmortem.agent import matching, record_store, sampler
 from podmortem.agent.assemble import Entry, build_evidence
 from podmortem.agent.kernel_log import KernelLogState
 from podmortem.agent.metrics import AgentMetrics
+from podmortem.agent.oom_events import OomEvents
 from podmortem.agent.pods import PodSource, WatchedPod
 from podmortem.agent.ring import PodRings
 from podmortem.agent.settings import AgentSettings
@@ -53,8 +54,10 @@ class NodeAgent:
         hierarchy: cgroupfs.MemoryHierarchy | None,
         hierarchy_error: str | None = None,
         records_file: Path | None = None,
+        oom_events: OomEvents | None = None,
     ) -> None:
-        """``records_file``: where placed kernel records persist (see `record_store`); None: memory only."""
+        """``records_file``: where placed kernel records persist (see `record_store`); None: memory only.
+        ``oom_events``: every pod's OOM kill as an Event and a count (``--oom-events``); None: off."""
         self.settings = settings
         self.pod_source = pod_source
         self.metrics = metrics
@@ -80,6 +83,7 @@ class NodeAgent:
         self.records_file = records_file
         #: Records that named no known pod yet, with when they came (monotonic), matched again each round.
         self._unplaced: list[tuple[float, OomKillRecord]] = []
+        self.oom_events = oom_events
 
     # -- sampling ---------------------------------------------------------------------------------
 
@@ -100,6 +104,8 @@ class NodeAgent:
             self._save_records()
         if self._unplaced:
             self._place_again(now_mono)
+        if self.oom_events is not None:
+            self.oom_events.retry()  # a pod the listing did not know at its kill may be known now
         for uid in [u for u in self.known if u not in pods and self.rings.get(u) is None]:
             self.known.pop(uid)
         self.metrics.watched_pods.set(len(pods))
@@ -191,6 +197,8 @@ class NodeAgent:
         A record that names no pod known yet is held and matched again after the next rounds
         (for ``unplaced_record_keep_s``): the kernel log may be read before the first round.
         """
+        if self.oom_events is not None:
+            self.oom_events.on_records(records)
         kept, unplaced = self._place(records)
         now = time.monotonic()
         self._unplaced.extend((now, record) for record in unplaced)

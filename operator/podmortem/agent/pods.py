@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from podmortem.agent.oom_events import NodePod, node_pod
 from podmortem.cgroups import hostfs as cgroupfs
 from podmortem.cgroups import paths
 from podmortem.kube import api as kubeapi
@@ -157,7 +158,10 @@ class KubernetesPods:
         kubeconfig: Path | None = None,
         api: kubeapi.KubeApi | None = None,
         clock: Callable[[], float] = time.monotonic,
+        node_pod_labels: tuple[str, ...] | None = None,
     ) -> None:
+        """``node_pod_labels``: keep every pod of the node in `node_pods`, with these labels (the OOM
+        Events of `oom_events`); None keeps none."""
         if not node_name:
             raise ValueError(
                 "the Kubernetes pod source needs the node name (--node-name / PODMORTEM_NODE_NAME)"
@@ -178,6 +182,9 @@ class KubernetesPods:
         self._api = api
         self.clock = clock
         self.owner_resolver: owners.OwnerResolver | None = None
+        self.node_pod_labels = node_pod_labels
+        #: Every pod of this node the last listing saw, marked or not (with ``node_pod_labels``).
+        self.node_pods: dict[str, NodePod] = {}
 
     async def _connect(self) -> owners.OwnerResolver:
         if self._api is None:
@@ -221,6 +228,7 @@ class KubernetesPods:
         resolver.begin_round()
         await resolver.resolve_kinds()
         pods: dict[str, WatchedPod] = {}
+        node_pods: dict[str, NodePod] = {}
         for namespace in self.namespaces or (None,):
             try:
                 items = await self._list(namespace)
@@ -230,12 +238,18 @@ class KubernetesPods:
                 pods.update(
                     {u: p for u, p in self._pods.items() if namespace is None or p.namespace == namespace}
                 )
+                node_pods.update({u: p for u, p in self.node_pods.items()
+                                  if namespace is None or p.namespace == namespace})
                 continue
             for item in items:
                 body = Body(item)
                 uid = body.uid
                 if not uid:
                     continue
+                if self.node_pod_labels is not None:
+                    seen = node_pod(item, self.node_pod_labels)
+                    if seen is not None:
+                        node_pods[uid] = seen
                 why = await self._why_watched(item, resolver)
                 if why is None:
                     continue
@@ -256,6 +270,7 @@ class KubernetesPods:
         self._listed_at = now
         self.listed = True
         self._pods = pods
+        self.node_pods = node_pods
         return self._resolve(pods)
 
     def _fail(self, error: str) -> None:

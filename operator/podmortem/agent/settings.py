@@ -135,6 +135,22 @@ class AgentSettings:
     #: Seconds to wait for in-flight work on a graceful stop before giving up.
     stop_timeout_s: float = 5.0
 
+    #: Every pod's OOM kill on this node, marked for podmortem or not, becomes an Event on the pod
+    #: (reason OOMKilling) and a count in ``podmortem_agent_oom_kills_total`` (`oom_events`). Off by
+    #: default: it needs the right to create Events, and the operator's reports already cover the
+    #: pods it follows.
+    oom_events: bool = False
+    #: Seconds between two OOM-kill Events on one pod; kills in between are folded into the next.
+    #: 60 s: a crash-looping pod (the kubelet's back-off starts at 10 s) gives one Event a minute.
+    oom_event_interval_s: float = 60.0
+    #: OOM-kill Events the node posts per minute at most, all pods together: a node-wide OOM storm
+    #: costs the API server 30 writes a minute, not one per process the kernel killed.
+    oom_events_per_minute: int = 30
+    #: Pod labels copied onto ``podmortem_agent_oom_kills_total`` (``label_<key>``, as
+    #: kube-state-metrics writes them); at most 10, since each multiplies nothing but every series
+    #: carries it. Empty: namespace, pod and container only.
+    oom_metric_pod_labels: tuple[str, ...] = ()
+
     def __post_init__(self) -> None:
         if self.poll_interval_s <= 0:
             raise ValueError(f"poll_interval_s must be positive, got {self.poll_interval_s}")
@@ -156,6 +172,12 @@ class AgentSettings:
         for name in ("listen_port", "metrics_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise ValueError(f"{name} must be 0..65535, got {getattr(self, name)}")
+        if self.oom_event_interval_s < 0:
+            raise ValueError(f"oom_event_interval_s must be >= 0, got {self.oom_event_interval_s}")
+        if self.oom_events_per_minute < 1:
+            raise ValueError(f"oom_events_per_minute must be at least 1, got {self.oom_events_per_minute}")
+        if len(self.oom_metric_pod_labels) > 10:
+            raise ValueError(f"at most 10 oom_metric_pod_labels, got {len(self.oom_metric_pod_labels)}")
         for uid, path in self.static_pods.items():
             if not path.startswith("/") or path == "/":
                 raise ValueError(f"static pod {uid}: cgroup path must be absolute and not '/', got {path!r}")

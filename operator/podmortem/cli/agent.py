@@ -158,13 +158,37 @@ LOG_LEVEL = o.Option(
     "{" + ",".join(o.LOG_LEVELS) + "}",
 )
 
+OOM_EVENTS = o.Option(
+    ("--oom-events",), "PODMORTEM_OOM_EVENTS", o.boolean, "false",
+    "every pod's OOM kill on this node, marked or not, becomes an Event on the pod (reason OOMKilling) "
+    "and a count in podmortem_agent_oom_kills_total; needs create on events (the chart's "
+    "agent.oomEvents.enabled); the variable: true or false", shown_default="off",
+    action="store_const", const="true",
+)
+OOM_EVENT_INTERVAL = o.Option(
+    ("--oom-event-interval",), "PODMORTEM_OOM_EVENT_INTERVAL_SECONDS", o.seconds(low=0, high=86400), "60",
+    "seconds between two OOM-kill Events on one pod (kills in between are folded into the next); "
+    "0..86400", "SECONDS",
+)
+OOM_EVENTS_PER_MINUTE = o.Option(
+    ("--oom-events-per-minute",), "PODMORTEM_OOM_EVENTS_PER_MINUTE", o.whole("a number of Events", low=1,
+                                                                             high=6000),
+    "30", "OOM-kill Events this node posts per minute at most, all pods together; 1..6000", "N",
+)
+OOM_METRIC_POD_LABELS = o.Option(
+    ("--oom-metric-pod-labels",), "PODMORTEM_OOM_METRIC_POD_LABELS", o.any_text, "",
+    "comma-separated pod label keys copied onto podmortem_agent_oom_kills_total as label_<key> "
+    "(as kube-state-metrics names them); at most 10", "KEY,...", shown_default="none",
+)
+
 #: Deadlines and connection caps of both ports (the chart's ``serverLimits.agent``).
 HTTP_LIMITS = server_limit_options("http", "HTTP", "the agent", ServerLimits())
 
 OPTIONS: tuple[o.Option[Any], ...] = (
     NODE_NAME, NAMESPACES, FOREIGN_KINDS, INTERVAL, RING_SIZE, STATE_DIR, TOKEN_FILE, PROC_ROOT, CGROUP_ROOT,
     KERNEL_LOG_SOURCE, KMSG_PATH, SYSLOG_POLL, POD_REFRESH, OWNER_CACHE, KUBECONFIG, HOST, PORT, METRICS_PORT,
-    STATIC_PODS, POD_NAME, POD_NAMESPACE, LOG_LEVEL, *HTTP_LIMITS.all,
+    STATIC_PODS, POD_NAME, POD_NAMESPACE, LOG_LEVEL, *HTTP_LIMITS.all, OOM_EVENTS, OOM_EVENT_INTERVAL,
+    OOM_EVENTS_PER_MINUTE, OOM_METRIC_POD_LABELS,
 )
 
 DESCRIPTION = """\
@@ -183,7 +207,8 @@ the command line wins over the variable, and an empty variable counts as unset."
 
 EPILOG = """\
 permissions: CAP_SYSLOG (kernel log), CAP_SYS_PTRACE (other users' smaps_rollup), hostPID,
-and the host's /proc and /sys/fs/cgroup mounted read-only. Never privileged.
+and the host's /proc and /sys/fs/cgroup mounted read-only. Never privileged. With --oom-events,
+create on events in the namespaces it lists.
 
 examples:
   podmortem agent --node-name "$(hostname)"
@@ -206,6 +231,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     o.add_all(parser, OPTIONS)
     parser.set_defaults(func=run)
+
+
+def _label_keys(v: o.Values) -> tuple[str, ...]:
+    keys = tuple(k.strip() for k in v.value(OOM_METRIC_POD_LABELS).split(",") if k.strip())
+    if len(keys) > 10:
+        raise v.error(OOM_METRIC_POD_LABELS, f"at most 10 label keys, got {len(keys)}")
+    return keys
 
 
 def _host_root(given: Path | None, host: str, plain: str, what: str) -> Path:
@@ -253,6 +285,10 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
         listen_port=v.value(PORT),
         metrics_port=v.value(METRICS_PORT),
         connections=HTTP_LIMITS.read(v),
+        oom_events=v.value(OOM_EVENTS),
+        oom_event_interval_s=v.value(OOM_EVENT_INTERVAL),
+        oom_events_per_minute=v.value(OOM_EVENTS_PER_MINUTE),
+        oom_metric_pod_labels=_label_keys(v),
         static_pods=static,
     )
     kinds = v.optional(FOREIGN_KINDS)  # last: reading kinds imports the Kubernetes client
