@@ -118,3 +118,27 @@ async def test_an_answer_over_its_budget_is_an_error_and_an_error_body_is_cut(ap
             await session.request("GET", "/broken")
     assert missing.value.status == 404 and missing.value.reason == "NotFound"
     assert broken.value.status == 500 and broken.value.body == "b" * MAX_ERROR_BYTES
+
+
+async def test_the_followers_transport_reads_a_rotated_token_afresh_at_the_401(
+        api: tuple[Api, str], tmp_path: Path) -> None:
+    """The log followers' transport is an ApiSession: a pod read after a token rotation succeeds."""
+    import aiohttp
+
+    from podmortem.logs.following import pod_log_api
+    from podmortem.logs.settings import FollowSettings
+
+    scripted, url = api
+    token = tmp_path / "token"
+    token.write_text("one")
+    async with pod_log_api.SessionTransport(ClusterAccess(server=url, token_file=token)) as transport:
+        logs = pod_log_api.PodLogApi(transport, settings=FollowSettings())
+        assert (await logs.read_pod(namespace="ns", name="p"))["path"] == "/api/v1/namespaces/ns/pods/p"
+        before = token.stat()
+        scripted.token = "two"
+        token.write_text("two")
+        os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))  # nothing says it changed
+        assert (await logs.read_pod(namespace="ns", name="q"))["path"] == "/api/v1/namespaces/ns/pods/q"
+        response = await transport.get("/raw", query=[], client_timeout=aiohttp.ClientTimeout(total=5))
+        response.release()
+    assert scripted.seen[1:] == ["Bearer one", "Bearer two", "Bearer two"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from podmortem.kube import clients
 from podmortem.kube.api import KubeError
@@ -72,7 +72,7 @@ class ApiSession:
     def server(self) -> str:
         return self.connection.access.server
 
-    async def __aenter__(self) -> ApiSession:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -5,9 +5,10 @@ sends booleans as ``True``/``False``, so log requests carry our own query
 parameters, and the status is checked here and turned into the follower's
 error classes. Pods are parsed as plain JSON, which skips the slow model classes.
 
-Two transports carry the requests. :class:`SessionTransport` is one plain
-aiohttp session built from a :class:`~podmortem.kube.config.ClusterAccess`: the
-CLI's path (which never imports kubernetes_asyncio, half a second of start-up)
+Two transports carry the requests. :class:`SessionTransport` is the followers'
+:class:`~podmortem.kube.session.ApiSession` (one aiohttp session built from a
+:class:`~podmortem.kube.config.ClusterAccess`, a refused token read afresh once):
+the CLI's path (which never imports kubernetes_asyncio, half a second of start-up)
 and the operator's, and the lightest one per stream (one shared connector, no
 per-request configuration objects). :class:`ApiClientTransport` goes through a
 kubernetes_asyncio ``ApiClient`` (``call_api`` with ``_preload_content=False``):
@@ -25,9 +26,10 @@ from urllib.parse import quote
 
 import aiohttp
 
+from podmortem.kube.rate_limit import TokenBucket
+from podmortem.kube.session import ApiSession
 from podmortem.logs import errors
 from podmortem.logs.following.connection_slots import ConnectionSlots
-from podmortem.kube.rate_limit import TokenBucket
 from podmortem.logs.settings import FollowSettings
 
 if TYPE_CHECKING:
@@ -96,38 +98,23 @@ class ApiClientTransport:
         return response
 
 
-class SessionTransport:
-    """Requests on one aiohttp session with a kubeconfig's server, TLS and credentials.
-
-    Use as an async context manager; all streams share its one connector
-    (no connection limit: each followed container holds one connection).
+class SessionTransport(ApiSession):
+    """The followers' `ApiSession`: a kubeconfig's server, TLS and credentials (a refused token read
+    afresh once), one connector for every stream (no connection limit: each followed container
+    holds one connection), no idle keep-alive connection (each socket is a request's, within the
+    connection slots) and log bodies read as sent. Use as an async context manager.
     """
 
     def __init__(self, access: ClusterAccess) -> None:
-        self.access = access
-        self._session: aiohttp.ClientSession | None = None
+        super().__init__(access, force_close=True, auto_decompress=False)
 
-    async def __aenter__(self) -> SessionTransport:
-        from podmortem.kube import clients
-
-        # No idle keep-alive connections: each socket is a request's, within the connection slots.
-        self._session = clients.aiohttp_session(self.access, headers=False, auto_decompress=False,
-                                                force_close=True)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+    @property
+    def access(self) -> ClusterAccess:
+        return self.connection.access
 
     async def get(self, path: str, *, query: list[tuple[str, str]],
                   client_timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
-        if self._session is None:
-            raise RuntimeError("SessionTransport is not open: use it with `async with`")
-        access = self.access
-        return await self._session.get(
-            access.server + path, params=query, headers=access.headers(), timeout=client_timeout,
-        )
+        return await self.send("GET", path, query=query, client_timeout=client_timeout)
 
 
 @contextlib.asynccontextmanager
