@@ -4,7 +4,7 @@ Each pod has a 50-line log tail: one rank is OOM-killed first, the others print 
 watchdog, NCCL remote-error and torchrun SIGTERM texts (tests/fixtures/training-logs) and fail
 later. Measured: `job_root_cause.root_cause` over all pods (it reads every tail), and the
 per-pod log reading `training_log.read` the operator runs for each pod's own report, and the
-annotation's job section (`operator.job_report.section`, rows trimmed to 4 KiB). Baseline,
+annotation's job section (`diagnosis.job_section.section`, rows trimmed to 4 KiB). Baseline,
 in the same run: one pass of `str.splitlines` + a substring test over every tail, the least any
 reader of the same text must do. Goal: the whole job report in under 1 s for 1,000 pods.
 
@@ -20,8 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from podmortem.diagnosis import job_root_cause as jrc
-from podmortem.diagnosis import training_log
-from podmortem.operator.reporting import job_report
+from podmortem.diagnosis import job_section, training_log
 
 LOGS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "training-logs"
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -90,7 +89,7 @@ def main() -> None:
     result = jrc.root_cause(pods)
 
     def section() -> None:
-        doc = job_report.section(result, max_bytes=4096).to_json()
+        doc = job_section.section(result, max_bytes=4096).to_json()
         assert doc["rootCause"]["verdict"] == "memcg-limit"
 
     b = best(baseline, args.repeat)

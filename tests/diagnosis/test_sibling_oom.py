@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from podmortem.diagnosis import job_root_cause, termination, verdicts
-from podmortem.operator.reporting import job_report
+from podmortem.diagnosis import job_root_cause, job_section, termination, verdicts
 
 #: A trainer's last words when the data proxy beside it dies (a reset connection, then the traceback).
 TRAINER_TAIL = [
@@ -76,15 +75,17 @@ def test_a_sidecar_killed_long_before_or_after_or_an_oom_killed_trainer_is_not_i
 
 def test_the_job_row_is_about_the_container_that_was_oom_killed() -> None:
     p = pod()
-    facts = job_report.pod_facts(p, tails={"trainer": TRAINER_TAIL}, last_lines_ns={}, verdict="sidecar-oom",
-                                 summary=trainer_report(p).findings[0].message, log_base="http://pm")
+    facts = job_section.pod_facts(
+        p, tails={"trainer": TRAINER_TAIL}, last_lines_ns={}, verdict="sidecar-oom",
+        summary=trainer_report(p).findings[0].message, log_url=lambda c: f"log of {c}",
+    )
     assert (facts.container, facts.exit_code, facts.reason, facts.rank) == ("proxy", 137, "OOMKilled", 2)
-    assert facts.log_url == "http://pm/logs/default/ddp-worker-1?container=proxy"
+    assert facts.log_url == "log of proxy"
     peer = job_root_cause.PodFacts(
         pod="ddp-master-0", container="trainer", rank=0, exit_code=143, reason="Error",
         finished_at=None, last_line_at=None, verdict=None,
     )
-    section = job_report.section(job_root_cause.root_cause([facts, peer]), max_bytes=4096).to_json()
+    section = job_section.section(job_root_cause.root_cause([facts, peer]), max_bytes=4096).to_json()
     assert section["rootCause"]["pod"] == "ddp-worker-1" and section["rootCause"]["container"] == "proxy"
     rows = {row["pod"]: row for row in section["rows"]}
     assert rows["ddp-worker-1"]["container"] == "proxy" and "'proxy' died" in section["rootCause"]["line"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from podmortem.diagnosis import job_root_cause as jrc
-from podmortem.operator.reporting import job_report
+from podmortem.diagnosis import job_section
 from podmortem.reports.document import Evidence, PodContext, ReportDocument
 from podmortem.reports.failure import FailureReport
 from podmortem.reports.findings import Finding, Severity
@@ -43,21 +43,21 @@ def _job(line: str) -> jrc.JobRootCause:
 
 
 def test_the_root_causes_line_and_a_rows_line_end_at_a_word() -> None:
-    doc = job_report.section(_job(PENDING), max_bytes=1 << 20).to_json()
+    doc = job_section.section(_job(PENDING), max_bytes=1 << 20).to_json()
     line = doc["rootCause"]["line"]
-    assert len(line) <= job_report.LINE_CHARS and _ends_at_a_word(line, PENDING), line
+    assert len(line) <= job_section.LINE_CHARS and _ends_at_a_word(line, PENDING), line
     assert not line.removesuffix(ELLIPSIS).endswith("kernelR")
 
 
 def test_the_root_causes_line_cut_hard_to_fit_ends_at_a_word() -> None:
-    doc = job_report.section(_job(PENDING), max_bytes=600).to_json()  # not even the root row fits
+    doc = job_section.section(_job(PENDING), max_bytes=600).to_json()  # not even the root row fits
     line = doc["rootCause"]["line"]
     assert len(line) <= 80 and _ends_at_a_word(line, PENDING), line
 
 
 def test_the_job_root_cause_event_ends_its_line_at_a_word() -> None:
     long = PENDING + " " + PENDING
-    headline = job_report.headline(_job(long))
+    headline = job_section.headline(_job(long))
     assert headline is not None
     quoted = headline.split(" failed first: ", 1)[1].split("; 1 consequence", 1)[0]
     assert len(quoted) <= 300 and _ends_at_a_word(quoted, long), quoted

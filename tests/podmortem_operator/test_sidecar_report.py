@@ -1,115 +1,21 @@
-"""Reports from the sidecar's termination message: read from the pod status, untrusted, and merged.
+"""The Reporter with the sidecar's termination message: read late, untrusted, and behind the kernel's record.
 
-The message is the one `podmortem sidecar` writes (its shape from a real-kernel run, docs/sidecar.md):
-a trainer OOM-killed at its container's limit with a forked worker beside it. The Reporter runs over
+The pod and its message are those of `tests.diagnosis.test_sidecar_findings`; the Reporter runs over
 the stand-ins of `test_kernel_record_followup`; the pod's report is its annotation.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
-from typing import Any
 
-import pytest
+from tests.diagnosis.test_sidecar_findings import MIB, evidence, pod
 
+from podmortem.diagnosis import sidecar_findings
 from podmortem.diagnosis import termination as term_mod
-from podmortem.operator.reporting import sidecar_report
-from podmortem.reports.sidecar_evidence import SidecarEvidence, render
+from podmortem.reports.sidecar_evidence import render
 from podmortem_demo.harness import evidence_for
 
-from .test_kernel_record_followup import (
-    RECORD,
-    SIDECAR_IMAGE,
-    TARGET,
-    UID,
-    ScriptedAgent,
-    running_reporter,
-    termination,
-)
-
-MIB = 1 << 20
-
-
-def evidence(**over: Any) -> SidecarEvidence:
-    doc: dict[str, Any] = {
-        "v": 1, "podmortem": "0.1.0", "reason": "trainer-gone", "at": "2026-12-04T13:36:26.464258Z",
-        "cgroup": {"version": 1, "path": "/kubepods/burstable/podu/abc"},
-        "mem": {"usage": 1900 * MIB, "limit": 2048 * MIB, "peak": 2048 * MIB, "limit_hits": 206,
-                "anon": 1850 * MIB, "file": 30 * MIB, "shmem": 0, "swap": 0, "age_s": 0.08},
-        "oom": {"before": 0, "after": 1},
-        "kill": {"victim": {"pid": 26707, "comm": "python", "pss": 1100 * MIB, "role": "trainer"},
-                 "gone": [26707, 26708], "at": "2026-12-04T13:36:26.457Z"},
-        "top": [{"pid": 26707, "comm": "python", "pss": 1100 * MIB, "role": "trainer"},
-                {"pid": 26708, "comm": "pt_data_worker", "pss": 700 * MIB, "role": "worker"}],
-        "procs": 2, "samples": 40, "interval_s": 2.0,
-        "trend": [900 * MIB, 1300 * MIB, 1700 * MIB, 1900 * MIB], "notes": [],
-    }
-    doc.update(over)
-    return SidecarEvidence.model_validate_json(json.dumps(doc))
-
-
-def pod(message: str | None, *, sidecar: bool = True) -> dict[str, Any]:
-    init = [{"name": term_mod.SIDECAR_CONTAINER, "restartPolicy": "Always", "image": SIDECAR_IMAGE,
-             "command": ["podmortem", "sidecar"]}] if sidecar else []
-    side_state: dict[str, Any] = (
-        {"terminated": {"exitCode": 0, "reason": "Completed", "message": message}}
-        if message is not None else {"running": {}}
-    )
-    return {
-        "metadata": {"name": "trainer", "namespace": "default", "uid": UID},
-        "spec": {"nodeName": "node-a", "initContainers": init, "containers": [{"name": "trainer"}]},
-        "status": {
-            "initContainerStatuses": (
-                [{"name": term_mod.SIDECAR_CONTAINER, "state": side_state}] if sidecar else []
-            ),
-            "containerStatuses": [{"name": "trainer", "containerID": "containerd://abc", "state": {
-                "terminated": {"exitCode": 137, "reason": "OOMKilled", "containerID": "containerd://abc",
-                               "finishedAt": "2026-12-04T13:36:27Z"}}}],
-        },
-    }
-
-
-def test_the_sidecar_and_its_message_are_found_in_the_pod_status() -> None:
-    message = render(evidence())
-    [t] = term_mod.find(pod(message))
-    assert t.sidecar and t.sidecar_message == message
-    [t] = term_mod.find(pod(None))
-    assert t.sidecar and t.sidecar_message is None
-    [t] = term_mod.find(pod(None, sidecar=False))
-    assert not t.sidecar and t.sidecar_message is None
-    [t] = term_mod.find(pod("x" * 100_000))
-    assert t.sidecar_message is not None and len(t.sidecar_message) == term_mod.SIDECAR_MESSAGE_MAX
-
-
-def test_findings_name_the_containers_limit_what_filled_it_the_workers_and_the_trend() -> None:
-    t = dataclasses.replace(termination(), sidecar=True)
-    found = {f.code: f for f in sidecar_report.findings(t, evidence())}
-    assert list(found) == [
-        "memcg-limit", "anon-dominant", "fork-copies", "memory-growing", "sidecar-evidence"]
-    cause = found["memcg-limit"]
-    assert "python (pid 26707)" in cause.message and "its own memory limit of 2.0 GiB" in cause.message
-    assert cause.evidence["oom_kills_after"] == 1 and cause.evidence["source"] == "sidecar"
-    assert found["fork-copies"].evidence["workers_pss_bytes"] == 700 * MIB
-    assert "PSS does not tell which" in found["fork-copies"].message
-    assert "memcg-limit, anon-dominant, fork-copies, memory-growing" in found["sidecar-evidence"].message
-
-
-@pytest.mark.parametrize(
-    ("over", "absent"),
-    [
-        ({"kill": None, "oom": {"before": 1, "after": 1}}, "memcg-limit"),  # no kill seen: no cause
-        ({"top": [{"pid": 1, "comm": "python", "pss": 1800 * MIB, "role": "trainer"},
-                  {"pid": 2, "comm": "w", "pss": 10 * MIB, "role": "worker"}]}, "fork-copies"),
-        ({"trend": [1900 * MIB, 1900 * MIB, 1910 * MIB]}, "memory-growing"),
-        ({"mem": {"usage": 100, "anon": 40, "file": 30, "shmem": 30, "age_s": 0}}, "anon-dominant"),
-    ],
-)
-def test_a_finding_is_made_only_on_its_figures(over: dict[str, Any], absent: str) -> None:
-    t = dataclasses.replace(termination(), sidecar=True)
-    codes = [f.code for f in sidecar_report.findings(t, evidence(**over))]
-    assert absent not in codes
+from .test_kernel_record_followup import RECORD, TARGET, UID, ScriptedAgent, running_reporter
 
 
 async def test_without_an_agent_the_sidecars_late_message_makes_the_report() -> None:
@@ -152,7 +58,7 @@ async def test_with_an_agent_the_kernel_record_wins_and_both_name_the_same_kill(
         outcome = await reporter.report(termination=t, target=TARGET, facts=None, seen_at=time.monotonic())
     codes = [f.code for f in outcome.report.findings]
     assert outcome.kernel_record_state == "attached" and "sidecar-evidence" not in codes
-    from_sidecar = sidecar_report.findings(t, side)
+    from_sidecar = sidecar_findings.findings(t, side)
     assert outcome.report.verdict == from_sidecar[0].code == "memcg-limit"
     assert outcome.report.kill is not None
     assert outcome.report.kill.pid == victim == from_sidecar[0].evidence["victim_pid"]

@@ -18,11 +18,12 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.diagnosis.test_sidecar_findings import evidence as good_evidence
 
 from podmortem.diagnosis import in_pod_evidence as in_pod
+from podmortem.diagnosis import sidecar_findings
 from podmortem.diagnosis import termination as term_mod
 from podmortem.operator import sidecar_injection
-from podmortem.operator.reporting import sidecar_report
 from podmortem.operator.settings import SidecarInjectionSettings
 from podmortem.reports import codes
 from podmortem.reports import sidecar_evidence as ev
@@ -31,11 +32,10 @@ from podmortem.reports.findings import Finding, Severity
 from podmortem_demo.harness import evidence_for
 
 from .test_kernel_record_followup import SIDECAR_IMAGE, TARGET, UID, ScriptedAgent, running_reporter
-from .test_sidecar_report import evidence as good_evidence
 
 MIB = 1 << 20
 ENDED = datetime(2026, 12, 4, 13, 36, 27, tzinfo=UTC)
-IDENTITY = sidecar_report.identity(SidecarInjectionSettings(image=SIDECAR_IMAGE))
+IDENTITY = sidecar_injection.identity(SidecarInjectionSettings(image=SIDECAR_IMAGE))
 
 
 def lie(**over: Any) -> str:
@@ -67,9 +67,9 @@ def pod(message: str | None, *, exit_code: int = 137, reason: str = "OOMKilled",
     }
 
 
-def read(message: str, **kw: Any) -> sidecar_report.SidecarRead:
+def read(message: str, **kw: Any) -> sidecar_findings.SidecarRead:
     [t] = term_mod.find(pod(message, **kw))
-    return sidecar_report.read(t, IDENTITY)
+    return sidecar_findings.read(t, IDENTITY)
 
 
 def test_the_real_shape_is_attached() -> None:
@@ -118,7 +118,7 @@ def test_a_container_that_exited_1_keeps_the_kubelets_verdict() -> None:
     [t] = term_mod.find(pod(ev.render(good_evidence()), exit_code=1, reason="Error"))
     kubelets = FailureReport(verdict="python-exception", findings=[
         Finding(code="python-exception", severity=Severity.CRITICAL, message="Traceback ...")])
-    out = sidecar_report.apply(kubelets, t, good_evidence())
+    out = sidecar_findings.apply(kubelets, t, good_evidence())
     assert out.verdict == "python-exception"
     assert out.kill is None
     assert "in-pod-oom-kill" in [f.code for f in out.findings]
@@ -128,9 +128,9 @@ def test_a_container_that_exited_1_keeps_the_kubelets_verdict() -> None:
 
 def test_the_report_says_what_rests_on_in_pod_evidence() -> None:
     [t] = term_mod.find(pod(ev.render(good_evidence())))
-    out = sidecar_report.apply(FailureReport(), t, good_evidence())
+    out = sidecar_findings.apply(FailureReport(), t, good_evidence())
     assert out.verdict == "memcg-limit"
-    assert set(out.in_pod_evidence) == {f.code for f in sidecar_report.findings(t, good_evidence())}
+    assert set(out.in_pod_evidence) == {f.code for f in sidecar_findings.findings(t, good_evidence())}
 
 
 async def test_through_the_reporter_a_lie_changes_no_verdict_and_an_absurd_time_breaks_nothing() -> None:
@@ -210,8 +210,8 @@ def test_no_evidence_turns_a_verdict_the_kubelet_reports(
     [t] = found
     kubelets = FailureReport(verdict=verdict, findings=[
         Finding(code=verdict, severity=Severity.CRITICAL, message="the kubelet's own words")])
-    got = sidecar_report.read(t, IDENTITY)
-    out = sidecar_report.apply(kubelets, t, got.evidence) if got.evidence is not None else kubelets
+    got = sidecar_findings.read(t, IDENTITY)
+    out = sidecar_findings.apply(kubelets, t, got.evidence) if got.evidence is not None else kubelets
     if not in_pod.kubelet_reports_oom_kill(t.exit_code, t.reason):
         assert out.verdict == verdict, (t.exit_code, t.reason, out.verdict)
     else:
@@ -220,5 +220,5 @@ def test_no_evidence_turns_a_verdict_the_kubelet_reports(
         assert out == kubelets
     else:
         assert got.summary is not None and got.summary.state == "attached"
-        assert not in_pod.contradictions(sidecar_report.testimony(got.evidence), sidecar_report.facts(
+        assert not in_pod.contradictions(sidecar_findings.testimony(got.evidence), sidecar_findings.facts(
             t, in_pod.identify(t.sidecars, IDENTITY)))  # type: ignore[arg-type]

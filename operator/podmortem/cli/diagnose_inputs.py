@@ -412,7 +412,7 @@ def _found(case: offline.Case) -> bool:
 
 def run(inputs: Inputs, args: argparse.Namespace) -> int:
     """Combine the inputs into reports and print them; the exit code."""
-    from podmortem.diagnosis import job_root_cause
+    from podmortem.diagnosis import job_root_cause, job_section
 
     if args.html:
         print("podmortem diagnose: --html reads kernel records only; for a pod status or a training log "
@@ -431,10 +431,8 @@ def run(inputs: Inputs, args: argparse.Namespace) -> int:
         unused.append(("--exit-code", "not used: the pod status gives the exit code"))
     job: JobSection | None = None
     if len({id(c.source) for c in cases}) > 1:
-        from podmortem.operator.reporting import job_report
-
         result = job_root_cause.root_cause(offline.first_failures(cases))
-        job = job_report.section(result, max_bytes=JOB_SECTION_MAX_BYTES)
+        job = job_section.section(result, max_bytes=JOB_SECTION_MAX_BYTES)
     if args.json:
         doc: dict[str, Any] = {
             "reports": [case_document(c, inputs) for c in cases]

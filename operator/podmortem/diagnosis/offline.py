@@ -543,7 +543,7 @@ def _status_container_id(pod: Mapping[str, Any], container: str) -> str | None:
 
 
 def pod_facts(case: Case) -> jrc.PodFacts:
-    """The job report's facts of this container (``reporting.job_report.pod_facts`` reads the same)."""
+    """The job report's facts of this container (`job_section.pod_facts` reads the same)."""
     t = case.termination
     ns = case.log.last_line_ns if case.log is not None else None
     headline = next((f.message for f in case.report.findings if f.code == case.report.verdict), None)

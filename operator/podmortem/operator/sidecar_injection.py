@@ -185,6 +185,12 @@ def sidecar_command(settings: SidecarInjectionSettings) -> list[str]:
     return command
 
 
+def identity(settings: SidecarInjectionSettings) -> in_pod_evidence.SidecarIdentity:
+    """The sidecar container this operator injects, as the report finds it: its image and whole command
+    (`podmortem.diagnosis.sidecar_findings.read` reads evidence only from that container)."""
+    return in_pod_evidence.SidecarIdentity(image=settings.image, command=tuple(sidecar_command(settings)))
+
+
 def sidecar_container(settings: SidecarInjectionSettings, *, uid: int, gid: int | None) -> dict[str, Any]:
     """The sidecar's init container, as the trainer's user, with nothing more than it needs."""
     command = sidecar_command(settings)

@@ -29,23 +29,17 @@ from typing import Any
 import aiohttp
 
 from podmortem.background import Background
-from podmortem.diagnosis import job_root_cause, verdicts
+from podmortem.diagnosis import job_root_cause, job_section, sidecar_findings, verdicts
 from podmortem.diagnosis.termination import Termination
 from podmortem.kube import api as kube_mod
 from podmortem.logs.storage.store import LogStore
 from podmortem.memory_line.status import peak_of_limit
-from podmortem.operator import log_links, metrics
+from podmortem.operator import log_links, metrics, sidecar_injection
 from podmortem.operator.annotations import FAILURE_REPORT
 from podmortem.operator.following import PodLogFacts
 from podmortem.operator.job_pressure import ProjectionLine
 from podmortem.operator.jobs import Target
-from podmortem.operator.reporting import (
-    job_report,
-    kernel_record,
-    prometheus,
-    report_timeline,
-    sidecar_report,
-)
+from podmortem.operator.reporting import kernel_record, prometheus, report_timeline
 from podmortem.operator.reporting.agent_client import AgentClient, AgentUnavailable
 from podmortem.operator.settings import OperatorSettings
 from podmortem.operator.status import StatusWriter
@@ -181,7 +175,7 @@ def compute_job(known: WatchedTarget) -> tuple[JobView, str | None] | None:
     root_uid = next((u for u, p in pods if p is root), None)
     line = next((r.line for r in result.rows if r.facts is root), "")
     key = (root.pod, result.guessed, line) if root is not None else None
-    event = job_report.headline(result) if key != known.job_root else None
+    event = job_section.headline(result) if key != known.job_root else None
     known.job_root = key
     return JobView(result=result, root_uid=root_uid), event
 
@@ -333,15 +327,16 @@ class Reporter:
             record_pending=record == kernel_record.PENDING,
             log_tail=facts.last_lines(t.container) if facts is not None else (),
         )
-        sidecar = sidecar_report.read(t, sidecar_report.identity(self.settings.sidecar))
+        sidecar = sidecar_findings.read(t, sidecar_injection.identity(self.settings.sidecar))
         if record != kernel_record.ATTACHED and sidecar.evidence is not None:
-            report = sidecar_report.apply(report, t, sidecar.evidence)
+            report = sidecar_findings.apply(report, t, sidecar.evidence)
         document = self._document(t, agent_evidence, record, errors, working_set, facts, prom_pending)
         document.report = report
         document.report_url = self.page_url(target)
         document.evidence.sidecar = sidecar.summary
         if t.sidecar and not self.settings.agent.enabled:
-            document.evidence.kernel_record.note = "the kernel's record is " + sidecar_report.NO_KERNEL_RECORD
+            note = "the kernel's record is " + sidecar_findings.NO_KERNEL_RECORD
+            document.evidence.kernel_record.note = note
         outcome = Outcome(
             termination=t,
             target=target,
@@ -567,7 +562,7 @@ class Reporter:
         if room < limit // 3 and shown is not None:
             doc = shown.document.to_annotation(max_bytes=limit // 2)
             room = limit - _size(doc) - len(',"job":')
-        return with_job(doc, job_report.section(view.result, max_bytes=max(room, 0)))
+        return with_job(doc, job_section.section(view.result, max_bytes=max(room, 0)))
 
     async def write_job(
         self, target: Target, view: JobView, *, event: str | None, outcome: Outcome | None,
@@ -593,7 +588,7 @@ class Reporter:
         return ok
 
     async def _post_job_event(self, target: Target, event: str) -> None:
-        """The ``JobRootCause`` Event: which pod failed first, quoting its line (`job_report.headline`)."""
+        """The ``JobRootCause`` Event: which pod failed first, quoting its line (`job_section.headline`)."""
         try:
             await self.kube.post_event(
                 involved=target.involved(), type_="Warning", reason="JobRootCause",
@@ -740,7 +735,7 @@ class Reporter:
                 stale_after_s=self.settings.stale_log_threshold_s,
             )
             if not found and outcome.sidecar is not None:
-                outcome.report = sidecar_report.apply(outcome.report, t, outcome.sidecar)
+                outcome.report = sidecar_findings.apply(outcome.report, t, outcome.sidecar)
         if found:
             record = KernelRecordEvidence(state=kernel_record.ATTACHED, arrived_after_s=round(waited, 1))
         else:
@@ -771,14 +766,14 @@ class Reporter:
         outcome = self.by_pod.get(termination.pod_uid)
         if outcome is None or outcome.sidecar_read or outcome.termination.key != termination.key:
             return False
-        read = sidecar_report.read(termination, sidecar_report.identity(self.settings.sidecar))
+        read = sidecar_findings.read(termination, sidecar_injection.identity(self.settings.sidecar))
         if read.summary is None or read.summary.state == "pending":
             return False
         outcome.sidecar_read = True
         outcome.sidecar = read.evidence
         outcome.document.evidence.sidecar = read.summary
         if read.evidence is not None and outcome.kernel_record_state != kernel_record.ATTACHED:
-            outcome.report = sidecar_report.apply(outcome.report, outcome.termination, read.evidence)
+            outcome.report = sidecar_findings.apply(outcome.report, outcome.termination, read.evidence)
         outcome.document.updated_at = datetime.now(UTC)
         self._spawn(self._rewrite(outcome, what="the sidecar's evidence", announce=False),
                     name=f"sidecar-{termination.pod}")

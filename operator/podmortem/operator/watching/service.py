@@ -30,16 +30,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from podmortem.background import Background
-from podmortem.diagnosis import job_root_cause, termination
+from podmortem.diagnosis import job_root_cause, job_section, termination
 from podmortem.kube import api as kube_mod
 from podmortem.kube import owners as kube_owners
 from podmortem.kube.bodies import Body, PodBody
 from podmortem.operator import annotations as opts
-from podmortem.operator import jobs
+from podmortem.operator import jobs, log_links
 from podmortem.operator.following import Following, log_status_fields
 from podmortem.operator.jobs import Target
 from podmortem.operator.records import JobRecord, Reason, Records
-from podmortem.operator.reporting import job_report
 from podmortem.operator.reporting import reporter as reporting
 from podmortem.operator.reporting.reporter import Reporter
 from podmortem.operator.settings import TRAININGJOB_PLURAL, OperatorSettings
@@ -414,17 +413,20 @@ class OperatorService:
         events do not each cost a root-cause pass. A deleted pod keeps its row, marked deleted:
         a job controller's cleanup must not take the root cause out of the report.
         """
-        uid = PodBody(pod).uid
+        body = PodBody(pod)
+        uid = body.uid
         outcome = self.reporter.by_pod.get(uid)
         verdict, line = self.reporter.headline_of(outcome) if outcome is not None else (None, None)
         log = self.following.facts(uid) if self.following is not None else None
-        facts = job_report.pod_facts(
+        facts = job_section.pod_facts(
             pod,
             tails={c: log.last_lines(c) for c in log.tail} if log is not None else {},
             last_lines_ns=dict(log.last_line_ns) if log is not None else {},
             verdict=verdict if outcome is not None and outcome.report.verdict else None,
             summary=line,
-            log_base=self.reporter.log_url,
+            log_url=lambda container: log_links.log_url(
+                self.reporter.log_url, namespace=body.namespace, pod=body.name, container=container
+            ),
             deleted=deleted,
         )
         before = known.job_pods.get(uid)

@@ -11,14 +11,13 @@ section says how many were left out. Pure: facts in, a `JobSection` of the repor
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from podmortem.diagnosis import job_root_cause as jrc
 from podmortem.diagnosis import termination as term_mod
 from podmortem.kube.bodies import PodBody
-from podmortem.operator import log_links
 from podmortem.reports.document import JobRow, JobSection
 from podmortem.reports.text import shorten
 
@@ -39,17 +38,20 @@ def pod_facts(
     last_lines_ns: Mapping[str, int],
     verdict: str | None,
     summary: str | None,
-    log_base: str,
+    log_url: Callable[[str], str],
     deleted: bool = False,
 ) -> jrc.PodFacts:
     """One pod's facts from its object, its containers' log tails and its own report's verdict and headline.
+
+    ``log_url`` gives the address of a container's stored log, by the container's name: the caller
+    knows where logs are served, and the container is chosen here.
 
     The container is the first that failed (the one the pod's report is about), else the first.
     A pod that has not failed keeps no log facts: its row does not need them, and facts that do
     not change at each event let the caller skip recomputing the job.
     """
     body = PodBody(pod)
-    ns, name = body.namespace, body.name
+    name = body.name
     found = term_mod.find(pod)
     first = min(found, key=_first_end) if found else None
     containers = body.containers or [{}]
@@ -69,7 +71,7 @@ def pod_facts(
         verdict=verdict,
         summary=summary,
         last_lines=tuple(tails.get(container, ())) if failed else (),
-        log_url=log_links.log_url(log_base, namespace=ns, pod=name, container=container),
+        log_url=log_url(container),
         failed=failed,
         several_containers=len(containers) + len(body.init_containers) > 1,
         deleted=deleted,

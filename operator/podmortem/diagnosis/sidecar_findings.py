@@ -1,4 +1,4 @@
-"""A report from the sidecar's evidence, where no node agent hands over the kernel's record.
+"""The findings of the sidecar's evidence, where no node agent hands over the kernel's record. Pure.
 
 In sidecar mode (`docs/sidecar.md`) the pod carries ``podmortem sidecar``, which leaves what it saw
 of the trainer container in its termination message: the container's own cgroup counters at the
@@ -11,7 +11,8 @@ kernel's own choice of victim and the per-task table, are not available in this 
 agent handed over the kernel's record, that record wins and the sidecar's findings are not added.
 
 The message is the pod's own testimony (docs/sidecar.md, "Trust model"): it is read only from the
-container the operator injected, found by image and command (`identity`), and only when nothing in
+container the operator injected, found by image and command
+(`podmortem.operator.sidecar_injection.identity`), and only when nothing in
 it contradicts the kubelet (`podmortem.diagnosis.in_pod_evidence`); otherwise the summary says
 "invalid" and names the contradiction. Its OOM kill becomes the verdict only where the kubelet
 reports one too (OOMKilled or exit 137); else it is the finding ``in-pod-oom-kill`` beside the
@@ -25,8 +26,6 @@ from dataclasses import dataclass
 from podmortem.diagnosis import in_pod_evidence as in_pod
 from podmortem.diagnosis.forks import FORK_COPIES_MIN_BYTES, FORK_COPIES_MIN_SHARE
 from podmortem.diagnosis.termination import SIDECAR_CONTAINER, Termination
-from podmortem.operator import sidecar_injection
-from podmortem.operator.settings import SidecarInjectionSettings
 from podmortem.reports import codes as verdict_codes
 from podmortem.reports.document import SidecarEvidenceSummary
 from podmortem.reports.failure import FailureReport, KillSummary
@@ -68,13 +67,6 @@ class SidecarRead:
 
     evidence: SidecarEvidence | None
     summary: SidecarEvidenceSummary | None
-
-
-def identity(settings: SidecarInjectionSettings) -> in_pod.SidecarIdentity:
-    """The sidecar container this operator injects: its image and whole command."""
-    return in_pod.SidecarIdentity(
-        image=settings.image, command=tuple(sidecar_injection.sidecar_command(settings))
-    )
 
 
 def _invalid(note: str, found: list[str] | None = None) -> SidecarRead:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from podmortem.diagnosis import job_root_cause as jrc
-from podmortem.operator.reporting import job_report
+from podmortem.diagnosis import job_section
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "training-logs"
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -32,18 +32,18 @@ def pod(name: str, *, kind: str, index: int, exit_code: int | None, finished: st
 
 
 def test_pod_facts_from_a_pytorchjob_pod_and_its_log_tail() -> None:
-    facts = job_report.pod_facts(
+    facts = job_section.pod_facts(
         pod("ddp-worker-1", kind="worker", index=1, exit_code=1),
         tails={"pytorch": WATCHDOG}, last_lines_ns={"pytorch": 1_714_564_850 * 10**9},
-        verdict="python-exception", summary="the exception", log_base="http://pm:8080/",
+        verdict="python-exception", summary="the exception", log_url=lambda c: f"log of {c}",
     )
     assert (facts.rank, facts.exit_code, facts.reason, facts.container) == (2, 1, "Error", "pytorch")
     assert facts.finished_at == T0 + timedelta(minutes=1) and facts.failed
     assert facts.last_lines == WATCHDOG
-    assert facts.log_url == "http://pm:8080/logs/ml/ddp-worker-1?container=pytorch"
-    running = job_report.pod_facts(
+    assert facts.log_url == "log of pytorch"
+    running = job_section.pod_facts(
         pod("ddp-master-0", kind="master", index=0, exit_code=None), tails={"pytorch": WATCHDOG},
-        last_lines_ns={"pytorch": 5}, verdict=None, summary=None, log_base="",
+        last_lines_ns={"pytorch": 5}, verdict=None, summary=None, log_url=lambda c: "",
     )
     # A running pod keeps no log facts, so its facts do not change at each event.
     assert (running.rank, running.failed, running.last_lines, running.last_line_at) == (0, False, (), None)
@@ -67,7 +67,7 @@ def big_job(n: int, oom: int = 700) -> jrc.JobRootCause:
 
 def test_a_thousand_pods_fit_the_annotation_and_say_what_was_left_out() -> None:
     result = big_job(1000)
-    doc = job_report.section(result, max_bytes=3000).to_json()
+    doc = job_section.section(result, max_bytes=3000).to_json()
     assert len(json.dumps(doc, separators=(",", ":")).encode()) <= 3000
     root = doc["rootCause"]
     assert root["pod"] == "big-worker-700" and root["line"] == "the kernel killed python"
@@ -83,17 +83,17 @@ def test_a_thousand_pods_fit_the_annotation_and_say_what_was_left_out() -> None:
 
 
 def test_a_small_job_keeps_every_row_and_the_headline_names_the_root() -> None:
-    doc = job_report.section(big_job(4, oom=2), max_bytes=4096).to_json()
+    doc = job_section.section(big_job(4, oom=2), max_bytes=4096).to_json()
     assert len(doc["rows"]) == 4 and "rowsOmitted" not in doc and doc["guessed"] is False
     assert [r["role"] for r in doc["rows"]] == ["not-failed", "consequence", "root-cause", "not-failed"]
     assert "Watchdog caught" in doc["rows"][1]["line"] and doc["rootCause"]["rank"] == 2
-    guess = job_report.section(big_job(4, oom=9), max_bytes=4096).to_json()
+    guess = job_section.section(big_job(4, oom=9), max_bytes=4096).to_json()
     assert guess["guessed"] is True and "a guess" in guess["note"]
-    headline = job_report.headline(big_job(1000))
+    headline = job_section.headline(big_job(1000))
     assert headline is not None and headline.startswith("big-worker-700 (rank 700) failed first")
     assert "665 consequence(s)" in headline
 
 
 def test_a_tiny_budget_still_names_the_root_cause() -> None:
-    doc = job_report.section(big_job(1000), max_bytes=400).to_json()
+    doc = job_section.section(big_job(1000), max_bytes=400).to_json()
     assert doc["rootCause"]["pod"] == "big-worker-700" and doc["rows"] == []
