@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import json
 import socket
 import time
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from typing import Any, Literal, TextIO
 from podmortem import quantity
 from podmortem.kube.owners import ForeignKind
 from podmortem.reports.document import JobRow, JobSection, ReportDocument
+from podmortem.reports.stored_report import ANNOTATION, StoredReport
 from podmortem_demo import kernel, runner
 from podmortem_demo import stored as stored_reports
 from podmortem_demo.kubelet import PodRun
@@ -54,7 +54,6 @@ KINDS: dict[str, tuple[str, str, str, tuple[ForeignKind, ...]]] = {
                (ForeignKind("batch", "jobs", "v1"), ForeignKind("jobset.x-k8s.io", "jobsets", "v1alpha2"))),
 }
 REPLICATED_JOB = "workers"  # the JobSet's one replicatedJob: a Job per rank, one pod each
-REPORT_ANNOTATION = "podmortem.io/failure-report"
 CONTAINER = "pytorch"  # the container name the training operator requires in a PyTorchJob
 #: The lines of a rank that progress shows: the failure texts and the OOM rank's growth.
 _SHOWN = ("[rank", "torch.distributed", "ncclRemoteError", "W0801", "rank ")
@@ -112,7 +111,7 @@ class DistributedResult:
     @property
     def document(self) -> ReportDocument:
         """The annotation read as every reader reads it; empty when there is none."""
-        return stored_reports.in_annotation(self.job) or ReportDocument()
+        return stored_reports.read(self.job) or ReportDocument()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -127,8 +126,8 @@ class DistributedResult:
 
 def report_of(job: dict[str, Any] | None) -> dict[str, Any] | None:
     """The annotation's JSON as stored, for ``--json``; readers take `DistributedResult.document`."""
-    raw = (((job or {}).get("metadata") or {}).get("annotations") or {}).get(REPORT_ANNOTATION)
-    return json.loads(raw) if raw else None
+    stored = StoredReport.locate(job)
+    return stored.raw if stored is not None else None
 
 
 def pod_name(job: str, rank: int, kind: JobKind = "pytorchjob") -> str:
@@ -272,7 +271,7 @@ class _RankCluster(runner._Cluster):
 
 def _settled(job: dict[str, Any] | None, world: int) -> dict[str, Any] | None:
     """The job once its report has a row for every failed rank and no longer waits for a kernel record."""
-    report = stored_reports.in_annotation(job)
+    report = stored_reports.read(job)
     if report is None or report.job is None:
         return None
     failed = sum(n for role, n in report.job.roles.items() if role != "not-failed")
@@ -376,7 +375,7 @@ class DistributedDemo:
             lambda: _settled(stored(), s.world_size), until=deadline,
             what=f"{kind_name} {s.job}'s report with a row per rank and its kernel record",
         )
-        say(f"job report in the {kind_name}'s {REPORT_ANNOTATION} annotation {time.monotonic() - seen:.1f} s "
+        say(f"job report in the {kind_name}'s {ANNOTATION} annotation {time.monotonic() - seen:.1f} s "
             "after the last rank ended")
         oom_run = runs[s.oom_rank]
         evidence = cluster.call(cluster.agent.kernel_records_for(oom_run.uid, within_s=0.0))

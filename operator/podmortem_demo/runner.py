@@ -658,12 +658,12 @@ class Demo:
         def settled() -> dict[str, Any] | None:
             """The job once its report no longer waits for the kernel record (attached or given up)."""
             obj = ended()
-            report = stored_reports.in_status(obj)
+            report = stored_reports.read(obj)
             return obj if obj is not None and (report is None or not report.pending_record) else None
 
         seen = time.monotonic()
         tj = _wait(ended, until=deadline, what=f"TrainingJob {name} to end (Succeeded, or Failed, reported)")
-        report = stored_reports.in_status(tj)
+        report = stored_reports.read(tj)
         recorded = f" [{RECORDED_LABEL}]" if choice.mode == "recorded" else ""
         if report is not None:
             pending = report.pending_record
@@ -681,7 +681,7 @@ class Demo:
             )
             if pending:
                 tj = _wait(settled, until=deadline, what=f"the kernel record in TrainingJob {name}'s report")
-                report = stored_reports.in_status(tj) or report
+                report = stored_reports.read(tj) or report
                 state = report.kernel_record_state
                 say(
                     f"the operator asked the agent again: kernel record {state}"
@@ -696,7 +696,7 @@ class Demo:
         record = evidence.kernel_records[-1] if evidence is not None else None
         if oom:
             say(_record_line(record, choice.mode))
-            latest = stored_reports.in_status(tj)
+            latest = stored_reports.read(tj)
             evidence_line = _memory_evidence_line(latest) if latest is not None else None
             if evidence_line:
                 say(evidence_line)
@@ -756,7 +756,7 @@ def recorded_labels(tj: dict[str, Any]) -> describe.Labels:
     The ``Failed`` condition, the ``KernelRecordAttached`` Event and ``failureReport.record_source``
     carry the label in the object (the operator writes the record's ``source``), so a real ``kubectl
     describe`` shows it too; they are not marked again here."""
-    report = stored_reports.in_status(tj)
+    report = stored_reports.read(tj)
     attached = report is not None and report.kernel_record_state == kernel_record.ATTACHED
     mark = f"[{RECORDED_LABEL}]"
     fields: dict[tuple[str, ...], str] = {("status", "memory"): f"[{PSS_MEASURE}]"}

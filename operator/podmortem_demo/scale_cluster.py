@@ -64,6 +64,7 @@ import attrs
 import kmock
 
 import podmortem_demo.emulated.kubelet as kubelet_mod
+from podmortem.reports.stored_report import ANNOTATION
 from podmortem_demo.emulated import PodLogsApi, resources
 
 NAMESPACE = "bench"
@@ -73,8 +74,6 @@ JOB_LABEL = "podmortem.io/soak-job"
 #: Requests kmock keeps once it has more than twice as many (`forget_requests`): the requests still
 #: being handled are among the last few, and each request's cost is O(kept) in kmock.
 KEEP_REQUESTS = 8
-#: The annotation the operator writes a bare pod's report into.
-REPORT_ANNOTATION = "podmortem.io/failure-report"
 
 # The emulated kubelet wakes every follow stream each _POLL_S (20 ms) to notice a client that went
 # away; with 1,000 open streams that is 50,000 wake-ups a second, a core of its own on a 2-core
@@ -122,7 +121,7 @@ class ScaleApi(PodLogsApi):
 
 def _annotation(data: Any) -> str | None:
     try:
-        value = data["metadata"]["annotations"][REPORT_ANNOTATION]
+        value = data["metadata"]["annotations"][ANNOTATION]
     except (KeyError, TypeError):
         return None
     return value if isinstance(value, str) else None

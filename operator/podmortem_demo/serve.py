@@ -116,7 +116,7 @@ def instructions(serving: Serving, kubeconfig: Path, *, kept: bool, podmortem: s
         name = str(meta.get("name") or "")
         namespace = str(meta.get("namespace") or serving.namespace)
         pod = str(status.get("podName") or jobs.pod_name(name))
-        report = stored_reports.in_status(run.training_job)
+        report = stored_reports.read(run.training_job)
         page = (report.report_url if report is not None else None) or ""
         if not page.startswith(("http://", "https://")):
             page = log_links.report_url(serving.log_url, namespace=namespace, job=name)

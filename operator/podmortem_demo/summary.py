@@ -21,7 +21,7 @@ def problems(results: Sequence[RunResult]) -> list[str]:
     for r in results:
         status = r.training_job.get("status") or {}
         phase = status.get("phase")
-        report = stored_reports.in_status(r.training_job)
+        report = stored_reports.read(r.training_job)
         if r.policy == trainer.FRESH_FORK:
             if phase != "Failed" or r.reason != "OOMKilled":
                 out.append(
@@ -79,7 +79,7 @@ def table(results: Sequence[RunResult], *, limit_bytes: int) -> str:
     lines = ["summary:"]
     for r in results:
         status = r.training_job.get("status") or {}
-        report = stored_reports.in_status(r.training_job)
+        report = stored_reports.read(r.training_job)
         peak = pod_peak_words(r.training_job)
         verdict = "no failure report"
         if report is not None:

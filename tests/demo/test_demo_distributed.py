@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from podmortem.diagnosis import job_root_cause
+from podmortem.reports import stored_report
 from podmortem_demo import distributed, kubelet
 
 
@@ -97,7 +98,7 @@ def result(root_rank: int, *, oom: str = "OOMKilled", guessed: bool = False) -> 
     report = {"job": {"rootCause": {"rank": root_rank, "pod": distributed.pod_name("j", root_rank)},
                       "guessed": guessed}}
     job = {"metadata": {"name": "j", "namespace": "default",
-                        "annotations": {distributed.REPORT_ANNOTATION: __import__("json").dumps(report)}}}
+                        "annotations": {stored_report.ANNOTATION: __import__("json").dumps(report)}}}
     return distributed.DistributedResult(job=job, ranks=ranks, kernel="real", oom_rank=2)
 
 

@@ -131,7 +131,8 @@ async def test_a_trainingjob_whose_status_is_nested_deep_is_404_not_500(
     log_store: LogStore, api: kmock.RawHandler, api_client: k8s.ApiClient, depth: int
 ) -> None:
     deep = '{"a": ' * depth + "1" + "}" * depth
-    body = '{"status": {"failureReport": {"verdict": "x", "pod": ' + deep + "}}}"
+    body = ('{"apiVersion": "podmortem.io/v1alpha1", "kind": "TrainingJob", '
+            '"status": {"failureReport": {"verdict": "x", "pod": ' + deep + "}}}")
     api[f"GET {TJ}"] << body.encode()
     app = http.make_app(log_store=log_store, reviewer=OPEN)
     finder = report_page.ReportFinder(kube=kube_mod.Kube(api=api_client), foreign=None)

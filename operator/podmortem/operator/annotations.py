@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from podmortem.kube.owners import WATCH_ANNOTATION
+from podmortem.reports import stored_report
 
 PREFIX = "podmortem.io/"
 WATCH = WATCH_ANNOTATION
@@ -23,7 +24,8 @@ CONTAINERS = PREFIX + "containers"
 LOG_RETENTION = PREFIX + "log-retention"
 MEMORY_WARNING_RATIO = PREFIX + "memory-warning-ratio"
 EARLY_WARNING_EPOCHS = PREFIX + "early-warning-epochs"
-FAILURE_REPORT = PREFIX + "failure-report"
+#: Where the operator writes the report of a job of any kind but a TrainingJob (`StoredReport.locate`).
+FAILURE_REPORT = stored_report.ANNOTATION
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _SIZE = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti|K|M|G|T)?$")

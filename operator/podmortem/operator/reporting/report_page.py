@@ -34,6 +34,7 @@ from aiohttp import web
 
 from podmortem import memory_line
 from podmortem.kube import api as kube_mod
+from podmortem.kube.bodies import Body
 from podmortem.logs.events import GapMarker
 from podmortem.logs.serving import auth, login_limits
 from podmortem.logs.serving import http as log_http
@@ -46,6 +47,7 @@ from podmortem.render import page
 from podmortem.reports import stored_bounds, stored_timeline
 from podmortem.reports import timeline_model as tm
 from podmortem.reports.document import ReportDocument
+from podmortem.reports.stored_report import StoredReport
 from podmortem.reports.text import shorten
 
 logger = logging.getLogger(__name__)
@@ -116,16 +118,14 @@ class ReportFinder:
                 f"no TrainingJob {namespace}/{job}, and no watched job of another kind by that name "
                 "has a report from this operator run"
             )
-        status = obj.get("status")
-        status = status if isinstance(status, dict) else {}
-        report = status.get("failureReport")
-        if not isinstance(report, dict) or not report:
-            phase = shorten(str(status.get("phase") or "no phase yet"), 100)
+        stored = StoredReport.locate(obj)
+        if stored is None:
+            phase = shorten(str(Body(obj).status.get("phase") or "no phase yet"), 100)
             raise Missing(
                 f"TrainingJob {namespace}/{job} has no failure report (phase: {phase}); a report is "
                 "written when its pod's container exits non-zero"
             )
-        return Found(report, "status.failureReport")
+        return Found(stored.raw, stored.where)
 
 
 class ReporterReports:

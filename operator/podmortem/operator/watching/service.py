@@ -46,8 +46,8 @@ from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets, WatchedTarget
 from podmortem.operator.watching.early_warning import EarlyWarning
 from podmortem.operator.watching.status_fields import disk_full_condition, pod_status_fields
-from podmortem.reports import stored_bounds
 from podmortem.reports.document import ReportDocument
+from podmortem.reports.stored_report import StoredReport
 
 logger = logging.getLogger(__name__)
 
@@ -489,16 +489,14 @@ class OperatorService:
         target = known.target
         try:
             obj = pod if target.role == "pod" else await self.kube.get(target.path())
-            holder = Body(obj)
-            if target.role == "trainingjob":
-                raw = stored_bounds.checked(holder.status.get("failureReport") or {})
-            else:
-                text = holder.annotations.get(opts.FAILURE_REPORT)
-                raw = stored_bounds.parse_annotation(text) if text else {}
+            located = StoredReport.locate(obj)
         except (kube_mod.KubeError, ValueError, TypeError, AttributeError, RecursionError):
             # An annotation anyone can write is data: unreadable means "no report yet", never a crash.
             return None
-        stored = ReportDocument.parse(raw)
+        if located is None:
+            return None
+        raw = located.raw
+        stored = located.document()
         of = stored.pod
         same = (
             of.uid is not None
