@@ -94,3 +94,39 @@ async def test_checking_runs_the_checks_until_the_block_ends(monkeypatch: pytest
     ended = len(checks)
     await asyncio.sleep(0.05)
     assert len(checks) == ended  # stopped with the block
+
+
+async def test_a_check_says_what_the_api_server_refused() -> None:
+    from aiohttp import web
+
+    tokens = {"Bearer good"}
+
+    async def handle(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") not in tokens:
+            return web.json_response({"kind": "Status", "message": "Unauthorized"}, status=401)
+        if request.path == "/api":
+            return web.json_response({"kind": "APIVersions"})
+        assert request.query.get("limit") == "1"
+        if request.path == "/apis/podmortem.io/v1alpha1/trainingjobs":
+            return web.json_response({"kind": "Status", "message": "forbidden"}, status=403)
+        return web.json_response({"items": []})
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    listables = [connection.Listable(what="pods", path="/api/v1/pods"),
+                 connection.Listable(what="trainingjobs", path="/apis/podmortem.io/v1alpha1/trainingjobs")]
+    try:
+        refused = connection.Connection(ClusterAccess(server=url, authorization="Bearer bad"),
+                                        listables=listables)
+        assert "refused our credentials" in (await refused.check() or "") and not refused.authenticated
+        link = connection.Connection(ClusterAccess(server=url, authorization="Bearer good"),
+                                     listables=listables)
+        problem = await link.check()
+        assert link.authenticated and problem is not None
+        assert "may not list trainingjobs" in problem and "pods" not in problem
+    finally:
+        await runner.cleanup()

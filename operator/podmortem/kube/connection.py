@@ -34,6 +34,8 @@ from podmortem.kube.config import ClusterAccess, KubeconfigError
 if TYPE_CHECKING:
     import aiohttp
 
+    from podmortem.kube.session import ApiSession
+
 logger = logging.getLogger(__name__)
 
 
@@ -100,10 +102,13 @@ class Connection:
 
     async def check(self) -> str | None:
         """One round of checks with fresh credentials; updates :attr:`problem` and logs changes."""
+        # Imported here: the session takes its credentials from a Connection.
+        from podmortem.kube.session import ApiSession
+
         try:
-            access = await self.credentials()
-            async with clients.aiohttp_session(access) as session:
-                problem = await self._check(session, access)
+            access = await self.credentials()  # the token file read again, a plugin run when due
+            async with ApiSession(self) as api:
+                problem = await self._check(api, access)
         except KubeconfigError as exc:
             self.authenticated = False
             problem = str(exc)
@@ -113,12 +118,12 @@ class Connection:
         self._set(problem)
         return problem
 
-    async def _check(self, session: aiohttp.ClientSession, access: ClusterAccess) -> str | None:
+    async def _check(self, api: ApiSession, access: ClusterAccess) -> str | None:
         import aiohttp
 
         timeout = aiohttp.ClientTimeout(total=CHECK_TIMEOUT_S)
         try:
-            status, message = await _get(session, access.server + "/api", timeout)
+            status, message = await _get(api, "/api", timeout)
             if status in (401, 403):
                 self.authenticated = False
                 return (f"the API server refused our credentials from {access.source} "
@@ -129,7 +134,7 @@ class Connection:
             self.authenticated = True
             forbidden = []
             for item in self.listables:
-                status, message = await _get(session, access.server + item.path + "?limit=1", timeout)
+                status, message = await _get(api, item.path, timeout, query={"limit": "1"})
                 if status == 403:
                     forbidden.append(item.what)
                 elif status == 404:
@@ -194,9 +199,10 @@ class Connection:
             delay = min(delay * 2, BACKOFF_MAX_S)
 
 
-async def _get(session: aiohttp.ClientSession, url: str, client_timeout: aiohttp.ClientTimeout
-               ) -> tuple[int, str]:
-    async with session.get(url, timeout=client_timeout, headers={"Accept": "application/json"}) as response:
+async def _get(api: ApiSession, path: str, client_timeout: aiohttp.ClientTimeout, *,
+               query: dict[str, str] | None = None) -> tuple[int, str]:
+    async with api.response("GET", path, query=query, headers={"Accept": "application/json"},
+                            client_timeout=client_timeout) as response:
         if response.status == 200:
             return 200, ""  # only a refusal's body is read (a list's can be large where limit is ignored)
         body = await response.content.read(64 * 1024)
