@@ -598,17 +598,6 @@ def test_a_log_line_of_many_megabytes_is_clipped_as_the_operator_clips_it(tmp_pa
 # -- the operator's tail, and kernel text as before ----------------------------------------------------
 
 
-def test_the_tail_is_the_operators() -> None:
-    from podmortem.diagnosis import offline
-    from podmortem.operator import following
-
-    assert (offline.TAIL_LINES, offline.TAIL_LINE_BYTES, offline.TAIL_BYTES) == (
-        following.TAIL_LINES, following.TAIL_LINE_BYTES, following.TAIL_BYTES
-    )
-    for text in (b"short", b"x" * 4096, b"x" * 4097, "é".encode() * 3000, b"y" * 10**6):
-        assert offline.clip(text, len(text)) == following.clip_line(text)
-
-
 def test_kernel_text_reads_as_it_did(capsys: pytest.CaptureFixture[str]) -> None:
     """Every record of the corpus: told by content, it reads exactly as when read as kernel text."""
     from podmortem.cli import main as cli_main

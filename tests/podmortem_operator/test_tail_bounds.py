@@ -17,7 +17,9 @@ from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
 from podmortem.logs.lines import LineBatch
 from podmortem.operator import following
-from podmortem.operator.following import TAIL_LINES, PodLogFacts, WatchingSink
+from podmortem.operator.following import PodLogFacts, WatchingSink
+from podmortem.reports import log_tail
+from podmortem.reports.log_tail import TAIL_LINES
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "training-logs"
 MIB = 1 << 20
@@ -52,10 +54,10 @@ async def test_16_mib_lines_from_2_pods_of_3_containers_hold_a_few_hundred_kib()
                 await feed(facts, container, [b"x" * HUGE] * 20)
             await feed(facts, container, [b"y" * HUGE])
     total = sum(held(facts) for facts in pods)
-    assert total <= 2 * 3 * following.TAIL_BYTES
+    assert total <= 2 * 3 * log_tail.TAIL_BYTES
     for facts in pods:
         for tail in facts.tail.values():
-            assert all(len(line) <= following.TAIL_LINE_BYTES + 64 for line in tail)
+            assert all(len(line) <= log_tail.TAIL_LINE_BYTES + 64 for line in tail)
             assert len(tail) <= TAIL_LINES
 
 
@@ -63,7 +65,7 @@ async def test_a_clipped_line_keeps_its_head_and_says_how_much_is_gone() -> None
     facts = PodLogFacts(namespace="ns", pod="p", pod_uid="u")
     await feed(facts, "c", [b"RuntimeError: " + b"z" * HUGE])
     (line,) = facts.tail["c"]
-    kept = following.TAIL_LINE_BYTES
+    kept = log_tail.TAIL_LINE_BYTES
     assert line.startswith(b"RuntimeError: zzz")
     assert line.endswith(b" [podmortem: %d more bytes]" % (HUGE + 14 - kept))
     assert len(line) - len(b" [podmortem: %d more bytes]" % (HUGE + 14 - kept)) == kept
@@ -87,7 +89,7 @@ async def test_the_newest_lines_are_kept_within_the_byte_budget() -> None:
     kept = facts.last_lines("c")
     assert kept[-5:] == [f"new {i}" for i in range(5)]
     assert kept[-6].startswith("old 39 ooo")
-    assert held(facts) <= following.TAIL_BYTES
+    assert held(facts) <= log_tail.TAIL_BYTES
 
 
 async def test_short_lines_still_fill_all_tail_lines() -> None:
@@ -111,7 +113,7 @@ async def test_the_classifiers_read_clipped_tails() -> None:
     exc = training_log.python_exception(tail)
     assert exc is not None and exc.name == "torch.OutOfMemoryError"
     assert [s.kind for s in training_log.peer_signals(tail)] == ["nccl-timeout"]
-    assert held(facts) <= following.TAIL_BYTES
+    assert held(facts) <= log_tail.TAIL_BYTES
 
     facts = PodLogFacts(namespace="ns", pod="p", pod_uid="u")
     await feed(facts, "c", [b"Traceback (most recent call last):", b'  File "train.py", line 1, in <module>',
@@ -126,4 +128,4 @@ async def test_the_classifiers_read_clipped_tails() -> None:
 def test_the_tail_read_back_from_a_raw_block_is_the_per_line_one(texts: list[bytes], n: int) -> None:
     """Walking a block backwards gives exactly the clipped texts of its last lines."""
     raw = b"".join(b"2024-05-01T12:00:%02d.000000000Z %s\n" % (i % 60, t) for i, t in enumerate(texts))
-    assert following.raw_tail_texts(raw, n) == [following.clip_line(t) for t in texts[-n:]]
+    assert following.raw_tail_texts(raw, n) == [log_tail.clip(t, len(t)) for t in texts[-n:]]

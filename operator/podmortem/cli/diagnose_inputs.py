@@ -3,7 +3,7 @@
 Each file is read once, as a stream, and its kind told by its content (`detect`) unless ``--kind``
 forces one: a pod object (YAML or JSON) or ``kubectl describe pod`` text is read whole, up to
 `offline.DOCUMENT_MAX_BYTES`; kernel text goes through the kernel parser line by line, as before;
-a training log is read in 1 MiB chunks keeping only its last `offline.TAIL_LINES` lines (what the
+a training log is read in 1 MiB chunks keeping only its last `log_tail.TAIL_LINES` lines (what the
 operator keeps), so a log of any size costs the same memory. Kernel OOM lines inside a training
 log (a console capture) are noticed by a substring test per chunk and only from there parsed.
 
@@ -32,6 +32,7 @@ from podmortem.cli.diagnose_exit import EXIT_INPUT, EXIT_NO_RECORD, EXIT_OK
 from podmortem.diagnosis import offline
 from podmortem.diagnosis.offline import Kind
 from podmortem.kube.bodies import PodBody
+from podmortem.reports import log_tail
 from podmortem.reports.document import JobSection
 from podmortem.reports.failure import FailureReport
 from podmortem.reports.oom_record import OomKillRecord
@@ -169,8 +170,8 @@ def _chunks(stream: io.RawIOBase) -> Iterator[bytes]:
 class Tail:
     """The last lines of a byte stream fed in chunks, bounded as the operator's tail is.
 
-    At most `offline.TAIL_LINES` lines and `offline.TAIL_BYTES` bytes are kept, each line clipped
-    to `offline.TAIL_LINE_BYTES` (`offline.clip`); of a line still being read only its first bytes
+    At most `log_tail.TAIL_LINES` lines and `log_tail.TAIL_BYTES` bytes are kept, each line clipped
+    to `log_tail.TAIL_LINE_BYTES` (`log_tail.clip`); of a line still being read only its first bytes
     and its length are held, so a line of a gigabyte costs 4 KiB.
     """
 
@@ -185,17 +186,17 @@ class Tail:
         self.lines.append(text)
         self.held += len(text)
         self.count += 1
-        while len(self.lines) > offline.TAIL_LINES or self.held > offline.TAIL_BYTES:
+        while len(self.lines) > log_tail.TAIL_LINES or self.held > log_tail.TAIL_BYTES:
             self.held -= len(self.lines.popleft())
 
     def _extend(self, piece: bytes) -> None:
-        keep = offline.TAIL_LINE_BYTES + 1 - len(self._part)
+        keep = log_tail.TAIL_LINE_BYTES + 1 - len(self._part)
         if keep > 0:
             self._part += piece[:keep]
         self._part_len += len(piece)
 
     def _end_line(self) -> None:
-        self._push(offline.clip(self._part, self._part_len))
+        self._push(log_tail.clip(self._part, self._part_len))
         self._part, self._part_len = b"", 0
 
     def feed(self, chunk: bytes) -> None:
@@ -205,9 +206,9 @@ class Tail:
             return
         self._end_line()
         middle = pieces[1:-1]
-        self.count += max(0, len(middle) - offline.TAIL_LINES)
-        for piece in middle[-offline.TAIL_LINES :]:
-            self._push(offline.clip(piece, len(piece)))
+        self.count += max(0, len(middle) - log_tail.TAIL_LINES)
+        for piece in middle[-log_tail.TAIL_LINES :]:
+            self._push(log_tail.clip(piece, len(piece)))
         self._extend(pieces[-1])
 
     def finish(self) -> None:
@@ -467,7 +468,7 @@ def nothing_found(inputs: Inputs, combined: offline.Combined) -> str:
         if "kernel" in f.looked:
             said.append(f"no kernel OOM-kill record found in {f.label}")
         if "log" in f.looked:
-            said.append(f"read as a training log, the last {offline.TAIL_LINES} lines of {f.label} show no "
+            said.append(f"read as a training log, the last {log_tail.TAIL_LINES} lines of {f.label} show no "
                         "death podmortem knows (CUDA OOM, full /dev/shm, segfault, Python traceback, NCCL or "
                         "torchrun failure)")
         parts.append("; ".join(said))

@@ -37,32 +37,11 @@ from podmortem.reports.oom_record import OomKillRecord
 Kind = Literal["kernel", "pod", "describe", "log"]
 KINDS: tuple[Kind, ...] = ("kernel", "pod", "describe", "log")
 
-#: The operator's log tail (``podmortem.operator.following``: ``TAIL_LINES``, ``TAIL_LINE_BYTES``,
-#: ``TAIL_BYTES``): the same lines reach the same rules offline. A test holds them equal.
-TAIL_LINES = 50
-TAIL_LINE_BYTES = 4096
-TAIL_BYTES = 64 * 1024
 #: A pod object or ``kubectl describe`` text is a few KiB; anything bigger is not one.
 DOCUMENT_MAX_BYTES = 16 * 2**20
 #: The exit code a log alone is read with: CPython exits 1 on an uncaught exception, torchrun too
 #: when a worker failed. ``--exit-code`` gives the real one.
 ASSUMED_EXIT = 1
-
-
-def clip(head: bytes, length: int) -> bytes:
-    """A line of ``length`` bytes that begins with ``head``, clipped as the operator clips its tail lines.
-
-    ``head`` holds at least the first ``TAIL_LINE_BYTES + 1`` bytes when the line is longer: the
-    line is cut there (never inside a UTF-8 character) and a marker says how much was left out.
-    """
-    if length <= TAIL_LINE_BYTES:
-        return head[:length]
-    cut = TAIL_LINE_BYTES
-    for _ in range(3):  # back up over UTF-8 continuation bytes to a character's start
-        if head[cut] & 0xC0 != 0x80:
-            break
-        cut -= 1
-    return head[:cut] + b" [podmortem: %d more bytes]" % (length - cut)
 
 
 # -- which kind of text ----------------------------------------------------------------------------

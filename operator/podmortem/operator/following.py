@@ -32,6 +32,7 @@ from podmortem.logs.following.sinks import LogSink
 from podmortem.logs.lines import LineBatch
 from podmortem.logs.settings import FollowSettings
 from podmortem.operator import log_links, metrics
+from podmortem.reports import log_tail
 
 logger = logging.getLogger(__name__)
 
@@ -74,36 +75,8 @@ class PodLogFacts:
         return max(self.last_line_ns.values(), default=None)
 
 
-#: Log lines kept per container for the report: a traceback's end and torch's messages fit in 50.
-TAIL_LINES = 50
-#: Bytes kept of one line; the rest is cut, with a marker saying how much. CUDA OOM, NCCL and
-#: Python exception messages say what they are in their first few hundred bytes (torch's longest,
-#: the 2.x CUDA OOM, is under 1 KiB), while a progress bar redrawn with ``\r`` can be megabytes.
-TAIL_LINE_BYTES = 4096
-#: Bytes kept per container, markers included: 50 lines of up to ~1.3 KiB each, or at least 15
-#: clipped ones. 2 pods x 3 containers printing 16 MiB lines held 4.9 GB before this bound.
-TAIL_BYTES = 64 * 1024
-
-
-def clip_line(text: builtins.bytes) -> builtins.bytes:
-    """``text``, or its first ``TAIL_LINE_BYTES`` (never half a UTF-8 character) and a marker."""
-    return _clip_span(text, 0, len(text))
-
-
-def _clip_span(block: builtins.bytes, start: int, end: int) -> builtins.bytes:
-    """``block[start:end]`` clipped like `clip_line`, copying only what is kept."""
-    if end - start <= TAIL_LINE_BYTES:
-        return block[start:end]
-    cut = start + TAIL_LINE_BYTES
-    for _ in range(3):  # back up over UTF-8 continuation bytes to a character's start
-        if block[cut] & 0xC0 != 0x80:
-            break
-        cut -= 1
-    return block[start:cut] + b" [podmortem: %d more bytes]" % (end - cut)
-
-
 def raw_tail_texts(raw: builtins.bytes, n: int) -> list[builtins.bytes]:
-    """The texts of the last ``n`` lines of a ``<RFC3339> <text>\\n`` block, clipped.
+    """The texts of the last ``n`` lines of a ``<RFC3339> <text>\\n`` block, clipped (`log_tail.clip`).
 
     Walks back from the end of the block: a 16 MiB line costs one backward scan, not the
     three copies that building every line (and its timestamp) would.
@@ -113,14 +86,16 @@ def raw_tail_texts(raw: builtins.bytes, n: int) -> list[builtins.bytes]:
     while end >= 0 and len(out) < n:
         start = raw.rfind(b"\n", 0, end) + 1
         space = raw.find(b" ", start, min(end, start + 64))
-        out.append(_clip_span(raw, space + 1 if space >= 0 else end, end))
+        text_at = space + 1 if space >= 0 else end
+        out.append(log_tail.clip(raw, end - text_at, text_at))
         end = start - 1
     out.reverse()
     return out
 
 
 class LineTail:
-    """The newest lines of one container: at most ``TAIL_LINES`` lines and ``TAIL_BYTES`` bytes."""
+    """The newest lines of one container: at most `log_tail.TAIL_LINES` lines and `log_tail.TAIL_BYTES`
+    bytes."""
 
     __slots__ = ("held", "lines")
 
@@ -130,13 +105,13 @@ class LineTail:
         self.held = 0
 
     def extend(self, texts: Iterable[builtins.bytes]) -> None:
-        """Keep ``texts``, each already clipped (`clip_line`, `raw_tail_texts`): clipped twice, a line's
+        """Keep ``texts``, each already clipped (`log_tail.clip`, `raw_tail_texts`): clipped twice, a line's
         marker would count the first marker's bytes, not the line's."""
         lines = self.lines
         for text in texts:
             lines.append(text)
             self.held += len(text)
-            while len(lines) > TAIL_LINES or self.held > TAIL_BYTES:
+            while len(lines) > log_tail.TAIL_LINES or self.held > log_tail.TAIL_BYTES:
                 self.held -= len(lines.popleft())
 
     def __iter__(self) -> Iterator[builtins.bytes]:
@@ -173,7 +148,7 @@ class WatchingSink:
         tail = facts.tail.get(container)
         if tail is None:
             tail = facts.tail[container] = LineTail()
-        tail.extend(raw_tail_texts(batch.raw, TAIL_LINES))
+        tail.extend(raw_tail_texts(batch.raw, log_tail.TAIL_LINES))
         if self.on_memory_line is None:
             return
         # The cheap check first: one C-level scan of the block, per-line work only on a hit.
