@@ -53,11 +53,11 @@ def _run_in(cgroup: Path, argv: list[str]) -> int:
 
 
 def _report_for(reader: kmsg.KmsgReader, memcg: str) -> FailureReport:
-    lines: list[str] = []
+    kernel: list[kmsg.KmsgRecord] = []
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        lines.extend(r.as_line() for r in reader.records())
-        mine = [r for r in oom_parser.parse_lines(lines) if r.killed and r.oom_memcg == memcg]
+        kernel.extend(reader.records())
+        mine = [r for r in oom_parser.parse_records(kernel) if r.killed and r.oom_memcg == memcg]
         if mine:
             record = mine[-1]
             pod = paths.pod_ref(task_memcg=record.task_memcg, oom_memcg=record.oom_memcg,

@@ -42,8 +42,8 @@ time.sleep(120)
 """
 
 
-def _own_records(lines: list[str], name: str) -> list[OomKillRecord]:
-    records = oom_parser.parse_lines(lines)
+def _own_records(kernel: list[kmsg.KmsgRecord], name: str) -> list[OomKillRecord]:
+    records = oom_parser.parse_records(kernel)
     return [
         r
         for r in records
@@ -66,12 +66,12 @@ def test_fork_copy_on_write_oom_kill_is_diagnosed(make_cgroup: Callable[..., san
             first = proc.stdout.readline().split()
             assert len(first) == 2, "the test process died before it forked"
             pids = {int(first[0]), int(first[1])}
-            lines: list[str] = []
+            kernel: list[kmsg.KmsgRecord] = []
             deadline = time.monotonic() + DEADLINE_S
             mine: list[OomKillRecord] = []
             while time.monotonic() < deadline:
-                lines.extend(r.as_line() for r in reader.records())
-                mine = [r for r in _own_records(lines, cg.name) if r.killed]
+                kernel.extend(reader.records())
+                mine = [r for r in _own_records(kernel, cg.name) if r.killed]
                 if mine:
                     break
                 time.sleep(0.05)

@@ -129,7 +129,7 @@ class KmsgFollower:
         assert self.reader is not None
         count = 0
         for record in self.reader.records():
-            self.parser.feed(record.as_line())
+            self.parser.feed_record(record)
             count += 1
         if count:
             self.metrics.kmsg_records.inc(count)

@@ -43,11 +43,6 @@ class KmsgRecord:
     flags: str
     message: str
 
-    def as_line(self) -> str:
-        """The record in /dev/kmsg text form, as the OOM parser reads it."""
-        prio = self.facility * 8 + self.level
-        return f"{prio},{self.seq},{self.usec},{self.flags};{self.message}"
-
 
 def parse_record(raw: bytes) -> KmsgRecord | None:
     """One ``read()`` result → record; None for a malformed one. Dictionary lines are dropped."""

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podmortem.kernel import log_lines
+from podmortem.kernel.kmsg import KmsgRecord
 from podmortem.kernel.log_lines import ELISIONS, Line
 from podmortem.reports.memory import CgroupMemoryStat
 from podmortem.reports.memory_classes import detect_version
@@ -265,6 +266,26 @@ class OomParser:
             self._held = (raw, line, raw)
             return
         self._dispatch(line)
+
+    def feed_record(self, record: KmsgRecord) -> None:
+        """One ``/dev/kmsg`` record as its reader parsed it (`podmortem.kernel.kmsg`): its sequence number
+        and time are the record's own, not printed into text for `feed` to read back.
+
+        A record is whole, as the kernel wrote it: no pager cut it, no terminal wrapped it, no paste
+        marked it, so its message is taken as it stands (the kernel escapes what it cannot print).
+        """
+        held, self._held = self._held, None
+        if held is not None:
+            self._dispatch(held[1])
+        # /dev/kmsg escapes newlines inside one record (multi-line memory.stat on some kernels): the
+        # lines after the first are that record's continuations.
+        head, *more = record.message.split("\\x0a")
+        text = head[: log_lines.MAX_LINE]
+        mono = record.usec / 1e6
+        soft_end = text[-1:] in (" ", "\t")
+        self._dispatch(Line(text.strip(), "kmsg", None, mono, None, record.seq, mono, soft_end=soft_end))
+        for extra in more:
+            self.feed(" " + extra)
 
     def take(self) -> list[OomKillRecord]:
         """Records completed so far (a later header, out-of-order part or pause closed them)."""
@@ -832,6 +853,15 @@ def _str(value: object) -> str | None:
 
 def _int(value: object) -> int | None:
     return value if isinstance(value, int) else None
+
+
+def parse_records(records: Iterable[KmsgRecord]) -> list[OomKillRecord]:
+    """Every OOM-kill record in these ``/dev/kmsg`` records, in order (`OomParser.feed_record`)."""
+    parser = OomParser()
+    with _collector_paused():
+        for record in records:
+            parser.feed_record(record)
+        return parser.finish()
 
 
 def parse_lines(lines: Iterable[str]) -> list[OomKillRecord]:
