@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from podmortem.background import Background
 from podmortem.operator.jobs import POD_SUFFIX
 from podmortem_demo.harness import Harness, harness, kill, run_pod
 
@@ -62,10 +63,14 @@ def _holders(h: Harness) -> dict[str, object]:
 
 
 def _collections(obj: object) -> Iterator[tuple[str, Any]]:
-    """Each dict, set, list and deque attribute of ``obj``."""
+    """Each dict, set, list and deque attribute of ``obj``, and those of its task runners (a task of a
+    pod or a job still running, or one that failed, is state too)."""
     for name, value in vars(obj).items():
         if isinstance(value, dict | set | frozenset | list | deque):
             yield name, value
+        elif isinstance(value, Background):
+            for inner, tasks in _collections(value):
+                yield f"{name}.{inner}", tasks
 
 
 def _left(h: Harness) -> dict[str, Any]:
