@@ -12,9 +12,10 @@ from typing import Any
 
 import kmock
 import pytest
-from kubernetes_asyncio import client as k8s
 
 from podmortem.kube import api as kube_mod
+from podmortem.kube.config import ClusterAccess
+from podmortem.kube.session import ApiSession
 
 EVENTS = "POST /api/v1/namespaces/ns/events"
 INVOLVED = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
@@ -34,8 +35,8 @@ async def posted(api: kmock.RawHandler) -> list[dict[str, Any]]:
 
 @pytest.fixture
 async def kube(api: kmock.RawHandler) -> AsyncIterator[kube_mod.Kube]:
-    async with k8s.ApiClient(k8s.Configuration(host=str(api.url).rstrip("/"))) as c:
-        yield kube_mod.Kube(api=c)
+    async with ApiSession(ClusterAccess(server=str(api.url).rstrip("/"))) as session:
+        yield kube_mod.Kube(api=session)
 
 
 async def _post(kube: kube_mod.Kube, posted: list[dict[str, Any]], message: str) -> str:

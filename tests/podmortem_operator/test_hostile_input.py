@@ -12,10 +12,11 @@ from typing import Any
 
 import kmock
 import pytest
-from kubernetes_asyncio import client as k8s
 from tests.logs.test_http import write
 
 from podmortem.kube import api as kube_mod
+from podmortem.kube.config import ClusterAccess
+from podmortem.kube.session import ApiSession
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.serving import auth, http
 from podmortem.logs.storage.store import LogStore
@@ -128,15 +129,15 @@ async def test_an_unreadable_stored_report_is_absent_with_a_reason(
 
 @pytest.mark.parametrize("depth", [100, 1000, 50000])
 async def test_a_trainingjob_whose_status_is_nested_deep_is_404_not_500(
-    log_store: LogStore, api: kmock.RawHandler, api_client: k8s.ApiClient, depth: int
+    log_store: LogStore, api: kmock.RawHandler, depth: int
 ) -> None:
     deep = '{"a": ' * depth + "1" + "}" * depth
     body = ('{"apiVersion": "podmortem.io/v1alpha1", "kind": "TrainingJob", '
             '"status": {"failureReport": {"verdict": "x", "pod": ' + deep + "}}}")
     api[f"GET {TJ}"] << body.encode()
     app = http.make_app(log_store=log_store, reviewer=OPEN)
-    finder = report_page.ReportFinder(kube=kube_mod.Kube(api=api_client), foreign=None)
-    report_page.add_routes(app, finder)
+    session = ApiSession(ClusterAccess(server=str(api.url).rstrip("/")))
+    report_page.add_routes(app, report_page.ReportFinder(kube=kube_mod.Kube(api=session), foreign=None))
     from aiohttp import test_utils
 
     client = test_utils.TestClient(test_utils.TestServer(app))
@@ -149,6 +150,7 @@ async def test_a_trainingjob_whose_status_is_nested_deep_is_404_not_500(
             assert "could not be read" in text and len(text) < 1000
     finally:
         await client.close()
+        await session.close()
 
 
 # --- the stored-report reader -----------------------------------------------------------------------

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient, Configuration
 from tests.logs.stored import run_sync
 
 from podmortem.kube import api as kube_mod
+from podmortem.kube.config import ClusterAccess
+from podmortem.kube.session import ApiSession
 from podmortem.logs.storage import layout
 from podmortem.operator.settings import LeaderElectionSettings
 from podmortem.operator.watching import run as runtime
@@ -50,7 +51,7 @@ def election(me: str) -> LeaderElectionSettings:
 
 async def _scenario(url: str) -> list[str]:
     seen: list[str] = []
-    async with ApiClient(configuration=Configuration(host=url)) as api:
+    async with ApiSession(ClusterAccess(server=url)) as api:
         kube = kube_mod.Kube(api=api, timeout_s=5.0)
         a, b = Elector(kube=kube, settings=election("a")), Elector(kube=kube, settings=election("b"))
         stop = asyncio.Event()
@@ -118,7 +119,7 @@ def test_a_leader_paused_past_the_renew_deadline_retries_a_renewal_that_conflict
                                       renew_deadline_s=0.5, retry_period_s=0.1)
 
     async def scenario() -> tuple[int, bool, bool]:
-        async with ApiClient(configuration=Configuration(host=cluster.url)) as api:
+        async with ApiSession(ClusterAccess(server=cluster.url)) as api:
             kube = RacingKube(api=api, timeout_s=5.0)
             a = Elector(kube=kube, settings=settings)
             assert await a.acquire(stop=asyncio.Event())

@@ -1,16 +1,15 @@
-"""The Kubernetes API calls the operator and the node agent make, as plain JSON over kubernetes_asyncio.
+"""The Kubernetes API calls the operator and the node agent make, as plain JSON over an `ApiSession`.
 
 kopf watches and dispatches; these calls write reports, statuses and Events
 directly so a report lands within the 2 s budget instead of waiting for a
 handler round trip. Every patch is a JSON merge patch with that content type:
-custom resources reject strategic merge patches, which kubernetes_asyncio
-would otherwise pick for a dict body.
+custom resources reject strategic merge patches. The requests go through
+:class:`~podmortem.kube.session.ApiSession`, the one way to the API server
+(credentials kept fresh, requests paced, answers within byte budgets).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -21,7 +20,7 @@ from podmortem.errors import PodmortemError
 from podmortem.kube.bodies import Body
 
 if TYPE_CHECKING:
-    from kubernetes_asyncio.client import ApiClient
+    from podmortem.kube.session import ApiSession
 
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "podmortem-operator"
@@ -103,10 +102,15 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: Bytes of a list's answer (`Kube.list`): its items are asked for by selector, and a namespace's
+#: events or a node's pods are a few MiB at most; the object budget (the session's) would refuse them.
+LIST_MAX_BYTES = 64 * 1024 * 1024
+
+
 class Kube:
     """JSON in, JSON out. ``timeout_s`` bounds every call."""
 
-    def __init__(self, *, api: ApiClient, timeout_s: float = 10.0) -> None:
+    def __init__(self, *, api: ApiSession, timeout_s: float = 10.0) -> None:
         self.api = api
         self.timeout_s = timeout_s
 
@@ -118,28 +122,10 @@ class Kube:
         body: Any = None,
         query: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
         content_type: str = "application/json",
+        max_body_bytes: int | None = None,
     ) -> dict[str, Any]:
-        resp = await self.api.call_api(
-            path,
-            method,
-            query_params=list(query.items()) if isinstance(query, Mapping) else list(query or []),
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=self.timeout_s,
-        )
-        async with resp:
-            data = await resp.read()
-            if resp.status >= 400:
-                reason = resp.reason or ""
-                with contextlib.suppress(ValueError, AttributeError):
-                    reason = json.loads(data).get("reason") or reason
-                raise KubeError(resp.status, str(reason), data.decode("utf-8", "replace"))
-        if not data:
-            return {}
-        parsed = json.loads(data)
-        return parsed if isinstance(parsed, dict) else {"value": parsed}
+        return await self.api.request(method, path, query=query, body=body, content_type=content_type,
+                                      timeout_s=self.timeout_s, max_body_bytes=max_body_bytes)
 
     async def get(self, path: str) -> dict[str, Any] | None:
         """The object, or ``None`` when it does not exist."""
@@ -158,7 +144,8 @@ class Kube:
             query["labelSelector"] = label_selector
         if field_selector:
             query["fieldSelector"] = field_selector
-        items = (await self.request("GET", path, query=query)).get("items") or []
+        answer = await self.request("GET", path, query=query, max_body_bytes=LIST_MAX_BYTES)
+        items = answer.get("items") or []
         return [i for i in items if isinstance(i, dict)]
 
     async def get_json(self, path: str, *, query: Sequence[tuple[str, str]] | None = None) -> dict[str, Any]:
@@ -231,8 +218,7 @@ AGENT_REQUEST_TIMEOUT_S = 10.0
 async def connect(kubeconfig: Any = None) -> Kube:
     """A client for ``kubeconfig``, else ``$KUBECONFIG``, the pod's service account, ``~/.kube/config``
     (:func:`podmortem.kube.config.load`, as the operator and the CLI find it)."""
-    from podmortem.kube import clients, config
+    from podmortem.kube import config
+    from podmortem.kube.session import ApiSession
 
-    access = config.load(kubeconfig)
-    configuration = await clients.api_configuration(access)
-    return Kube(api=clients.api_client(configuration), timeout_s=AGENT_REQUEST_TIMEOUT_S)
+    return Kube(api=ApiSession(config.load(kubeconfig)), timeout_s=AGENT_REQUEST_TIMEOUT_S)

@@ -31,6 +31,7 @@ from podmortem.kube import api as kube_mod
 from podmortem.kube import clients
 from podmortem.kube.config import ClusterAccess
 from podmortem.kube.connection import Connection, Listable, list_path
+from podmortem.kube.session import ApiSession
 from podmortem.logs.following import pod_log_api
 from podmortem.logs.following.pod_log_api import PodLogApi
 from podmortem.logs.serving import auth as log_auth
@@ -262,6 +263,8 @@ async def run_operator(
                 f"{descriptors.segments:,}", f"{descriptors.reserved:,}")
     async with (
         clients.api_client(api_config) as api_client,
+        # The reports, statuses, Events and the Lease: the connection's credentials, kept fresh.
+        ApiSession(connection) as api_session,
         # Log follows hold their connection for hours: they get a session of their own, without
         # a cap on connections, so status writes never queue behind them.
         pod_log_api.log_transport(access, api_config) as log_transport,
@@ -271,7 +274,7 @@ async def run_operator(
         LogStore(settings.store_dir, settings=store_settings, registry=REGISTRY,
                  read_only=settings.leader_election is not None) as store,
     ):
-        kube = kube_mod.Kube(api=api_client, timeout_s=10.0)
+        kube = kube_mod.Kube(api=api_session, timeout_s=10.0)
         status = StatusWriter(kube=kube)
         agent = AgentClient(kube=kube, settings=settings.agent, session=session)
         targets = Targets()
