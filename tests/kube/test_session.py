@@ -142,3 +142,23 @@ async def test_the_followers_transport_reads_a_rotated_token_afresh_at_the_401(
         response = await transport.get("/raw", query=[], client_timeout=aiohttp.ClientTimeout(total=5))
         response.release()
     assert scripted.seen[1:] == ["Bearer one", "Bearer two", "Bearer two"]
+
+
+async def test_kube_reads_through_its_session(api: tuple[Api, str], tmp_path: Path) -> None:
+    """`Kube`'s calls get the session's fresh credentials and its bound on error texts."""
+    from podmortem.kube.api import Kube
+
+    scripted, url = api
+    token = tmp_path / "token"
+    token.write_text("one")
+    async with ApiSession(ClusterAccess(server=url, token_file=token)) as session:
+        kube = Kube(api=session)
+        assert await kube.get("/missing") is None
+        before = token.stat()
+        scripted.token = "two"
+        token.write_text("two")
+        os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert (await kube.get_json("/api/v1/pods", query=[("limit", "1")]))["query"] == {"limit": "1"}
+        with pytest.raises(KubeError) as broken:
+            await kube.get("/broken")
+    assert broken.value.status == 500 and len(broken.value.body) == MAX_ERROR_BYTES
