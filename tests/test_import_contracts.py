@@ -26,6 +26,7 @@ VIOLATIONS: dict[str, tuple[str, str]] = {
     "operator-agent-independent": ("podmortem/agent/node.py", "import podmortem.operator.settings"),
     "pure-core": ("podmortem/kernel/oom_parser.py", "import aiohttp"),
     "sidecar-standalone": ("podmortem/sidecar/sampling.py", "import podmortem.operator.settings"),
+    "sidecar-without-pydantic": ("podmortem/sidecar/sampling.py", "import pydantic"),
     "kopf-in-handlers": ("podmortem/operator/watching/service.py", "import kopf"),
     "kubernetes-asyncio-in-kube": ("podmortem/diagnosis/verdicts.py", "import kubernetes_asyncio"),
     "product-without-demo": ("podmortem/cli/diagnose.py", "import podmortem_demo"),
@@ -34,8 +35,10 @@ VIOLATIONS: dict[str, tuple[str, str]] = {
         "podmortem/logs/following/follower.py", "import podmortem.logs.storage.store"),
     "logs-store-apart-from-following": (
         "podmortem/logs/storage/store.py", "import podmortem.logs.following.follower"),
-    "operator-reporting-below-watching": (
-        "podmortem/operator/reporting/reporter.py", "import podmortem.operator.watching.service"),
+    "operator-layers": ("podmortem/operator/reporting/__init__.py", "import podmortem.operator.watching"),
+    "logs-storage-layers": ("podmortem/logs/storage/segments.py", "import podmortem.logs.storage.store"),
+    "diagnosis-layers": ("podmortem/diagnosis/facts.py", "import podmortem.diagnosis.from_record"),
+    "diagnosis-rules-independent": ("podmortem/diagnosis/victim.py", "import podmortem.diagnosis.forks"),
     "report-models-without-renderers": ("podmortem/reports/failure.py", "import podmortem.render.page"),
 }
 
