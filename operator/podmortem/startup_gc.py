@@ -2,14 +2,14 @@
 
 A full collection walks every tracked object, and the operator imports kopf, kubernetes_asyncio,
 aiohttp and pydantic: about 90,000 objects that live as long as the process. Under the hostile
-workload of ``bench/hostile_workload.py`` each full pass took 55-80 ms on the event loop, the
-longest single stalls left; with them frozen after start-up, 8 ms. Cyclic garbage made later is
-collected as before; what is frozen is never freed, which is right for modules and classes.
+workload of ``bench/hostile_workload.py`` each full pass over them takes 55-80 ms on the event
+loop, the longest single stalls; with them frozen after start-up, 8 ms. Cyclic garbage made later
+is still collected; what is frozen is never freed, which is right for modules and classes.
 
 The heap then grows with the pods followed (about 210 tracked objects each), and every time it has
-grown by a quarter CPython walks all of it once more: starting over 10,000 pods that was 15 full
+grown by a quarter CPython walks all of it once more: starting over 10,000 pods that is 15 full
 passes, 6.8 s of a 40 s start-up (`bench/operator_scale.py` prints the pauses). `set_thresholds`
-considers a full pass five times less often; young cycles are collected as before.
+considers a full pass five times less often; young cycles are collected as often as ever.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ LINE_MAX = 64 * 1024
 
 def lines(stream: IO[bytes]) -> Iterator[str]:
     """The stream's lines, each cut at `LINE_MAX` bytes: a line without end costs bounded memory (read
-    whole, 256 MiB of one line took 566 MiB, issue 36)."""
+    whole, one line of 256 MiB would take 566 MiB)."""
     while raw := stream.readline(LINE_MAX):
         if len(raw) == LINE_MAX and not raw.endswith(b"\n"):
             while (rest := stream.readline(LINE_MAX)) and not rest.endswith(b"\n"):

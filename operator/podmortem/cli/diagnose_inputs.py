@@ -2,7 +2,7 @@
 
 Each file is read once, as a stream, and its kind told by its content (`detect`) unless ``--kind``
 forces one: a pod object (YAML or JSON) or ``kubectl describe pod`` text is read whole, up to
-`offline.DOCUMENT_MAX_BYTES`; kernel text goes through the kernel parser line by line, as before;
+`offline.DOCUMENT_MAX_BYTES`; kernel text goes through the kernel parser line by line;
 a training log is read in 1 MiB chunks keeping only its last `log_tail.TAIL_LINES` lines (what the
 operator keeps), so a log of any size costs the same memory. Kernel OOM lines inside a training
 log (a console capture) are noticed by a substring test per chunk and only from there parsed.
@@ -226,7 +226,7 @@ def kernel_shaped(head: bytes) -> bool:
     from podmortem.kernel import log_lines
 
     if not head.strip() or diagnose_files.looks_binary(head) or _has_marker(head):
-        return True  # empty or binary: the kernel reading says so, as it always has
+        return True  # empty or binary: the kernel reading says which, in its own message
     lines = [line for line in head.decode("utf-8", "replace").splitlines() if line.strip()][:200]
     if lines[0].startswith(_JOURNAL_HEAD):
         return True

@@ -1,8 +1,8 @@
 """Typed views of the object bodies the API hands us: a pod, a job of any kind, a lease.
 
 A body is JSON: any field may be absent, null, or (for a hand-edited object, or an emulator) of
-another type. Each module used to dig through ``body.get("metadata", {}) or {}`` itself, with its
-own idea of what an absent field reads as; these views read every field once, here, by the
+another type. Rather than each module digging through ``body.get("metadata", {}) or {}`` with its
+own idea of what an absent field reads as, these views read every field once, here, by the
 same rules: text fields read as ``""`` when absent or not text, maps as ``{}``, lists as ``[]``
 (keeping only their object items). A view never raises and never copies the body.
 """

@@ -15,7 +15,7 @@ TAIL_LINES = 50
 #: the 2.x CUDA OOM, is under 1 KiB), while a progress bar redrawn with ``\r`` can be megabytes.
 TAIL_LINE_BYTES = 4096
 #: Bytes kept per container, markers included: 50 lines of up to ~1.3 KiB each, or at least 15
-#: clipped ones. Without it, 2 pods x 3 containers printing 16 MiB lines held 4.9 GB.
+#: clipped ones: 2 pods x 3 containers printing 16 MiB lines would otherwise hold 4.9 GB.
 TAIL_BYTES = 64 * 1024
 
 

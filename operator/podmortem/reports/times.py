@@ -1,8 +1,7 @@
 """Times as the Kubernetes API and podmortem's reports write them (RFC 3339, UTC, ``Z``).
 
 One parser and one printer for every module that reads a pod's status, a stored report or a
-timeline: they used to have a copy each, and the copies disagreed on naive times and on input
-that is not a string.
+timeline, so that all of them read a naive time, and input that is not a string, the same way.
 """
 
 from __future__ import annotations

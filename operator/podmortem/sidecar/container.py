@@ -68,7 +68,8 @@ def read_proc_file(proc_root: Path, pid: int, name: str) -> str | None:
     """``<proc_root>/<pid>/<name>``, at most `MAX_PROC_FILE_BYTES`; None when it cannot be read.
 
     Plain ``os`` calls on a string path: pathlib interns every part of a path it builds, so a
-    ``Path`` per pid kept one string per pid ever seen (0.9 MiB at 20,000), and took 3 times longer.
+    ``Path`` per pid would keep one string per pid ever seen (0.9 MiB at 20,000), and take 3 times
+    longer.
     """
     try:
         fd = os.open(f"{proc_root}/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)

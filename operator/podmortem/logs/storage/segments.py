@@ -31,7 +31,7 @@ Layout of a segment file (format 2)::
     batch := SYNC(16) HEADER(64 bytes) payload TRAILER(u32 total batch length)
 
 Format 1 segments (``b"PMLOGSG1"``, batches starting with the public magic ``PMB\x01``) are
-still read, as before; the writer never appends to one again, it starts a format 2 segment.
+read too, since a store may hold them; the writer never appends to one, it starts a format 2 segment.
 
 Payload of a raw lines batch: the API's own ``<RFC3339> <text>\n`` lines, as
 the follower received them (no per-line work at all to store or to serve with
