@@ -11,8 +11,9 @@ from typing import Any
 import kmock
 import pytest
 from aiohttp import test_utils
-from kubernetes_asyncio import client as k8s
 
+from podmortem.kube.config import ClusterAccess
+from podmortem.kube.session import ApiSession
 from podmortem.logs import timestamps
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd, LogLine
@@ -47,10 +48,9 @@ async def api() -> AsyncIterator[kmock.RawHandler]:
 
 
 @pytest.fixture
-async def api_client(api: kmock.RawHandler) -> AsyncIterator[k8s.ApiClient]:
-    config = k8s.Configuration(host=str(api.url).rstrip("/"))
-    async with k8s.ApiClient(config) as client:
-        yield client
+async def api_session(api: kmock.RawHandler) -> AsyncIterator[ApiSession]:
+    async with ApiSession(ClusterAccess(server=str(api.url).rstrip("/"))) as session:
+        yield session
 
 
 ClientFactory = Callable[[auth.Reviewer], Any]
@@ -193,13 +193,13 @@ def access_review(allowed: bool) -> Callable[[kmock.Request], dict[str, Any]]:
     (True, False, 403),
 ])
 async def test_token_and_access_reviews(
-    log_store: LogStore, make_client: Any, api: kmock.RawHandler, api_client: k8s.ApiClient,
+    log_store: LogStore, make_client: Any, api: kmock.RawHandler, api_session: ApiSession,
     authenticated: bool, allowed: bool, status: int,
 ) -> None:
     await write(log_store.sink(namespace="ns", pod="p"), "main", [b"secret"], LogCursor(container_id="c"))
     api[TOKENS] << token_review(authenticated)
     api[SARS] << access_review(allowed)
-    reviewer = auth.Reviewer(api=api_client)
+    reviewer = auth.Reviewer(api=api_session)
     client = await make_client(reviewer)
     resp = await client.get("/logs/ns/p", headers={"Authorization": "Bearer good-token"})
     assert resp.status == status
@@ -212,9 +212,9 @@ async def test_token_and_access_reviews(
 
 
 async def test_missing_token_is_401_without_asking_the_api(
-    log_store: LogStore, make_client: Any, api_client: k8s.ApiClient
+    log_store: LogStore, make_client: Any, api_session: ApiSession
 ) -> None:
-    reviewer = auth.Reviewer(api=api_client)
+    reviewer = auth.Reviewer(api=api_session)
     client = await make_client(reviewer)
     for headers in ({}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer "}):
         assert (await client.get("/logs/ns/p", headers=headers)).status == 401
@@ -222,12 +222,12 @@ async def test_missing_token_is_401_without_asking_the_api(
 
 
 async def test_positive_reviews_are_cached_negative_ones_not(
-    log_store: LogStore, make_client: Any, api: kmock.RawHandler, api_client: k8s.ApiClient
+    log_store: LogStore, make_client: Any, api: kmock.RawHandler, api_session: ApiSession
 ) -> None:
     await write(log_store.sink(namespace="ns", pod="p"), "main", [b"x"], LogCursor(container_id="c"))
     api[TOKENS] << token_review(True)
     api[SARS] << access_review(True)
-    reviewer = auth.Reviewer(api=api_client, settings=auth.AuthSettings(cache_ttl_s=300))
+    reviewer = auth.Reviewer(api=api_session, settings=auth.AuthSettings(cache_ttl_s=300))
     client = await make_client(reviewer)
     for _ in range(3):
         resp = await client.get("/logs/ns/p", headers={"Authorization": "Bearer good-token"})
@@ -240,23 +240,63 @@ async def test_positive_reviews_are_cached_negative_ones_not(
 
 @pytest.mark.parametrize("failure", [503, 500, 403])
 async def test_api_failure_is_503_never_access(
-    log_store: LogStore, make_client: Any, api: kmock.RawHandler, api_client: k8s.ApiClient, failure: int
+    log_store: LogStore, make_client: Any, api: kmock.RawHandler, api_session: ApiSession, failure: int
 ) -> None:
     await write(log_store.sink(namespace="ns", pod="p"), "main", [b"secret"], LogCursor(container_id="c"))
     api[TOKENS] << failure
-    client = await make_client(auth.Reviewer(api=api_client))
+    client = await make_client(auth.Reviewer(api=api_session))
     resp = await client.get("/logs/ns/p", headers={"Authorization": "Bearer good-token"})
     assert resp.status == 503
     assert "cannot check access" in await resp.text()
 
 
 async def test_unreachable_api_is_503(log_store: LogStore, make_client: Any) -> None:
-    config = k8s.Configuration(host="http://127.0.0.1:9")  # nothing listens on the discard port
-    async with k8s.ApiClient(config) as api_client:
-        reviewer = auth.Reviewer(api=api_client, settings=auth.AuthSettings(request_timeout_s=5))
+    # Nothing listens on the discard port.
+    async with ApiSession(ClusterAccess(server="http://127.0.0.1:9")) as session:
+        reviewer = auth.Reviewer(api=session, settings=auth.AuthSettings(request_timeout_s=5))
         client = await make_client(reviewer)
         resp = await client.get("/logs/ns/p", headers={"Authorization": "Bearer t"})
         assert resp.status == 503
+
+
+async def test_a_review_refused_for_the_servers_own_rotated_token_goes_again_with_it_read_afresh(
+    log_store: LogStore, make_client: Any, tmp_path: Path,
+) -> None:
+    """The log server's service-account token rotated: its review is not a 503 for the user."""
+    import os
+
+    from aiohttp import web
+
+    token = tmp_path / "token"
+    token.write_text("old")
+    access = ClusterAccess(server="", token_file=token)
+    access.headers()  # read now: "old"
+    before = token.stat()
+    token.write_text("new")
+    os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))  # nothing says it changed
+
+    async def review(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bearer new":
+            return web.json_response({"kind": "Status", "reason": "Unauthorized"}, status=401)
+        kind = (await request.json())["kind"]
+        status: dict[str, Any] = ({"authenticated": True, "user": {"username": "alice"}}
+                                  if kind == "TokenReview" else {"allowed": True})
+        return web.json_response({"kind": kind, "status": status})
+
+    app = web.Application()
+    app.router.add_post("/apis/{group}/v1/{reviews}", review)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    access.server = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    await write(log_store.sink(namespace="ns", pod="p"), "main", [b"secret"], LogCursor(container_id="c"))
+    try:
+        async with ApiSession(access) as session:
+            client = await make_client(auth.Reviewer(api=session))
+            resp = await client.get("/logs/ns/p", headers={"Authorization": "Bearer user-token"})
+            assert resp.status == 200 and await resp.text() == "secret\n"
+    finally:
+        await runner.cleanup()
 
 
 def test_auth_settings_are_validated() -> None:

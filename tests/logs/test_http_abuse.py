@@ -17,11 +17,11 @@ from typing import Any
 import aiohttp
 import kmock
 import pytest
-from kubernetes_asyncio import client as k8s
 from tests.logs import test_http as base
 from tests.logs.test_http import SARS, TOKENS, access_review, token_review, write
 from tests.malformed_requests import assert_parser_errors_say_no_store_and_nosniff
 
+from podmortem.kube.session import ApiSession
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.serving import auth, http
 from podmortem.logs.settings import HttpSettings
@@ -30,7 +30,7 @@ from podmortem.serving_limits import ServerLimits
 from podmortem_demo.emulated.tls import make_pki
 
 api = base.api  # the bare emulated API of the access-review tests
-api_client = base.api_client
+api_session = base.api_session
 
 OPEN = auth.Reviewer(api=None, settings=auth.AuthSettings(authenticate=False, authorize=False))
 
@@ -85,11 +85,11 @@ async def test_huge_or_odd_parameters_are_400_not_500(
 
 @pytest.mark.parametrize("path", ["/logs/ns/p%0A", "/logs/ns%0A/p", "/logs/a.b/p", "/logs/%2E%2E/p"])
 async def test_bad_names_are_400_before_any_review(
-    log_store: LogStore, path: str, api: kmock.RawHandler, api_client: k8s.ApiClient
+    log_store: LogStore, path: str, api: kmock.RawHandler, api_session: ApiSession
 ) -> None:
     api[TOKENS] << token_review(True)
     api[SARS] << access_review(True)
-    reviewer = auth.Reviewer(api=api_client)
+    reviewer = auth.Reviewer(api=api_session)
     async with served(log_store, reviewer) as url, aiohttp.ClientSession() as s, \
             s.get(yarl_url(url + path), headers={"Authorization": "Bearer good-token"}) as r:
         assert r.status == 400, await r.text()
@@ -102,10 +102,10 @@ def yarl_url(raw: str) -> Any:
 
 
 async def test_a_rejected_token_is_reviewed_once_and_a_sprayer_is_paced(
-    log_store: LogStore, api: kmock.RawHandler, api_client: k8s.ApiClient
+    log_store: LogStore, api: kmock.RawHandler, api_session: ApiSession
 ) -> None:
     api[TOKENS] << token_review(False)
-    reviewer = auth.Reviewer(api=api_client)
+    reviewer = auth.Reviewer(api=api_session)
     async with served(log_store, reviewer, auth_failures_per_minute=20) as url, aiohttp.ClientSession() as s:
         paced: list[float] = []
         limits = _APPS[-1][http.FAILURES]
@@ -238,7 +238,7 @@ async def test_tls_when_a_certificate_is_given(log_store: LogStore, tmp_path: Pa
 
 
 async def test_the_token_audience_is_asked_for(
-    log_store: LogStore, api: kmock.RawHandler, api_client: k8s.ApiClient
+    log_store: LogStore, api: kmock.RawHandler, api_session: ApiSession
 ) -> None:
     seen: list[Any] = []
 
@@ -247,7 +247,7 @@ async def test_the_token_audience_is_asked_for(
         return token_review(False)(req)
 
     api[TOKENS] << review
-    reviewer = auth.Reviewer(api=api_client, settings=auth.AuthSettings(audiences=("podmortem",)))
+    reviewer = auth.Reviewer(api=api_session, settings=auth.AuthSettings(audiences=("podmortem",)))
     async with served(log_store, reviewer) as url, aiohttp.ClientSession() as s, \
             s.get(f"{url}/logs/ns/p", headers={"Authorization": "Bearer t"}) as r:
         assert r.status == 401

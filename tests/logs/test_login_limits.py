@@ -16,10 +16,10 @@ from typing import Any
 import aiohttp
 import kmock
 import pytest
-from kubernetes_asyncio import client as k8s
 from tests.logs import test_http as base
 from tests.logs.test_http import SARS, TOKENS, access_review, write
 
+from podmortem.kube.session import ApiSession
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.serving import auth, http, login_limits
 from podmortem.logs.serving.login_limits import LoginLimits
@@ -27,7 +27,7 @@ from podmortem.logs.settings import HttpSettings
 from podmortem.logs.storage.store import LogStore, StoreSettings
 
 api = base.api
-api_client = base.api_client
+api_session = base.api_session
 
 
 class Clock:
@@ -253,14 +253,14 @@ def good_tokens(*good: str) -> Any:
 
 
 async def test_a_bad_client_on_127_0_0_1_does_not_lock_out_a_valid_token_from_it(
-    log_store: LogStore, api: kmock.RawHandler, api_client: k8s.ApiClient, clock: Clock
+    log_store: LogStore, api: kmock.RawHandler, api_session: ApiSession, clock: Clock
 ) -> None:
     await write(log_store.sink(namespace="ns", pod="p"), "main", [b"hello"], LogCursor(container_id="c"))
     api[TOKENS] << good_tokens("good-token", "second-good")
     api[SARS] << access_review(True)
     # TTLs far beyond the test's run time: no answer depends on how fast the machine is.
     ttls = auth.AuthSettings(cache_ttl_s=3600, rejected_ttl_s=3600)
-    reviewer = auth.Reviewer(api=api_client, settings=ttls)
+    reviewer = auth.Reviewer(api=api_session, settings=ttls)
     async with served(log_store, reviewer, auth_failures_per_minute=60) as url, aiohttp.ClientSession() as s:
 
         async def get(token: str) -> tuple[int, str]:
@@ -287,10 +287,10 @@ async def test_a_bad_client_on_127_0_0_1_does_not_lock_out_a_valid_token_from_it
 
 
 async def test_a_served_sprayer_keeps_the_token_map_at_its_bound(
-    log_store: LogStore, api: kmock.RawHandler, api_client: k8s.ApiClient, clock: Clock
+    log_store: LogStore, api: kmock.RawHandler, api_session: ApiSession, clock: Clock
 ) -> None:
     api[TOKENS] << good_tokens()
-    reviewer = auth.Reviewer(api=api_client)
+    reviewer = auth.Reviewer(api=api_session)
     async with served(log_store, reviewer, auth_failures_per_minute=10_000, auth_failure_entries=50) as url, \
             aiohttp.ClientSession() as s:
         for i in range(200):

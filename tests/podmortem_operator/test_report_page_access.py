@@ -10,9 +10,10 @@ from typing import Any
 import kmock
 import pytest
 from aiohttp import test_utils
-from kubernetes_asyncio import client as k8s
+from tests.logs import test_http
 from tests.logs.test_http import SARS, TOKENS, access_review, token_review
 
+from podmortem.kube.session import ApiSession
 from podmortem.logs.serving import auth, http
 from podmortem.logs.storage.store import LogStore
 from podmortem.operator.reporting import report_page, report_timeline
@@ -20,6 +21,8 @@ from podmortem.reports import stored_timeline
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.units import MIB
+
+api_session = test_http.api_session  # the log server's API, on this module's kmock `api`
 
 REPORT = {
     "verdict": "memcg-limit",
@@ -55,7 +58,7 @@ async def client_for(
 async def test_the_page_and_its_svg_are_reviewed_as_for_logs(
     log_store: LogStore,
     api: kmock.RawHandler,
-    api_client: k8s.ApiClient,
+    api_session: ApiSession,
     path: str,
     authenticated: bool,
     allowed: bool,
@@ -67,7 +70,7 @@ async def test_the_page_and_its_svg_are_reviewed_as_for_logs(
     if svg:
         _file_timeline(log_store.root, pod="p")
     foreign = Foreign({("ns", "job"): REPORT})
-    client = await client_for(log_store, auth.Reviewer(api=api_client), foreign)
+    client = await client_for(log_store, auth.Reviewer(api=api_session), foreign)
     try:
         resp = await client.get(path, headers={"Authorization": "Bearer good-token"})
         assert resp.status == status

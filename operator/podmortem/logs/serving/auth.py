@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client as k8s
 
 from podmortem import bearer
 from podmortem.errors import PodmortemError
+from podmortem.kube.api import KubeError
+from podmortem.kube.session import ApiSession
 
 logger = logging.getLogger(__name__)
 
@@ -114,10 +115,10 @@ def bearer_token(authorization: str | None) -> str:
 class Reviewer:
     """Asks the apiserver whether a bearer token may read pod logs in a namespace."""
 
-    def __init__(self, *, api: k8s.ApiClient | None, settings: AuthSettings | None = None) -> None:
+    def __init__(self, *, api: ApiSession | None, settings: AuthSettings | None = None) -> None:
         self.settings = settings or AuthSettings()
         if self.settings.authenticate and api is None:
-            raise ValueError("an ApiClient is needed when authentication is on")
+            raise ValueError("an ApiSession is needed when authentication is on")
         self._api = api
         self._cache: dict[tuple[str, str], tuple[float, User]] = {}
         #: Token hash -> (expiry, why) of tokens the TokenReview rejected.
@@ -190,23 +191,16 @@ class Reviewer:
         while len(self._cache) >= self.settings.cache_max_entries:
             del self._cache[next(iter(self._cache))]
 
-    async def _call(self, what: str, coro: Any) -> dict[str, Any]:
-        """Send one review; its JSON answer. Read raw, so no client-side model validation gets in."""
+    async def _call(self, what: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Send one review; its JSON answer, read as plain JSON (no client-side model validation)."""
+        assert self._api is not None  # the settings checked it: authentication needs the API
         self.reviews_sent += 1
         try:
-            response = await coro
-            async with response:
-                if response.status >= 300:
-                    text = (await response.text())[:200]
-                    logger.warning("%s failed: %s %s", what, response.status, text)
-                    raise ReviewUnavailable(
-                        f"cannot check access: the Kubernetes API answered {what} with {response.status}"
-                    )
-                data: dict[str, Any] = await response.json(content_type=None)
-                return data
-        except k8s.ApiException as exc:
+            return await self._api.request("POST", path, body=body, timeout_s=self.settings.request_timeout_s)
+        except KubeError as exc:
+            logger.warning("%s failed: %s %s", what, exc.status, exc.body[:200])
             raise ReviewUnavailable(
-                f"cannot check access: the Kubernetes API answered {what} with {exc.status} {exc.reason}"
+                f"cannot check access: the Kubernetes API answered {what} with {exc.status}"
             ) from exc
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
             logger.warning("%s failed: %r", what, exc)
@@ -217,11 +211,8 @@ class Reviewer:
         spec: dict[str, Any] = {"token": token}
         if self.settings.audiences:
             spec["audiences"] = list(self.settings.audiences)
-        body: Any = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
-        api = k8s.AuthenticationV1Api(self._api)
-        review = await self._call("TokenReview", api.create_token_review(
-            body, _preload_content=False, _request_timeout=self.settings.request_timeout_s,
-        ))
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
+        review = await self._call("TokenReview", "/apis/authentication.k8s.io/v1/tokenreviews", body)
         status = review.get("status") or {}
         info = status.get("user") or {}
         if not status.get("authenticated") or not info.get("username"):
@@ -245,11 +236,9 @@ class Reviewer:
             spec["uid"] = user.uid
         if user.extra:
             spec["extra"] = user.extra
-        body: Any = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
-        api = k8s.AuthorizationV1Api(self._api)
-        review = await self._call("SubjectAccessReview", api.create_subject_access_review(
-            body, _preload_content=False, _request_timeout=self.settings.request_timeout_s,
-        ))
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        review = await self._call("SubjectAccessReview", "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                                  body)
         status = review.get("status") or {}
         if status.get("allowed") is not True or status.get("denied"):
             why = str(status.get("reason") or status.get("evaluationError") or "").strip()

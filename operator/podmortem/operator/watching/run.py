@@ -262,8 +262,7 @@ async def run_operator(
                 "no limit" if descriptors.connections is None else f"{descriptors.connections:,}",
                 f"{descriptors.segments:,}", f"{descriptors.reserved:,}")
     async with (
-        clients.api_client(api_config) as api_client,
-        # The reports, statuses, Events and the Lease: the connection's credentials, kept fresh.
+        # The reports, statuses, Events, the Lease and the log server's reviews.
         ApiSession(connection) as api_session,
         # Log follows hold their connection for hours: they get a session of their own, without
         # a cap on connections, so status writes never queue behind them.
@@ -348,7 +347,7 @@ async def run_operator(
             return (True, "alive") if store.is_open else (False, "log store closed")
 
         reviewer = log_auth.Reviewer(
-            api=api_client if settings.log_http_auth else None,
+            api=api_session if settings.log_http_auth else None,
             settings=log_auth.AuthSettings(
                 authenticate=settings.log_http_auth, authorize=settings.log_http_auth,
                 audiences=settings.log_http_token_audiences,
