@@ -29,8 +29,9 @@ from typing import IO, Any
 
 from podmortem.cli import diagnose_files, diagnose_kernel
 from podmortem.cli.diagnose_exit import EXIT_INPUT, EXIT_NO_RECORD, EXIT_OK
-from podmortem.diagnosis import offline
+from podmortem.diagnosis import job_root_cause, job_section, offline
 from podmortem.diagnosis.offline import Kind
+from podmortem.kernel import log_lines, oom_parser
 from podmortem.kube.bodies import PodBody
 from podmortem.reports import log_tail
 from podmortem.reports.document import JobSection
@@ -223,8 +224,6 @@ def _has_marker(window: bytes) -> bool:
 def kernel_shaped(head: bytes) -> bool:
     """Whether a text's beginning is kernel log text: an OOM record's own lines, ``journalctl``'s
     header, or a third of its lines stamped as ``dmesg``, ``/dev/kmsg``, syslog or journal lines are."""
-    from podmortem.kernel import log_lines
-
     if not head.strip() or diagnose_files.looks_binary(head) or _has_marker(head):
         return True  # empty or binary: the kernel reading says which, in its own message
     lines = [line for line in head.decode("utf-8", "replace").splitlines() if line.strip()][:200]
@@ -276,8 +275,6 @@ def read_log(
     chain: io.RawIOBase, label: str, *, look_for_kernel: bool
 ) -> tuple[offline.LogTail, list[OomKillRecord]]:
     """A training log's tail, streaming; and kernel OOM records in it, when ``look_for_kernel``."""
-    from podmortem.kernel import oom_parser
-
     tail = Tail()
     records: list[OomKillRecord] = []
     before, edge = b"", b""
@@ -296,8 +293,6 @@ def read_log(
 
 def read_one(source: Source) -> FileRead:
     """One input file (or standard input) read as its kind. Raises `InputError`."""
-    from podmortem.kernel import oom_parser
-
     path = source.path
     try:
         stream, to_close = diagnose_files.open_input(path)
@@ -413,8 +408,6 @@ def _found(case: offline.Case) -> bool:
 
 def run(inputs: Inputs, args: argparse.Namespace) -> int:
     """Combine the inputs into reports and print them; the exit code."""
-    from podmortem.diagnosis import job_root_cause, job_section
-
     if args.html:
         print("podmortem diagnose: --html reads kernel records only; for a pod status or a training log "
               "use the text output or --json", file=sys.stderr)
