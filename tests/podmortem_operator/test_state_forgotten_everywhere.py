@@ -19,6 +19,7 @@ import pytest
 
 from podmortem.background import Background
 from podmortem.operator.jobs import POD_SUFFIX
+from podmortem.operator.watching import service as service_mod
 from podmortem_demo.harness import Harness, harness, kill, run_pod
 
 from .test_job_memory_pressure_e2e import memory_lines
@@ -197,4 +198,39 @@ def test_every_collection_is_empty_once_every_pod_and_job_went_each_way(cluster:
     h.wait(lambda: h.sync(lambda: not service.records.pods) or None, what="every pod seen deleted")
     h.delete(f"{TJ_PATH}/tj")
     h.delete("/apis/batch/v1/namespaces/default/jobs/two")
+    _wait_left_empty(h)
+
+
+def test_a_job_deleted_while_its_section_waits_to_be_written_gets_no_section(
+    cluster: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job controller deletes the pods, then the job, within the moment a section's changes are
+    gathered: the section written after the job was forgotten would hold it (and its lock) for good."""
+    h = cluster
+    service = h.running[0].service
+    monkeypatch.setattr(service_mod, "JOB_REPORT_COALESCE_S", 1.0)
+    job = h.create("/apis/batch/v1/namespaces/default/jobs", {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "brief", "namespace": "default", "annotations": {"podmortem.io/watch": "true"}},
+        "spec": {"template": {"spec": {"containers": [{"name": "trainer", "image": "x"}]}}},
+    })
+    uid = job["metadata"]["uid"]
+    for name in ("brief-a", "brief-b"):
+        h.create(PODS, _watched_pod(name, owner=job))
+        _report(h, name, run_pod(h, name=name))
+    h.wait(lambda: h.sync(lambda: uid in service.reporter.jobs) or None, what="the Job's section")
+    h.wait(lambda: h.sync(lambda: service.targets.owners[uid].job_task.done()) or None,  # type: ignore[union-attr]
+           what="the section written")
+
+    h.delete(f"{PODS}/brief-a")  # its row says deleted: the section waits a moment to be written again
+    h.wait(lambda: h.sync(lambda: not service.targets.owners[uid].job_task.done()) or None,  # type: ignore[union-attr]
+           what="the section's next write pending")
+    h.delete("/apis/batch/v1/namespaces/default/jobs/brief")
+    h.wait(lambda: h.sync(lambda: uid not in service.targets.owners) or None, what="the Job forgotten")
+    time.sleep(1.5)  # past the moment the pending write would have come
+    held = h.sync(lambda: (uid in service.reporter.jobs, uid in service.reporter._target_locks))
+    assert held == (False, False)
+    h.delete(f"{PODS}/brief-b")
+    for name in ("brief-a", "brief-b"):
+        h.sync(lambda name=name: h.api.pods["default", name].delete())  # type: ignore[misc]
     _wait_left_empty(h)
