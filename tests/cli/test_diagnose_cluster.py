@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import copy
 import json
 from collections.abc import AsyncIterator, Callable
@@ -259,3 +260,42 @@ async def test_node_kernel_log_refused_is_a_note_and_the_rest_is_used(
     gathered = await diagnose_cluster._read(args, Target("pod", "ddp-worker-0"))
     assert gathered.kernel_logs == {}
     assert any("no kernel log of node gpu-node-2: cannot create pod" in n for n in gathered.notes)
+
+
+async def test_a_log_the_kubelet_lost_is_the_operators_stored_tail(
+        cluster: Cluster, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's node is gone with its log; the operator kept it. The store is stood in for at
+    `logs_stored`'s seam (its port-forward and log server are tested in tests/cli/test_logs_stored.py
+    and against the real control plane); what is read from it is the one stored log asked for, its
+    tail, and the report names it."""
+    from podmortem.cli import logs_stored
+    from podmortem.logs.lines import LineBatch
+
+    asked: list[dict[str, Any]] = []
+
+    class Store:
+        async def read(self, *, sink: Any, **kwargs: Any) -> None:
+            asked.append(kwargs)
+            raw = b"".join(b"2024-05-01T10:04:%02dZ epoch 3 step %d\n" % (i % 60, i) for i in range(900))
+            await sink.write("trainer", LineBatch(container="trainer", raw=raw, count=900, first_ts_ns=0,
+                                                  last_ts_ns=0), None)
+
+    async def find_operator(*_args: Any, **_kwargs: Any) -> Any:
+        return "podmortem/podmortem-operator"
+
+    @contextlib.asynccontextmanager
+    async def connected(*_args: Any) -> AsyncIterator[Store]:
+        yield Store()
+
+    monkeypatch.setattr(logs_stored, "find_operator", find_operator)
+    monkeypatch.setattr(logs_stored, "connected", connected)
+    await ddp_job(cluster)
+    code, out, gathered = await diagnosed(cluster, Target("pod", "ddp-worker-0"), capsys)
+    assert code == 0
+    assert [(a["pod"], a["container"], a["previous"], a["tail"]) for a in asked] == [
+        ("ddp-worker-0", "trainer", False, 500)]
+    lines, previous = gathered.logs["ddp-worker-0", "trainer"]
+    assert len(lines) == 500 and lines[-1].endswith(b"epoch 3 step 899") and previous is False
+    assert "the log of ddp-worker-0/trainer is the operator's stored copy" in gathered.notes
+    worker = next(r for r in json.loads(out)["reports"] if r["pod"]["name"] == "ddp-worker-0")
+    assert worker["evidence"]["log"]["file"] == "ml/ddp-worker-0.trainer.log"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -199,10 +199,16 @@ async def _siblings(api: ApiSession, namespace: str, pod: Mapping[str, Any]) -> 
                                    for o in (p.get("metadata") or {}).get("ownerReferences") or [])]
 
 
-async def gather(api: ApiSession, target: Target, namespace: str, *, kernel_log_image: str | None = None
-                 ) -> Gathered:
+#: Reads the stored tails of logs the kubelet no longer has (`diagnose_stored.stored_tails`, bound).
+StoredTails = Callable[[list[tuple[str, str, bool]]], Awaitable[tuple[dict[tuple[str, str], list[bytes]],
+                                                                      list[str]]]]
+
+
+async def gather(api: ApiSession, target: Target, namespace: str, *, kernel_log_image: str | None = None,
+                 stored: StoredTails | None = None) -> Gathered:
     """Read the target's pods, their failed containers' logs and their Events; with
-    ``kernel_log_image``, each failed pod's node's kernel log too. Raises `TargetError`."""
+    ``kernel_log_image``, each failed pod's node's kernel log too; with ``stored``, the operator's
+    stored tails of logs the kubelet no longer has. Raises `TargetError`."""
     from podmortem.kube.api import KubeError
 
     out = Gathered(namespace=namespace)
@@ -240,6 +246,7 @@ async def gather(api: ApiSession, target: Target, namespace: str, *, kernel_log_
     if not out.pods:
         raise TargetError(f"{target.kind}/{target.name} in {namespace} has no pods left to read "
                           "(their stored logs: podmortem logs -l ... -p)")
+    missing: list[tuple[str, str, bool]] = []
     for pod in out.pods:
         name = str(pod["metadata"]["name"])
         for container, previous in _failed_containers(pod):
@@ -249,7 +256,8 @@ async def gather(api: ApiSession, target: Target, namespace: str, *, kernel_log_
                 got = f"{type(exc).__name__}: {exc}"
             if isinstance(got, str):
                 which = "previous " if previous else ""
-                out.notes.append(f"no {which}log of {name}/{container}: {got}")
+                out.notes.append(f"no {which}log of {name}/{container} on its node: {got}")
+                missing.append((name, container, previous))
             else:
                 out.logs[name, container] = (got, previous)
         try:
@@ -270,6 +278,13 @@ async def gather(api: ApiSession, target: Target, namespace: str, *, kernel_log_
         # The selector narrows the list on a real API server; the involved object decides.
         mine = [e for e in events if (e.get("involvedObject") or {}).get("name") == name]
         out.events[name] = sorted(mine, key=_event_time)[-EVENTS_PER_POD:]
+    if missing and stored is not None:
+        tails, notes = await stored(missing)
+        out.notes.extend(notes)
+        for (name, container), lines in tails.items():
+            previous = next(p for n, c, p in missing if (n, c) == (name, container))
+            out.logs[name, container] = (lines, previous)
+            out.notes.append(f"the log of {name}/{container} is the operator's stored copy")
     return out
 
 
@@ -339,9 +354,16 @@ async def _read(args: argparse.Namespace, target: Target) -> Gathered:
     except config.KubeconfigError as exc:
         raise TargetError(str(exc)) from None
     namespace = args.namespace or access.namespace or "default"
+    from podmortem.cli import diagnose_stored
+
     image = args.node_kernel_log_image if getattr(args, "node_kernel_log", False) else None
+
+    async def stored(wanted: list[tuple[str, str, bool]]) -> tuple[dict[tuple[str, str], list[bytes]],
+                                                                      list[str]]:
+        return await diagnose_stored.stored_tails(access, namespace, wanted, keep=LOG_TAIL_LINES)
+
     async with ApiSession(access) as api:
-        return await gather(api, target, namespace, kernel_log_image=image)
+        return await gather(api, target, namespace, kernel_log_image=image, stored=stored)
 
 
 def run(args: argparse.Namespace, target: Target) -> int:
