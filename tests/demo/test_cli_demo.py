@@ -24,11 +24,14 @@ MIB = 2**20
 
 def results() -> list[RunResult]:
     log = LogCheck(10, 10, 0, 0, 1, True)
-    failed = {"status": {"phase": "Failed", "failureReport": {"verdict": "memcg-limit", "findings": []}}}
+    tj = {"apiVersion": "podmortem.io/v1alpha1", "kind": "TrainingJob"}
+    report = {"verdict": "memcg-limit", "findings": []}
+    failed = {**tj, "status": {"phase": "Failed", "failureReport": report}}
     return [
         RunResult("fresh-fork", failed, log, "real", 137, "OOMKilled", 256 * MIB, 256 * MIB),
         RunResult(
-            "auto", {"status": {"phase": "Succeeded"}}, log, "real", 0, "Completed", 195 * MIB, 256 * MIB
+            "auto", {**tj, "status": {"phase": "Succeeded"}}, log, "real", 0, "Completed",
+            195 * MIB, 256 * MIB,
         ),
     ]
 

@@ -16,7 +16,7 @@ def result(
         status["failureReport"] = report
     return RunResult(
         policy=policy,
-        training_job={"status": status},
+        training_job={"apiVersion": "podmortem.io/v1alpha1", "kind": "TrainingJob", "status": status},
         log=log or LogCheck(10, 10, 0, 0, 1, True),
         kernel="real",
         exit_code=137 if reason == "OOMKilled" else 0,
