@@ -148,3 +148,33 @@ async def test_a_long_line_in_many_chunks_is_printed_whole() -> None:
     await logs_stored._print(body, container="main", sink=sink, note=print)  # type: ignore[arg-type]
     sink.flush()
     assert bytes(out.data) == data
+
+
+async def test_the_api_reader_reads_through_an_api_session_within_its_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiohttp import web
+
+    from podmortem.kube.config import ClusterAccess
+    from podmortem.kube.session import ApiSession
+
+    async def services(request: web.Request) -> web.Response:
+        assert request.headers.get("Authorization") == "Bearer user"
+        assert request.query.get("labelSelector") == "a=b"
+        return web.json_response({"items": [{"metadata": {"name": "x" * 100}}]})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/services", services)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    access = ClusterAccess(server=f"http://127.0.0.1:{runner.addresses[0][1]}", authorization="Bearer user")
+    try:
+        async with ApiSession(access) as api:
+            reader = logs_stored.ApiReader(api)
+            status, body = await reader.get("/api/v1/services", {"labelSelector": "a=b"})
+            assert status == 200 and body["items"][0]["metadata"]["name"] == "x" * 100
+            monkeypatch.setattr(logs_stored, "API_ANSWER_MAX_BYTES", 64)
+            with pytest.raises(logs_stored.StoredCopyError, match="over 64 bytes"):
+                await reader.get("/api/v1/services", {"labelSelector": "a=b"})
+    finally:
+        await runner.cleanup()

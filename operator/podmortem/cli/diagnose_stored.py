@@ -39,14 +39,14 @@ async def stored_tails(access: ClusterAccess, namespace: str, wanted: Sequence[W
     """The stored tails found, by (pod, container), and one note for each that could not be read."""
     from podmortem.cli import logs_stored
     from podmortem.kube import clients
+    from podmortem.kube.session import ApiSession
 
     found: dict[tuple[str, str], list[bytes]] = {}
     notes: list[str] = []
     try:
         plain = await clients.resolve_plugin(access)  # the store is asked with the user's bearer token
-        async with clients.aiohttp_session(plain, headers=False) as session:
-            target = await logs_stored.find_operator(logs_stored.ApiReader(session, plain),
-                                                     namespace=operator_namespace)
+        async with ApiSession(plain) as api:
+            target = await logs_stored.find_operator(logs_stored.ApiReader(api), namespace=operator_namespace)
             async with logs_stored.connected(plain, target) as store:
                 for pod, container, previous in wanted:
                     sink = TailSink(keep)

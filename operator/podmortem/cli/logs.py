@@ -499,10 +499,11 @@ async def _read_stored_copy(args: argparse.Namespace, access: ClusterAccess, req
                             containers: list[str], printer: StdoutSink, why: str) -> None:
     from podmortem.cli import logs_stored
     from podmortem.kube import clients
+    from podmortem.kube.session import ApiSession
 
     plain = await clients.resolve_plugin(access)  # the stored copy is asked with the user's bearer token
-    async with clients.aiohttp_session(plain, headers=False) as session:
-        target = await logs_stored.find_operator(logs_stored.ApiReader(session, plain),
+    async with ApiSession(plain) as api:
+        target = await logs_stored.find_operator(logs_stored.ApiReader(api),
                                                  namespace=o.Values(args).optional(OPERATOR_NAMESPACE))
         noted: list[bool] = []
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import aiohttp
 
     from podmortem.kube.config import ClusterAccess
+    from podmortem.kube.session import ApiSession
     from podmortem.logs.following.sinks import StdoutSink
 
 #: The labels the chart puts on the operator's Service (``podmortem.componentLabels``).
@@ -38,6 +39,9 @@ FALLBACK_NAMESPACE = "podmortem"
 LINE_MAX = 16 * 1024 * 1024 + 64
 #: Bytes of an error answer read for its message.
 ERROR_BODY_MAX = 4096
+#: Bytes of one answer of the API server read while looking for the operator (a list of Services in
+#: every namespace: a few KiB each).
+API_ANSWER_MAX_BYTES = 16 * 1024 * 1024
 _MARKER = b"--- podmortem: "
 
 
@@ -69,22 +73,24 @@ class OperatorTarget:
 
 @dataclass
 class ApiReader:
-    """GETs of JSON objects from the API server with the user's credentials."""
+    """GETs of JSON objects from the API server with the user's credentials, each within
+    :data:`API_ANSWER_MAX_BYTES` (a list of Services in every namespace is asked for)."""
 
-    session: aiohttp.ClientSession
-    access: ClusterAccess
+    api: ApiSession
 
     async def get(self, path: str, query: dict[str, str] | None = None) -> tuple[int, Any]:
         import aiohttp
 
         try:
-            async with self.session.get(self.access.server + path, params=query or {},
-                                        headers={**self.access.headers(), "Accept": "application/json"},
-                                        timeout=aiohttp.ClientTimeout(total=30)) as resp:
-                text = await resp.text(errors="replace")
+            async with self.api.response("GET", path, query=query, headers={"Accept": "application/json"},
+                                         client_timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                data = await resp.content.read(API_ANSWER_MAX_BYTES + 1)
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise StoredCopyError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+        if len(data) > API_ANSWER_MAX_BYTES:
+            raise StoredCopyError(f"GET {path}: the answer is over {API_ANSWER_MAX_BYTES} bytes")
+        text = data.decode("utf-8", "replace")
         try:
             return status, json.loads(text)
         except ValueError:
