@@ -66,3 +66,55 @@ def test_a_real_pod_reads_as_it_is() -> None:
     assert pod.container_names == ["trainer"] and len(pod.init_containers) == 1
     assert pod.has_started_containers() and not pod.being_deleted and pod.resource_version == "42"
     assert Body(None).name == "" and Body({"metadata": []}).labels == {}
+
+
+statuses = st.lists(
+    st.fixed_dictionaries({}, optional={
+        "name": json_values, "containerID": json_values, "restartCount": json_values,
+        "state": st.fixed_dictionaries(
+            {}, optional={k: json_values for k in ("running", "terminated", "waiting")}
+        ) | json_values,
+        "lastState": st.fixed_dictionaries({}, optional={"terminated": json_values}) | json_values,
+    }) | json_values,
+    max_size=3,
+)
+
+
+@given(statuses)
+def test_any_container_status_reads_without_raising_and_with_the_declared_types(items: Any) -> None:
+    pod = PodBody({"status": {"containerStatuses": items, "initContainerStatuses": items,
+                              "ephemeralContainerStatuses": items}})
+    for cs in (*pod.statuses, *pod.init_statuses, *pod.ephemeral_statuses):
+        assert all(isinstance(v, str) for v in (cs.name, cs.container_id, cs.running_since))
+        assert isinstance(cs.restart_count, int) and cs.current in ("running", "terminated", "waiting")
+        for term in cs.terminations():
+            assert all(isinstance(v, str) for v in (term.reason, term.message, term.container_id,
+                                                     term.started_at, term.finished_at))
+            for number in (term.exit_code, term.signal):
+                assert number is None or (isinstance(number, int) and not isinstance(number, bool))
+
+
+def test_a_restarted_containers_status_reads_as_it_is() -> None:
+    raw = {"status": {"containerStatuses": [
+        {"name": "trainer", "containerID": "containerd://b", "restartCount": 1,
+         "state": {"running": {"startedAt": "2026-03-01T12:00:09Z"}},
+         "lastState": {"terminated": {
+             "exitCode": 137, "reason": "OOMKilled", "containerID": "containerd://a", "message": "m",
+             "signal": 9,
+             "startedAt": "2026-03-01T11:00:00Z", "finishedAt": "2026-03-01T12:00:00Z"}}},
+        {"name": "odd", "restartCount": True, "state": {"terminated": {"exitCode": "137", "reason": 5}},
+         "lastState": {"terminated": []}},
+    ]}}
+    trainer, odd = PodBody(raw).statuses
+    assert (trainer.name, trainer.container_id, trainer.restart_count, trainer.current) == (
+        "trainer", "containerd://b", 1, "running")
+    assert trainer.running_since == "2026-03-01T12:00:09Z"
+    assert trainer.terminated is None and trainer.last_terminated is not None
+    last = trainer.last_terminated
+    assert (last.exit_code, last.signal, last.reason, last.container_id, last.message) == (
+        137, 9, "OOMKilled", "containerd://a", "m")
+    assert (last.started_at, last.finished_at) == ("2026-03-01T11:00:00Z", "2026-03-01T12:00:00Z")
+    assert [t.container_id for t in trainer.terminations()] == ["containerd://a"]
+    # what the API never sends is read as absent, not passed on
+    assert odd.restart_count == 0 and odd.current == "terminated" and odd.last_terminated is None
+    assert odd.terminated is not None and odd.terminated.exit_code is None and odd.terminated.reason == ""

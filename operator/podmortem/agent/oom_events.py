@@ -40,6 +40,7 @@ from prometheus_client import CollectorRegistry, Counter
 from podmortem.agent.matching import record_paths
 from podmortem.cgroups import paths
 from podmortem.kube.api import event_message
+from podmortem.kube.bodies import PodBody
 from podmortem.reports.oom_record import OomKillRecord
 
 logger = logging.getLogger(__name__)
@@ -84,15 +85,14 @@ def node_pod(item: Mapping[str, Any], allowed_labels: tuple[str, ...]) -> NodePo
     if not uid:
         return None
     labels = meta.get("labels") or {}
-    status = item.get("status") or {}
+    pod = PodBody(item)
     containers: dict[str, str] = {}
-    for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
-        for entry in status.get(key) or []:
-            # The killed instance is lastState's once the container restarted.
-            before = ((entry.get("lastState") or {}).get("terminated") or {}).get("containerID")
-            for raw in (entry.get("containerID"), before):
-                if isinstance(raw, str) and raw:
-                    containers[raw.rpartition("://")[2]] = str(entry.get("name", ""))
+    for entry in (*pod.init_statuses, *pod.statuses, *pod.ephemeral_statuses):
+        # The killed instance is lastState's once the container restarted.
+        before = entry.last_terminated.container_id if entry.last_terminated is not None else ""
+        for raw in (entry.container_id, before):
+            if raw:
+                containers[raw.rpartition("://")[2]] = entry.name
     return NodePod(
         uid=str(uid), namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
         labels={k: str(labels[k]) for k in allowed_labels if k in labels}, containers=containers,

@@ -305,14 +305,11 @@ def pod_cgroup(records: Sequence[OomKillRecord]) -> str | None:
 
 def _container_ids(pod: Mapping[str, Any]) -> list[str]:
     ids = []
-    status = pod.get("status") or {}
-    for key in ("containerStatuses", "initContainerStatuses"):
-        for cs in status.get(key) or []:
-            for value in (cs.get("containerID"), *[
-                ((cs.get(s) or {}).get("terminated") or {}).get("containerID") for s in ("state", "lastState")
-            ]):
-                if value:
-                    ids.append(str(value).split("://", 1)[-1])
+    body = PodBody(pod)
+    for cs in (*body.statuses, *body.init_statuses):
+        for value in (cs.container_id, *(t.container_id for t in cs.terminations())):
+            if value:
+                ids.append(value.split("://", 1)[-1])
     return ids
 
 
@@ -514,10 +511,9 @@ def _killed(t: Termination) -> bool:
 def _status_container_id(pod: Mapping[str, Any], container: str) -> str | None:
     """The container's ID in the pod status, where the termination has none (an evicted pod's
     container that was still running, as describe shows it)."""
-    status = pod.get("status") or {}
-    for cs in status.get("containerStatuses") or []:
-        if cs.get("name") == container and cs.get("containerID"):
-            return str(cs["containerID"])
+    for cs in PodBody(pod).statuses:
+        if cs.name == container and cs.container_id:
+            return cs.container_id
     return None
 
 

@@ -8,12 +8,12 @@ started it is in the sidecar's status. Pure: reads the pod object only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from podmortem.kube.bodies import PodBody
+from podmortem.kube.bodies import PodBody, Terminated
 from podmortem.reports.findings import Finding, Severity
 
 #: How long before a container's end a sibling's OOM kill still counts as its cause. NCCL's and most
@@ -37,17 +37,22 @@ class SiblingOom:
 def find(pod: Mapping[str, Any], container: str, finished_at: datetime | None) -> SiblingOom | None:
     """The earliest other container OOM-killed at most `WINDOW` before ``container`` ended, if any."""
     found: list[SiblingOom] = []
-    for name, init, term in _terminations(PodBody(pod).status):
-        if name == container or term.get("reason") != "OOMKilled":
-            continue
-        at = _time(term.get("finishedAt"))
-        if at is not None and finished_at is not None and not (
-            finished_at - WINDOW <= at <= finished_at + SLACK
-        ):
-            continue
-        found.append(SiblingOom(container=name, finished_at=at, exit_code=term.get("exitCode"), init=init))
+    body = PodBody(pod)
+    for init, statuses in ((False, body.statuses), (True, body.init_statuses)):
+        for cs in statuses:
+            for term in cs.terminations():
+                if cs.name != container and term.reason == "OOMKilled":
+                    found.extend(_within(cs.name, init, term, finished_at))
     found.sort(key=lambda s: (s.finished_at is None, s.finished_at or datetime.min))
     return found[0] if found else None
+
+
+def _within(name: str, init: bool, term: Terminated, finished_at: datetime | None) -> list[SiblingOom]:
+    """The sibling's kill, when it came within the window of ``finished_at`` (or either time is unknown)."""
+    at = _time(term.finished_at)
+    if at is not None and finished_at is not None and not finished_at - WINDOW <= at <= finished_at + SLACK:
+        return []
+    return [SiblingOom(container=name, finished_at=at, exit_code=term.exit_code, init=init)]
 
 
 def finding(
@@ -79,14 +84,6 @@ def finding(
         ),
     )
 
-
-def _terminations(status: Mapping[str, Any]) -> Iterator[tuple[str, bool, Mapping[str, Any]]]:
-    for key, init in (("containerStatuses", False), ("initContainerStatuses", True)):
-        for cs in status.get(key) or []:
-            for state in ("state", "lastState"):
-                term = (cs.get(state) or {}).get("terminated")
-                if term:
-                    yield str(cs.get("name", "")), init, term
 
 
 def _time(value: Any) -> datetime | None:

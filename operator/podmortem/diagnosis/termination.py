@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -105,27 +105,27 @@ def find(pod: Mapping[str, Any]) -> list[Termination]:
     pod_reason = status.get("reason")
     found: list[Termination] = []
     base = _pod_fields(pod)
-    for cs, term in _terminated_states(body):
-        code = term.get("exitCode")
-        reason = term.get("reason")
-        if code not in (None, 0) or reason == "OOMKilled" or pod_reason == "Evicted":
-            found.append(
-                Termination(
-                    container=cs.get("name", ""),
-                    container_id=term.get("containerID") or cs.get("containerID"),
-                    exit_code=code,
-                    reason=reason,
-                    started_at=parse_time(term.get("startedAt")),
-                    finished_at=parse_time(term.get("finishedAt")),
-                    shm=exit_causes.shm_size(pod, cs.get("name", "")),
-                    sibling_oom=sibling_oom_mod.find(
-                        pod, cs.get("name", ""), parse_time(term.get("finishedAt"))
-                    ) if reason != "OOMKilled" else None,
-                    time_zone=time_zone(pod, cs.get("name", "")),
-                    memory_limit_bytes=memory_limit(body, cs.get("name", "")),
-                    **base,
+    for cs in body.statuses:
+        for term in cs.terminations():
+            code, reason = term.exit_code, term.reason or None
+            if code not in (None, 0) or reason == "OOMKilled" or pod_reason == "Evicted":
+                found.append(
+                    Termination(
+                        container=cs.name,
+                        container_id=term.container_id or cs.container_id or None,
+                        exit_code=code,
+                        reason=reason,
+                        started_at=parse_time(term.started_at),
+                        finished_at=parse_time(term.finished_at),
+                        shm=exit_causes.shm_size(pod, cs.name),
+                        sibling_oom=sibling_oom_mod.find(
+                            pod, cs.name, parse_time(term.finished_at)
+                        ) if reason != "OOMKilled" else None,
+                        time_zone=time_zone(pod, cs.name),
+                        memory_limit_bytes=memory_limit(body, cs.name),
+                        **base,
+                    )
                 )
-            )
     if pod_reason == "Evicted" and not found:
         # Evicted pods may show no terminated container at all.
         found.append(_pod_level(spec, status, base))
@@ -170,7 +170,7 @@ def _plain(c: Mapping[str, Any]) -> bool:
 def sidecar_candidates(pod: PodBody) -> tuple[InPodContainer, ...]:
     """The containers that may be the sidecar (named `SIDECAR_CONTAINER`, or running ``podmortem sidecar``),
     each with the terminated state that holds its message (the current one first, else the last)."""
-    statuses = {cs.get("name"): cs for cs in (*pod.init_container_statuses, *pod.container_statuses)}
+    statuses = {cs.name: cs for cs in (*pod.init_statuses, *pod.statuses)}
     found: list[InPodContainer] = []
     for native, items in ((True, pod.init_containers), (False, pod.containers)):
         for c in items:
@@ -180,17 +180,11 @@ def sidecar_candidates(pod: PodBody) -> tuple[InPodContainer, ...]:
                        for w, n in itertools.pairwise(words))
             if c.get("name") != SIDECAR_CONTAINER and not runs:
                 continue
-            cs = statuses.get(c.get("name")) or {}
-            term: Mapping[str, Any] = {}
-            for key in ("state", "lastState"):
-                state = cs.get(key)
-                candidate = state.get("terminated") if isinstance(state, Mapping) else None
-                if isinstance(candidate, Mapping):
-                    term = candidate
-                    break
-            message = term.get("message")
-            restarts = cs.get("restartCount")
-            code = term.get("exitCode")
+            name = c.get("name")
+            cs = statuses.get(name) if isinstance(name, str) else None
+            ends = cs.terminations() if cs is not None else []
+            term = ends[0] if ends else None
+            message = term.message if term is not None else ""
             found.append(InPodContainer(
                 name=str(c.get("name", "")),
                 image=str(c.get("image", "")),
@@ -198,13 +192,12 @@ def sidecar_candidates(pod: PodBody) -> tuple[InPodContainer, ...]:
                 args=args,
                 native_sidecar=native and c.get("restartPolicy") == "Always",
                 plain=_plain(c),
-                message=(message[:SIDECAR_MESSAGE_MAX]
-                         if isinstance(message, str) and message.strip() else None),
-                exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
-                reason=term.get("reason") if isinstance(term.get("reason"), str) else None,
-                started_at=parse_time(term.get("startedAt")),
-                finished_at=parse_time(term.get("finishedAt")),
-                restarts=restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else 0,
+                message=message[:SIDECAR_MESSAGE_MAX] if message.strip() else None,
+                exit_code=term.exit_code if term is not None else None,
+                reason=(term.reason or None) if term is not None else None,
+                started_at=parse_time(term.started_at) if term is not None else None,
+                finished_at=parse_time(term.finished_at) if term is not None else None,
+                restarts=cs.restart_count if cs is not None else 0,
             ))
             if len(found) >= MAX_SIDECAR_CANDIDATES:
                 return tuple(found)
@@ -214,15 +207,12 @@ def sidecar_candidates(pod: PodBody) -> tuple[InPodContainer, ...]:
 def sidecar_message(pod: PodBody) -> tuple[bool, str | None]:
     """Whether the pod runs the sidecar, and its termination message once it has ended."""
     present = any(c.get("name") == SIDECAR_CONTAINER for c in (*pod.init_containers, *pod.containers))
-    for cs in (*pod.init_container_statuses, *pod.container_statuses):
-        if cs.get("name") != SIDECAR_CONTAINER:
+    for cs in (*pod.init_statuses, *pod.statuses):
+        if cs.name != SIDECAR_CONTAINER:
             continue
-        for key in ("state", "lastState"):
-            state = cs.get(key)
-            term = state.get("terminated") if isinstance(state, Mapping) else None
-            message = term.get("message") if isinstance(term, Mapping) else None
-            if isinstance(message, str) and message.strip():
-                return True, message[:SIDECAR_MESSAGE_MAX]
+        for term in cs.terminations():
+            if term.message.strip():
+                return True, term.message[:SIDECAR_MESSAGE_MAX]
     return present, None
 
 
@@ -258,10 +248,3 @@ def _pod_level(spec: Mapping[str, Any], status: Mapping[str, Any], base: Mapping
         **base,
     )
 
-
-def _terminated_states(pod: PodBody) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    for cs in pod.container_statuses:
-        for key in ("state", "lastState"):
-            term = (cs.get(key) or {}).get("terminated")
-            if term:
-                yield cs, term

@@ -36,23 +36,16 @@ def container_names(pod: dict[str, Any]) -> list[str]:
 
 def container_state(pod: dict[str, Any], name: str) -> ContainerState:
     """The named container's state; WAITING without an instance when the status has none yet."""
-    for status in PodBody(pod).container_statuses:
-        if status.get("name") != name:
+    for status in PodBody(pod).statuses:
+        if status.name != name:
             continue
-        state = status.get("state") or {}
-        if "running" in state:
-            phase = Phase.RUNNING
-        elif "terminated" in state:
-            phase = Phase.TERMINATED
-        else:
-            phase = Phase.WAITING
-        last_terminated = (status.get("lastState") or {}).get("terminated") or {}
+        last_terminated = status.last_terminated
         return ContainerState(
             name=name,
-            container_id=status.get("containerID") or None,
-            restart_count=int(status.get("restartCount", 0)),
-            phase=phase,
-            previous_id=last_terminated.get("containerID") or None,
+            container_id=status.container_id or None,
+            restart_count=status.restart_count,
+            phase=Phase(status.current),
+            previous_id=(last_terminated.container_id if last_terminated is not None else "") or None,
         )
     return ContainerState(name=name, container_id=None, restart_count=0, phase=Phase.WAITING,
                           previous_id=None)

@@ -21,15 +21,13 @@ def pod_status_fields(pod: Mapping[str, Any]) -> dict[str, Any]:
     started = body.status.get("startTime")
     finished = None
     exit_code = None
-    for cs in body.container_statuses:
-        state = cs.get("state") or {}
-        if "running" in state and state["running"].get("startedAt"):
-            started = started or state["running"]["startedAt"]
-        term = state.get("terminated")
-        if term:
-            finished = max(filter(None, [finished, term.get("finishedAt")]), default=None)
-            if exit_code is None or term.get("exitCode", 0) != 0:
-                exit_code = term.get("exitCode")
+    for cs in body.statuses:
+        started = started or cs.running_since or None
+        term = cs.terminated
+        if term is not None:
+            finished = max(filter(None, [finished, term.finished_at]), default=None)
+            if exit_code is None or term.exit_code not in (None, 0):
+                exit_code = term.exit_code
     if started:
         fields["startedAt"] = started
     if phase in ("Succeeded", "Failed"):
