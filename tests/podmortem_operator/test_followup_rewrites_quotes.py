@@ -110,7 +110,7 @@ async def test_a_trainingjobs_failed_condition_is_rewritten_when_the_record_neve
                     options=WatchOptions())
     async with running_reporter(ScriptedAgent(evidence_for(UID, None)), wait_s=0.2) as (reporter, _):
         status_kube = StatusKube()
-        reporter.kube = reporter.status.kube = status_kube  # type: ignore[assignment]
+        reporter.writer.kube = reporter.writer.status.kube = status_kube  # type: ignore[assignment]
         await reporter.report(termination=termination(), target=target, facts=None, seen_at=time.monotonic())
     failed = [c for s in status_kube.statuses for c in s.get("conditions", []) if c["type"] == "Failed"]
     assert PENDING_TEXT in failed[0]["message"]

@@ -124,7 +124,7 @@ async def running_reporter(
         try:
             yield reporter, kube
             if finish:
-                await asyncio.wait_for(asyncio.gather(*reporter._background), timeout=30)
+                await asyncio.wait_for(reporter.follow_ups.wait(), timeout=30)
         finally:
             await reporter.stop()
 

@@ -70,11 +70,11 @@ def test_a_deleted_pod_and_job_take_their_state_with_them(agent_cluster: Harness
     before = _held(h, bare)["kept"]
     assert before["pods"] >= 2 and before["latest"] >= 2
 
-    locks = h.sync(lambda: dict(h.running[0].service.reporter._target_locks))
+    locks = h.sync(lambda: dict(h.running[0].service.reporter.reports.target_locks))
     assert bare in locks  # a bare pod is its own target: its annotation writes take its lock
     h.delete("/api/v1/namespaces/default/pods/bare")
     h.wait(lambda: not _report_of(h, bare) or None, what="the bare pod's report dropped")
-    assert h.sync(lambda: bare not in h.running[0].service.reporter._target_locks)
+    assert h.sync(lambda: bare not in h.running[0].service.reporter.reports.target_locks)
     # Its follower ends a moment after the deletion is seen: what it learned goes then.
     h.wait(lambda: not _held(h, bare)["facts"] or None, what="the bare pod's log facts dropped")
     held = _held(h, bare)

@@ -54,6 +54,8 @@ def _holders(h: Harness) -> dict[str, object]:
         "Records": service.records,
         "Targets": service.targets,
         "Reporter": service.reporter,
+        "Reports": service.reporter.reports,
+        "FollowUps": service.reporter.follow_ups,
         "EarlyWarning": service.early_warning,
         "StatusWriter": service.status,
         "PodIndex": h.running[0].store._pods,
@@ -179,7 +181,7 @@ def test_every_collection_is_empty_once_every_pod_and_job_went_each_way(cluster:
     ghost = run_pod(h, name="ghost", text=memory_lines(PEAKS))
     _lines(h, "ghost", ghost, 3)
     held = _left(h)
-    for part in ("Records.pods", "Targets.pods", "Reporter.by_pod", "Following._facts",
+    for part in ("Records.pods", "Targets.pods", "Reports.by_pod", "Following._facts",
                  "EarlyWarning._epoch_times", "StatusWriter._fields", "PodIndex._by_name"):
         assert part in held, (part, held)  # the walk below sees what it must see emptied
 
@@ -228,7 +230,7 @@ def test_a_job_deleted_while_its_section_waits_to_be_written_gets_no_section(
     h.delete("/apis/batch/v1/namespaces/default/jobs/brief")
     h.wait(lambda: h.sync(lambda: uid not in service.targets.owners) or None, what="the Job forgotten")
     time.sleep(1.5)  # past the moment the pending write would have come
-    held = h.sync(lambda: (uid in service.reporter.jobs, uid in service.reporter._target_locks))
+    held = h.sync(lambda: (uid in service.reporter.jobs, uid in service.reporter.reports.target_locks))
     assert held == (False, False)
     h.delete(f"{PODS}/brief-b")
     for name in ("brief-a", "brief-b"):

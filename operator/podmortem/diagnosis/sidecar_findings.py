@@ -8,7 +8,8 @@ the same kinds of findings a kernel record gives: the verdict (the container's o
 OOM-kill counter), what filled it, what the workers held, and the trend. Each finding names the
 figures it rests on and says they are the sidecar's samples: the kernel's record, and so the
 kernel's own choice of victim and the per-task table, are not available in this mode. Where a node
-agent handed over the kernel's record, that record wins and the sidecar's findings are not added.
+agent handed over the kernel's record, that record wins (`podmortem.diagnosis.rediagnose` ranks the
+sources) and these findings are not added.
 
 The message is the pod's own testimony (docs/sidecar.md, "Trust model"): it is read only from the
 container the operator injected, found by image and command

@@ -39,7 +39,7 @@ from podmortem.operator import jobs, log_links
 from podmortem.operator.following import Following, log_status_fields
 from podmortem.operator.jobs import Target
 from podmortem.operator.records import JobRecord, Reason, Records
-from podmortem.operator.reporting import reporter as reporting
+from podmortem.operator.reporting import job_view
 from podmortem.operator.reporting.reporter import Reporter
 from podmortem.operator.settings import TRAININGJOB_PLURAL, OperatorSettings
 from podmortem.operator.status import StatusWriter
@@ -446,7 +446,7 @@ class OperatorService:
             await asyncio.sleep(JOB_REPORT_COALESCE_S)
             if self.targets.owners.get(known.target.uid) is not known:
                 return  # forgotten meanwhile (its pods' deletions came just before its own): no section
-            computed = reporting.compute_job(known)
+            computed = job_view.compute_job(known)
             if computed is None:
                 continue
             view, event = computed
