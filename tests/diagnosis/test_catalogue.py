@@ -33,10 +33,14 @@ def _size() -> st.SearchStrategy[tuple[str, int]]:
     return st.one_of(spelled, counted)
 
 
-def _value(kind: str) -> st.SearchStrategy[tuple[str, int | None]]:
+#: Numbers the printing code prints signed (``%hd``, an exit code); the others are counts or ids.
+_SIGNED = ("oom_score_adj", "exit_code", "signal")
+
+
+def _value(kind: str, name: str = "") -> st.SearchStrategy[tuple[str, int | None]]:
     """A field's printed text and, for numbers, the number it stands for."""
     if kind == "int":
-        return st.integers(-1000, 10**12).map(lambda n: (str(n), n))
+        return st.integers(-1000 if name in _SIGNED else 0, 10**12).map(lambda n: (str(n), n))
     if kind == "hex":
         return st.integers(0, 2**32).map(lambda n: (hex(n), n))
     if kind == "size":
@@ -63,7 +67,7 @@ def _message(draw: st.DrawFn, entry: catalogue.Entry) -> tuple[str, dict[str, in
     printed: list[str] = []
     numbers: dict[str, int] = {}
     for f in entry.fields:
-        text, number = draw(_value(f.kind))
+        text, number = draw(_value(f.kind, f.name))
         printed.append(text)
         if number is not None:
             numbers[f.name] = number

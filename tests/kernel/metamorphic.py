@@ -164,13 +164,85 @@ def prompt_and_noise(text: str) -> str:
     )
 
 
+def grep_file_name(text: str) -> str:
+    """``grep -r``'s file name before every line: ``messages-20150510:May  9 …``."""
+    return _join([f"messages-20150510:{line}" if line else line for line in _lines(text)])
+
+
+_MONO = re.compile(r"^\[\s*(\d+)\.(\d+)\] ?")
+
+
+def dmesg_human(text: str) -> str:
+    """``dmesg -H``: the minute where it changes, ``[Mar19 10:02]``, then the time since the line
+    before, ``[  +0.000003]``, in place of each dmesg stamp."""
+    out: list[str] = []
+    last: float | None = None
+    for line in _lines(text):
+        m = _MONO.match(line)
+        if m is None:
+            out.append(line)
+            continue
+        now = float(f"{m.group(1)}.{m.group(2)}")
+        rest = line[m.end():]
+        if last is None or int(now // 60) != int(last // 60):
+            minute = int(now // 60)
+            out.append(f"[Mar19 {10 + minute // 60 % 14:02d}:{minute % 60:02d}] {rest}")
+        else:
+            out.append(f"[  +{now - last:.6f}] {rest}")
+        last = now
+    return _join(out)
+
+
+def talosctl(text: str) -> str:
+    """``talosctl dmesg``: the node's address, facility and level, an ISO stamp, for each dmesg line."""
+    out = []
+    for line in _lines(text):
+        m = _MONO.match(line)
+        if m is not None:
+            seconds = int(m.group(1))
+            hours, minutes = 10 + seconds // 3600 % 14, seconds // 60 % 60
+            line = (f"10.0.0.1: kern:    info: [2025-03-19T{hours:02d}:{minutes:02d}:"
+                    f"{seconds % 60:02d}.{m.group(2)[:6]:0<6}Z]: {line[m.end():]}")
+        out.append(line)
+    return _join(out)
+
+
+def line_numbers_space(text: str) -> str:
+    """A viewer's right-aligned line numbers and one space: ``  12 line``."""
+    return _join([f"{i:4d} {line}" for i, line in enumerate(_lines(text), 1)])
+
+
+def any_prefix(prefix: str) -> Transform:
+    """The same printable prefix before every line (a logger's, a viewer's column, a level)."""
+
+    def add(text: str) -> str:
+        return _join([prefix + line if line else line for line in _lines(text)])
+
+    add.__name__ = f"prefix_{prefix!r}"
+    return add
+
+
+#: Prefixes people's tools and viewers put before each line, for the checks of each one alone.
+ANY_PREFIXES: tuple[Transform, ...] = (
+    any_prefix("node-7 | "), any_prefix("WARNING: "), any_prefix("kern.warn "), any_prefix('"'),
+    any_prefix("│ "), any_prefix("[pod/trainer-0/main] "),
+)
+
 #: The log's own forms: what the tool printed, before any terminal or mail wrapped it.
-FORMATS: tuple[Transform, ...] = (dmesg_x, raw_level, journal_no_host)
+FORMATS: tuple[Transform, ...] = (dmesg_x, raw_level, journal_no_host, talosctl)
+#: Prefixes that are no log's own (a file name, a logger's, a viewer's), checked alone and, for any
+#: printable prefix, by test_any_printable_prefix_keeps_every_answer; their compositions with wraps
+#: are not yet held (a wrapped part without the prefix is not always joined back). dmesg -H is
+#: checked alone too: its relative stamps carry no time, so a block pasted twice is not told apart.
+FOREIGN: tuple[Transform, ...] = (grep_file_name, dmesg_human, *ANY_PREFIXES)
 #: The paste's own marks, added to what was wrapped.
 MARKS: tuple[Transform, ...] = (
     line_numbers, line_numbers_colon, indent_spaces, indent_tab, mail_quote, crlf, ansi,
 )
-PREFIXES: tuple[Transform, ...] = (*MARKS, *FORMATS)
+#: A viewer's marks, checked alone: a one-space line number on a wrapped part is not yet stripped
+#: (a kernel message may itself start with a number and a space), so wraps do not compose with it.
+VIEWER: tuple[Transform, ...] = (line_numbers_space,)
+PREFIXES: tuple[Transform, ...] = (*MARKS, *FORMATS, *FOREIGN, *VIEWER)
 WRAPS: tuple[Transform, ...] = (
     _hard_wrap(72), _hard_wrap(80), _hard_wrap(100), _soft_wrap(72), _soft_wrap(80),
 )

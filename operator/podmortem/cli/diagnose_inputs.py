@@ -29,7 +29,7 @@ from typing import IO, Any
 
 from podmortem.cli import diagnose_files, diagnose_kernel
 from podmortem.cli.diagnose_exit import EXIT_INPUT, EXIT_NO_RECORD, EXIT_OK
-from podmortem.diagnosis import job_root_cause, job_section, offline
+from podmortem.diagnosis import catalogue, job_root_cause, job_section, offline
 from podmortem.diagnosis.offline import Kind
 from podmortem.kernel import log_lines, oom_parser
 from podmortem.kube.bodies import PodBody
@@ -223,11 +223,16 @@ def _has_marker(window: bytes) -> bool:
 
 def kernel_shaped(head: bytes) -> bool:
     """Whether a text's beginning is kernel log text: an OOM record's own lines, ``journalctl``'s
-    header, or a third of its lines stamped as ``dmesg``, ``/dev/kmsg``, syslog or journal lines are."""
+    header, a line the catalogue knows for the kernel's (``Task in … killed as a result of limit
+    of …`` or a memcg counter line, with no stamp or behind any prefix), or a third of its lines
+    stamped as ``dmesg``, ``/dev/kmsg``, syslog or journal lines are."""
     if not head.strip() or diagnose_files.looks_binary(head) or _has_marker(head):
         return True  # empty or binary: the kernel reading says which, in its own message
     lines = [line for line in head.decode("utf-8", "replace").splitlines() if line.strip()][:200]
     if lines[0].startswith(_JOURNAL_HEAD):
+        return True
+    if any((found := catalogue.find(line, catalogue.KERNEL)) is not None and found.entry.verdict is not None
+           for line in lines):
         return True
     stamped = 0
     for line in lines:

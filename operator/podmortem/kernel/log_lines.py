@@ -50,7 +50,7 @@ _LINE_NO_KMSG = re.compile(r"\d{1,7}[:-]")
 #: ``dmesg -r``'s raw level "<4>", and ``dmesg -x``'s "kern  :warn  : ".
 _LEVEL = re.compile(r"<\d{1,3}>")
 _FACILITY = re.compile(
-    r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7]) *:"
+    r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7]) *: {0,8}"
     r"(?:emerg|alert|crit|err|warn|warning|notice|info|debug) *: ?"
 )
 #: The first four characters a facility can start with: the regex runs only after this cheap look.
@@ -70,6 +70,63 @@ _DMESG_T = re.compile(
     r"\[([^\[\]\d]{0,16}(?:\d{1,2}[^\[\]\d\s]{1,4} {0,2})?\d{1,2} \d\d:\d\d:\d\d(?: \d{4})?)\] ?"
 )
 _ISO = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) ")
+#: ``talosctl dmesg``'s stamp after its host and facility: "[2025-01-02T03:04:05.678901Z]: ".
+_ISO_BRACKET = re.compile(r"\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\]:? ?")
+#: ``dmesg -H``: "[Mar19 10:02] " where the minute changes, "[  +0.000003] " (the time since the line
+#: before) on the others. Neither is a point in time on its own: such lines carry no clock.
+_DMESG_H = re.compile(
+    r"\[(?:[^\W\d_]{3}\d{1,2} \d\d:\d\d|[^\W\d_]{3} \d\d:\d\d| {0,12}\+\d{1,10}\.\d{1,9})\] ?"
+)
+#: A tool's own prefix before a line of the log: ``grep``'s file name ("messages-20150510:",
+#: "kern.log:12:" with -n, "kern.log-12-" as context), a host ("10.0.0.1: ", ``talosctl dmesg``),
+#: a viewer's right-aligned line number with one space ("  12 ").
+_TOOL_PREFIX = re.compile(
+    r"(?:\d{1,7} [ \t]{0,16}|[^\s:\[<]{1,255}(?::\d{1,7}[:-]|-\d{1,7}-|:) ?)"
+    # only where a log's own prefix follows: a stamp, a syslog date, a facility, a quote or indent
+    r"(?=[\[<> \t]|[^\W\d_]{2,9}\.? {1,2}\d|\d{4}-\d\d-|\d{1,7},\d"
+    r"|(?:kern|user|daemon|syslog|auth|local\d) *:)"
+)
+#: Where the kernel's own OOM text starts in a line whose prefix is no log's (a file name, a level, a
+#: viewer's columns, a logger's): the messages of mm/oom_kill.c, mm/memcontrol.c and show_mem, as
+#: catalogued in podmortem.diagnosis.catalogue (tests/kernel/test_kernel_text.py holds them equal).
+#: The header's comm comes before its words and is found apart (`kernel_text_start`).
+KERNEL_TEXTS: tuple[str, ...] = (
+    "oom-kill:constraint=",
+    "Out of memory: Killed process ",
+    "Memory cgroup out of memory: Killed process ",
+    "Killed process ",
+    "Memory cgroup out of memory: Kill process ",
+    "Out of memory: Kill process ",
+    "oom_reaper: reaped process ",
+    "Out of memory and no killable processes...",
+    "Tasks in ",
+    "Tasks state (memory values in pages):",
+    "Task in ",
+    "memory: usage ",
+    "memory+swap: usage ",
+    "kmem: usage ",
+    "swap: usage ",
+    "Memory cgroup stats for ",
+    "Mem-Info:",
+    "NVRM: Xid (PCI:",
+)
+_KERNEL_TEXT = re.compile(
+    "|".join(re.escape(t) for t in sorted(KERNEL_TEXTS, key=len, reverse=True))
+    + r"|(?<![\w.])\d{1,20} (?:pages RAM|total pagecache pages)$"
+)
+#: Cheap looks before `_KERNEL_TEXT` runs: every kernel text above holds one of these.
+_KERNEL_HINTS = ("Kill", "kill", "oom", "Task", "usage ", "cgroup stats", "Mem-Info", "pages", "NVRM")
+_HEADER_WORDS = " invoked oom-killer: "
+_COMM_AFTER = (" ", "\t", ";", '"', "'", "|", "│", ">")
+#: A prefix that makes the line another program's, quoting the kernel (node-problem-detector, the
+#: kubelet, containerd, systemd-oomd, an Events row, a JSON or logfmt message, Markdown inline code):
+#: its ``prog[pid]:``, ``msg=``, a message key, the event's reason or source, a backtick.
+_PROGRAM = re.compile(r"[\w.@/-]\[\d{1,10}\]: |\bmsg=|[Mm]essage\b|`|OOMKilling|kernel-monitor|\bevent: ")
+#: A time stamp of a line that no kernel form read: another program's line.
+_STAMP = re.compile(r"[^\W\d_]{2,9}\.? {1,2}\d{1,2},? \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:\d\d")
+#: How far into a line a foreign prefix may reach, and the characters it ends in.
+_FOREIGN_MAX = 128
+_SEPARATORS = frozenset(" :|]>\"'\t│")
 #: syslog / journalctl short in any locale: "Jan  5 02:12:02 host kernel:", "апр 28 01:23:30 PC kernel:".
 _SYSLOG = re.compile(r"([^\W\d_]{2,9}\.? {1,2}\d{1,2},? \d\d:\d\d:\d\d(?:\.\d+)?) (?:(\S{1,255}) )?kernel: ?")
 #: Any syslog-style stamp, whichever program wrote the line (its own line, never a wrapped part).
@@ -104,6 +161,9 @@ class Line:
     soft_end: bool = False
     #: Whitespace before the text once the paste's marks are off (continuations are deeper).
     indent: int = 0
+    #: A prefix that is no log's own, found before the kernel's words on this line (a tool's, a
+    #: viewer's): the next lines that start with it are read without it.
+    foreign: str | None = None
 
 
 def strip_quote(line: str) -> str:
@@ -198,20 +258,40 @@ def split(raw: str, prev: Line | None) -> Line | None:
     line, indent = strip_paste(line)
     if not line or line.isspace():
         return None
+    foreign = prev.foreign if prev is not None else None
+    if foreign and line.startswith(foreign) and len(line) > len(foreign):
+        line = strip_paste(line[len(foreign):])[0]  # the paste's indent is the one before the prefix
+        if not line:
+            return None
+    else:
+        foreign = None
     soft_end = line[-1:] in (" ", "\t")  # after the paste's marks: a colour's reset, a CR
     found = _split_prefixed(line, indent, soft_end)
+    if foreign is not None:
+        if found is None:
+            found = _after_prefix(line, indent, soft_end, None) or \
+                _finish(line, "plain", None, None, None, None, None, soft_end, 0)
+        return _behind(found, foreign)
     if found is not None and (found.fmt != "iso" or found.host is not None):
         return found
     if prev is not None and prev.fmt == "kmsg" and _KMSG_DICT.match(" " + line) and indent:
         return None  # a /dev/kmsg dictionary line (SUBSYSTEM=…, DEVICE=…)
     m = _EMBEDDED.search(line, 1, 512)
-    if m is not None and line[m.start() - 1] in " :\t":
-        # Another tool's line wrapping the kernel's (a hypervisor's guest log): read from the stamp.
+    if m is not None and line[m.start() - 1] in " :\t\"'|│]>":
+        # Another tool's line wrapping the kernel's (a hypervisor's guest log): read from the stamp,
+        # unless a log prefix of the kernel's own starts before it, behind a foreign prefix.
+        syslog_first = _ANY_SYSLOG.search(line, 0, m.start()) is not None
+        before = _after_prefix(line, indent, soft_end, prev) if syslog_first else None
+        if before is not None:
+            return before
         inner = _split_prefixed(line[m.start():], indent, soft_end)
         if inner is not None:
-            return inner
+            return _behind(inner, line[:m.start()])
     if found is not None:
         return found  # an ISO stamp with no host: "dmesg --time-format iso" prints no more
+    behind = _after_prefix(line, indent, soft_end, prev)
+    if behind is not None:
+        return behind
     msg = line.strip()
     if prev is not None and indent > prev.indent:
         # dmesg and journalctl show a multi-line message with indented continuation lines.
@@ -273,7 +353,7 @@ def _split_prefixed(line: str, indent: int, soft_end: bool) -> Line | None:
             else:
                 m = _DMESG_T.match(line)
                 if m is None:
-                    return None
+                    return _split_bracketed(line, indent, soft_end)
                 fmt, time_text, rest = "dmesg-T", m.group(1), line[m.end() :]
                 _keep_prefix(m, "dmesg-T", None)
     elif first.isalpha():
@@ -306,6 +386,93 @@ def _split_prefixed(line: str, indent: int, soft_end: bool) -> Line | None:
     if msg[-1:] in _CUT_MARKS:
         return _finish(msg, fmt, host, mono, time_text, None, clock, soft_end, indent)
     return Line(msg, fmt, host, mono, time_text, None, clock, False, soft_end, indent)
+
+
+def _split_bracketed(line: str, indent: int, soft_end: bool) -> Line | None:
+    """A line after a bracketed stamp of the rarer forms: ``talosctl dmesg``'s ISO stamp, ``dmesg -H``'s
+    minute or relative stamp (no clock: the time since the line before is no time of day)."""
+    m = _ISO_BRACKET.match(line) if line[1:2].isdigit() else _DMESG_H.match(line)
+    if m is None:
+        return None
+    rest = line[m.end():]
+    if rest[:1] == "[" and (c := _CALLER.match(rest)) is not None:
+        rest = rest[c.end():]
+    if m.re is _ISO_BRACKET:
+        return _finish(rest, "iso", None, None, m.group(1), None, _clock(m.group(1)), soft_end, indent)
+    return _finish(rest, "dmesg-T", None, None, m.group(0).strip(), None, None, soft_end, indent)
+
+
+def _after_prefix(line: str, indent: int, soft_end: bool, prev: Line | None) -> Line | None:
+    """A kernel line behind a prefix that is no log's own: a tool's (grep's file name, a host, a
+    right-aligned line number), or any text before the kernel's own words (a level, a logger's
+    prefix, a viewer's columns, quote marks). The prefix is kept on the line (`Line.foreign`): the
+    lines that follow with the same prefix are read without it, whatever their message. The paste's
+    marks (a mail quote, indentation) may come after such a prefix: grep ran on the pasted file."""
+    if line.startswith(KERNEL_TEXTS):
+        return None  # the kernel's own words with nothing before them
+    inner = _behind_tools(line, indent, soft_end)
+    if inner is not None:
+        return inner
+    at = kernel_text_start(line) if any(hint in line for hint in _KERNEL_HINTS) else -1
+    if at > 0 or " kernel:" in line:
+        # A log prefix of its own may follow the foreign one ("x: [ 1.2] Task in", "WARNING: > Jun 20
+        # 03:23:46 host kernel: …"): the line is read from where that starts, the first place after a
+        # separator from which the rest reads as a kernel line (ending in the kernel's words, when
+        # known), unless what comes before makes the line another program's.
+        end = min(at if at > 0 else len(line) - 1, _FOREIGN_MAX)
+        program = _PROGRAM.search(line, 0, end)
+        if program is not None:
+            end = program.start()
+        words = line[at:].strip() if at > 0 else ""  # its start: a comm may hold a space
+        for k in range(1, end + 1):
+            if line[k - 1] not in _SEPARATORS and line[k] not in "[<":
+                continue
+            rest = strip_paste(line[k:])[0]
+            inner = _split_prefixed(rest, 0, soft_end) if rest else None
+            if inner is not None and inner.fmt != "plain" and words[:40] in inner.msg[:80]:
+                return _behind(inner, line[:k])
+    if at <= 0 or _PROGRAM.search(line, 0, at) is not None or _STAMP.search(line, 0, at) is not None:
+        return None  # no kernel words, or another program's line quoting them
+    return _behind(_finish(line[at:], "plain", None, None, None, None, None, soft_end, 0), line[:at])
+
+
+def _behind(line: Line, prefix: str) -> Line:
+    """``line`` read behind ``prefix``; a quote mark the prefix opened is closed at the line's end."""
+    line.foreign = prefix
+    quote = prefix.rstrip()[-1:]
+    if quote in ("'", '"') and line.msg.rstrip(",")[-1:] == quote:
+        line.msg = line.msg.rstrip(",")[:-1].rstrip()
+    return line
+
+
+def quotes_kernel(prefix: str) -> bool:
+    """Whether text before the kernel's words makes the line another program's quote of them."""
+    return _PROGRAM.search(prefix) is not None or _STAMP.search(prefix) is not None
+
+
+def _behind_tools(line: str, indent: int, soft_end: bool) -> Line | None:
+    """A log line behind one or two tools' prefixes (a viewer's line number of grep's output)."""
+    rest = line
+    for _ in range(2):
+        m = _TOOL_PREFIX.match(rest)
+        if m is None:
+            return None
+        rest = strip_paste(rest[m.end():])[0]
+        inner = _split_prefixed(rest, indent, soft_end) if rest else None
+        if inner is not None and inner.fmt != "plain":
+            return _behind(inner, line[:len(line) - len(rest)])
+    return None
+
+
+def kernel_text_start(line: str) -> int:
+    """Where the kernel's own OOM text starts in ``line`` (after any prefix), or -1."""
+    at = line.find(_HEADER_WORDS)
+    if at > 0:
+        # "%s invoked oom-killer:": the comm is the word before (a comm may hold brackets and colons:
+        # "runc:[2:INIT]"), after a space, a /dev/kmsg header's ";", a quote mark or a column's bar.
+        return max(line.rfind(c, 0, at) for c in _COMM_AFTER) + 1
+    m = _KERNEL_TEXT.search(line)
+    return m.start() if m is not None else -1
 
 
 def _finish(
@@ -379,6 +546,12 @@ def continues(prev_raw: str, prev: Line, raw: str, *, first_raw: str | None = No
         return False
     if _split_prefixed(text, 0, False) is not None or _OTHER_LOG.match(text) is not None:
         return False
+    if text[:1] != "[" and _behind_tools(text, 0, False) is not None:
+        return False  # a log line behind a tool's prefix (a viewer's line number, grep's file name)
+    foreign = prev.foreign
+    if foreign and text.startswith(foreign) and \
+            _split_prefixed(strip_paste(text[len(foreign):])[0] or " ", 0, False) is not None:
+        return False  # a log line behind the prefix the line before had
     if _LEVEL.match(text) is not None or (text[:4] in _FACILITY_STARTS and _FACILITY.match(text)):
         return False  # dmesg -r and -x print their level on every line, a wrapped part has none
     if cut_kill or (prev.fmt == "plain" and cut_message):

@@ -206,6 +206,10 @@ def _parse_int(text: str) -> int | None:
         return None
 
 
+#: A viewer's right-aligned line number and its one space, before a wrapped part.
+_NUMBERED = re.compile(r"[ \t]{0,8}\d{1,7} ")
+
+
 class OomParser:
     """Incremental parser: ``feed`` lines (any size of input, streamed), then ``finish``.
 
@@ -246,14 +250,28 @@ class OomParser:
         held = self._held
         if held is not None:
             held_raw, held_line, first_raw = held
+            # A prefix no log's own (a tool's, a viewer's) may be on every line, its wrapped parts' too.
+            foreign = held_line.foreign
+            part = raw
+            if foreign and raw.startswith(foreign) and len(raw) > len(foreign):
+                part = raw[len(foreign):]
+            if foreign and foreign[-1:] == " " and foreign[:-1].isdigit():
+                # A viewer's right-aligned line number ("  12 "): each part has its own, and the line's
+                # other marks (numbers, quotes) are compared without it.
+                numbered = _NUMBERED.match(raw)
+                part = raw[numbered.end():] if numbered is not None and numbered.end() < len(raw) else raw
+                held_raw = _NUMBERED.sub("", held_raw, 1)
+                first_raw = _NUMBERED.sub("", first_raw, 1)
             # Fast path: a line opening like the held line's first part (same stamp shape) is never its
             # wrapped part; its later parts may open alike by chance ("e.scope" / "e.slice").
             # (Indented, quoted, numbered or coloured pastes differ only after their marks: those
             # always ask; every line of a coloured paste opens with the same escape.)
-            wrapped = bool(raw) and (
-                raw[0] in " \t>\x1b" or raw[:2] == "[<" or (raw[0] != "[" and raw[:3] != first_raw[:3]))
-            if wrapped and log_lines.continues(held_raw, held_line, raw, first_raw=first_raw):
-                self._held = (raw, log_lines.join(held_line, raw, first_raw=first_raw), first_raw)
+            wrapped = bool(part) and (
+                part[0] in " \t>\x1b" or part[:2] == "[<" or (part[0] != "[" and part[:3] != first_raw[:3]))
+            if wrapped and log_lines.continues(held_raw, held_line, part, first_raw=first_raw):
+                joined = log_lines.join(held_line, part, first_raw=first_raw)
+                joined.foreign = foreign
+                self._held = (part, joined, first_raw)
                 return
             self._held = None
             self._dispatch(held_line)
