@@ -162,3 +162,32 @@ async def test_kube_reads_through_its_session(api: tuple[Api, str], tmp_path: Pa
         with pytest.raises(KubeError) as broken:
             await kube.get("/broken")
     assert broken.value.status == 500 and len(broken.value.body) == MAX_ERROR_BYTES
+
+
+async def test_a_plugins_fresh_token_keeps_the_session_and_its_streams(
+        api: tuple[Api, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin's credentials are made anew (a new TLS context each time, from the same CA): the
+    session stays, so the log streams open on it are not cut at every renewal."""
+    import ssl
+
+    from podmortem.kube import clients
+
+    scripted, url = api
+    runs: list[int] = []
+
+    async def resolve(access: ClusterAccess) -> ClusterAccess:
+        runs.append(1)
+        token = "one" if len(runs) == 1 else "two"
+        return ClusterAccess(server=url, authorization=f"Bearer {token}", ca_pem=b"the same CA",
+                             ssl_context=ssl.create_default_context())
+
+    monkeypatch.setattr(clients, "resolve_plugin", resolve)
+    session = ApiSession(ClusterAccess(server=url, plugin=True))
+    async with session, session.response("GET", "/open-stream") as stream:
+        assert stream.status == 200
+        first = session._session
+        scripted.token = "two"
+        await session.request("GET", "/a")  # refused, the plugin runs again, sent once more
+        assert session._session is first
+        assert (await stream.json())["path"] == "/open-stream"
+    assert len(runs) == 2 and scripted.seen[-2:] == ["Bearer one", "Bearer two"]

@@ -65,8 +65,8 @@ class ApiSession:
         self._force_close = force_close
         self._auto_decompress = auto_decompress
         self._session: aiohttp.ClientSession | None = None
-        #: What the session was made for (a plugin's credentials may bring another TLS context).
-        self._made_for: tuple[str, object, str | None] | None = None
+        #: The connection settings the session was made for (`_reach`).
+        self._made_for: tuple[object, ...] | None = None
 
     @property
     def server(self) -> str:
@@ -84,8 +84,10 @@ class ApiSession:
             await session.close()
 
     async def _session_for(self, access: ClusterAccess) -> aiohttp.ClientSession:
-        made_for = (access.server, access.ssl_context, access.tls_server_name)
+        made_for = _reach(access)
         if self._session is None or self._made_for != made_for:
+            # Another server or other TLS material (a plugin's new client certificate): the
+            # streams on the old session are cut, and their owners resume them, as after any cut.
             await self.close()
             self._session = clients.aiohttp_session(access, headers=False, force_close=self._force_close,
                                                     auto_decompress=self._auto_decompress)
@@ -168,6 +170,14 @@ class ApiSession:
             return {}
         parsed = json.loads(text)
         return parsed if isinstance(parsed, dict) else {"value": parsed}
+
+
+def _reach(access: ClusterAccess) -> tuple[object, ...]:
+    """What a session's connections depend on: equal for a plugin's fresh token alone, so that
+    renewing a token (every few minutes) keeps the session and the streams open on it."""
+    return (access.server, access.proxy, access.tls_server_name, access.insecure, access.ca_pem,
+            access.ca_file, access.client_cert_pem, access.client_key_pem,
+            None if access.ca_pem or access.client_cert_pem else access.ssl_context)
 
 
 async def error_of(response: aiohttp.ClientResponse, what: str) -> KubeError:
