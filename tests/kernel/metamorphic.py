@@ -124,8 +124,8 @@ def _soft_wrap(width: int) -> Transform:
     return wrap
 
 
-#: Lines no diagnosis rests on: call-trace frames (but the memory cgroup's, which tell a memcg OOM
-#: where the record's head is cut), per-zone dumps, registers, hardware names. "Mem-Info:", its
+#: Lines no diagnosis rests on: call-trace frames (but the memory cgroup's and the page allocator's,
+#: which tell a memcg or a node-wide OOM where the record's head is cut), per-zone dumps, registers, hardware names. "Mem-Info:", its
 #: summary and "pages RAM"/"pages reserved" stay: they tell a global OOM and what filled the node.
 _UNNEEDED = re.compile(
     r"(\+0x[0-9a-f]+/0x[0-9a-f]+|\bHardware name:|\bCall Trace:|\bNode \d+ "
@@ -139,7 +139,8 @@ def elide(text: str) -> str:
     """Runs of lines the diagnosis does not need, left out and marked ``...``, as posters do."""
     out: list[str] = []
     for line in _lines(text):
-        if _UNNEEDED.search(line) and "invoked oom-killer" not in line and "mem_cgroup" not in line:
+        if _UNNEEDED.search(line) and "invoked oom-killer" not in line and "mem_cgroup" not in line \
+                and "__alloc_pages_" not in line:
             if not out or out[-1] != "...":
                 out.append("...")
         else:

@@ -102,6 +102,10 @@ _TASK_IN = re.compile(r"Task in (.*) killed as a result of limit of (\S+)")
 _TASKS_IN = re.compile(r"Tasks in (.*) are going to be killed due to memory\.oom\.group set")
 #: Call-trace frames of the memory cgroup OOM path (3.x-6.x): a memcg OOM whatever else is cut.
 _MEMCG_FRAMES = ("mem_cgroup_out_of_memory", "mem_cgroup_oom_synchronize")
+#: Call-trace frames of the page allocator's way to the OOM killer (mm/page_alloc.c, 3.x-6.x):
+#: ``__alloc_pages_slowpath`` calls ``__alloc_pages_may_oom``, which calls ``out_of_memory`` for the
+#: whole node (a memory cgroup's charge never goes through them).
+_PAGE_ALLOC_FRAMES = ("__alloc_pages_may_oom", "__alloc_pages_slowpath")
 #: The first key of each line of show_mem's summary after ``Mem-Info:`` (mm/show_mem.c, and
 #: show_free_areas in mm/page_alloc.c before 6.2; 2.6.32 on): ``active_anon:%lu inactive_anon:%lu
 #: isolated_anon:%lu`` / `` active_file:…`` / `` unevictable:… dirty:… writeback:…`` / ``
@@ -172,6 +176,7 @@ class _Builder:
     reaped: list[ReapedProcess] = field(default_factory=list)
     no_killable: bool = False
     trace_memcg: bool = False
+    trace_page_alloc: bool = False
     show_mem: bool = False
     mem_info: dict[str, int] = field(default_factory=dict)
     missing: set[str] = field(default_factory=set)
@@ -477,6 +482,8 @@ class OomParser:
                     return
                 if "mem_cgroup_o" in msg and any(f in msg for f in _MEMCG_FRAMES):
                     b.trace_memcg = True
+                elif "__alloc_pages_" in msg and any(f in msg for f in _PAGE_ALLOC_FRAMES):
+                    b.trace_page_alloc = True
 
     # -- record boundaries -------------------------------------------------------------------------
 
@@ -854,6 +861,7 @@ class OomParser:
             reaped=b.reaped,
             no_killable=b.no_killable,
             trace_memcg=b.trace_memcg,
+            trace_page_alloc=b.trace_page_alloc,
             show_mem=b.show_mem,
             mem_info=b.mem_info,
             missing=sorted(missing),

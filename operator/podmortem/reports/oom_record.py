@@ -167,6 +167,10 @@ class OomKillRecord(BaseModel):
     #: The call trace went through the memory cgroup OOM path (``mem_cgroup_out_of_memory``,
     #: ``mem_cgroup_oom_synchronize``): a memcg OOM even when no other line says so.
     trace_memcg: bool = False
+    #: The call trace went through the page allocator's way to the OOM killer
+    #: (``__alloc_pages_slowpath`` -> ``__alloc_pages_may_oom`` -> ``out_of_memory``): the node ran out,
+    #: when no memory cgroup frame or line says otherwise.
+    trace_page_alloc: bool = False
     #: ``Mem-Info:`` (show_mem) was printed: the kernel prints it only for OOMs outside a memory cgroup.
     show_mem: bool = False
     #: The node-wide counters of show_mem's summary after ``Mem-Info:`` (``active_anon:``,
@@ -210,7 +214,8 @@ class OomKillRecord(BaseModel):
     @property
     def global_evidence(self) -> bool:
         line = self.oom_kill
-        return self.scope == "global" or self.show_mem or (line is not None and line.global_oom)
+        return self.scope == "global" or self.show_mem or (line is not None and line.global_oom) or (
+            self.trace_page_alloc and not self.trace_memcg)
 
     @property
     def constraint_effective(self) -> str | None:
@@ -257,6 +262,9 @@ class OomKillRecord(BaseModel):
             if self.memcg_evidence
             else "'Mem-Info', which the kernel prints only for OOMs outside a memory cgroup"
             if self.show_mem and self.scope is None
+            else "the page allocator's way to the OOM killer in the call trace (__alloc_pages_slowpath, "
+            "no memory cgroup frame)"
+            if self.trace_page_alloc and self.scope is None
             else "'Out of memory' (a node-wide kill)"
         )
         return f"inferred {self.constraint_effective} from {why}; the kernel printed {said}"
