@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from podmortem.cli import node_kernel_log
+from podmortem.kube.bodies import PodBody
 
 if TYPE_CHECKING:
     from podmortem.cli.diagnose_inputs import Inputs
@@ -116,16 +117,13 @@ def _path(namespace: str, *parts: str) -> str:
 def _failed_containers(pod: Mapping[str, Any]) -> list[tuple[str, bool]]:
     """(container, previous) for each container whose current or last instance ended non-zero."""
     out = []
-    status = pod.get("status") or {}
-    for key in ("initContainerStatuses", "containerStatuses"):
-        for entry in status.get(key) or []:
-            name = str(entry.get("name", ""))
-            now = (entry.get("state") or {}).get("terminated") or {}
-            last = (entry.get("lastState") or {}).get("terminated") or {}
-            if now.get("exitCode"):
-                out.append((name, False))
-            elif last.get("exitCode"):
-                out.append((name, True))
+    body = PodBody(pod)
+    for entry in (*body.init_statuses, *body.statuses):
+        now, last = entry.terminated, entry.last_terminated
+        if now is not None and now.exit_code:
+            out.append((entry.name, False))
+        elif last is not None and last.exit_code:
+            out.append((entry.name, True))
     return out
 
 
