@@ -1,8 +1,9 @@
 """Evidence models: what a kernel OOM record says, cgroup and process memory, findings, failure reports.
 
 The bottom layer: plain pydantic models, no I/O, imported by everything above. The names below are
-loaded on first use: a process that needs one model (the sidecar reads `podmortem.reports.memory`
-only) does not build every other one (pydantic models cost memory to build).
+loaded on first use: a process that needs a few does not build every other one (pydantic models
+cost memory to build). The sidecar imports no pydantic at all: it reads `memory_classes` and writes
+`sidecar_document`, plain Python both.
 """
 
 from __future__ import annotations
