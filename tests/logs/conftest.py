@@ -6,13 +6,13 @@ import random
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
+from podmortem.kube.config import ClusterAccess
 from podmortem.logs import metrics
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd, LogLine
-from podmortem.logs.following.pod_log_api import PodLogApi
+from podmortem.logs.following.pod_log_api import PodLogApi, SessionTransport
 from podmortem.logs.settings import FollowSettings
 from podmortem_demo.emulated import PodLogsApi, running_cluster
 
@@ -60,16 +60,14 @@ async def cluster() -> AsyncIterator[tuple[PodLogsApi, str]]:
 
 
 @pytest.fixture
-async def api_client(cluster: tuple[PodLogsApi, str]) -> AsyncIterator[client.ApiClient]:
-    configuration = client.Configuration(host=cluster[1])
-    configuration.api_key = {"BearerToken": "test"}
-    async with client.ApiClient(configuration) as api_client:
-        yield api_client
+async def transport(cluster: tuple[PodLogsApi, str]) -> AsyncIterator[SessionTransport]:
+    async with SessionTransport(ClusterAccess(server=cluster[1], authorization="Bearer test")) as transport:
+        yield transport
 
 
 @pytest.fixture
-def pod_api(api_client: client.ApiClient) -> PodLogApi:
-    return PodLogApi(api_client, settings=FAST)
+def pod_api(transport: SessionTransport) -> PodLogApi:
+    return PodLogApi(transport, settings=FAST)
 
 
 @pytest.fixture

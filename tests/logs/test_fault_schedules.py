@@ -23,12 +23,12 @@ from typing import Any, TypeVar
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
+from podmortem.kube.config import ClusterAccess
 from podmortem.logs.events import EndReason
 from podmortem.logs.following.follower import follow_pod
-from podmortem.logs.following.pod_log_api import PodLogApi
+from podmortem.logs.following.pod_log_api import PodLogApi, SessionTransport
 from podmortem.logs.metrics import LogMetrics
 from podmortem.logs.settings import FollowSettings
 from podmortem_demo.emulated import awkward_text, faults, plain_text, repetitive_text, running_cluster
@@ -155,16 +155,14 @@ async def run_scenario(sc: Scenario) -> tuple[RecordingSink, LogMetrics, object]
                 await asyncio.sleep(0.003)
 
         settings = dataclasses.replace(SETTINGS, limit_bytes=sc.limit_bytes)
-        configuration = client.Configuration(host=url)
-        configuration.api_key = {"BearerToken": "test"}
         sink = RecordingSink()
         metrics = LogMetrics(CollectorRegistry())
-        async with client.ApiClient(configuration) as api_client:
+        async with SessionTransport(ClusterAccess(server=url, authorization="Bearer test")) as transport:
             writer = asyncio.create_task(live_writer())
             try:
                 async with asyncio.timeout(SCENARIO_LIMIT_S):
                     ends = await follow_pod(
-                        api=PodLogApi(api_client, settings=settings),
+                        api=PodLogApi(transport, settings=settings),
                         namespace="default",
                         pod="p",
                         sink=sink,
@@ -263,13 +261,11 @@ def test_any_fault_schedule_delivers_every_line_once(sc: Scenario) -> None:
 
 
 async def follow_to_end(url: str, settings: FollowSettings = SETTINGS) -> RecordingSink:
-    configuration = client.Configuration(host=url)
-    configuration.api_key = {"BearerToken": "test"}
     sink = RecordingSink()
-    async with client.ApiClient(configuration) as api_client:
+    async with SessionTransport(ClusterAccess(server=url, authorization="Bearer test")) as transport:
         async with asyncio.timeout(SCENARIO_LIMIT_S):
             await follow_pod(
-                api=PodLogApi(api_client, settings=settings),
+                api=PodLogApi(transport, settings=settings),
                 namespace="default",
                 pod="p",
                 sink=sink,

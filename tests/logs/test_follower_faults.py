@@ -9,7 +9,7 @@ import pytest
 from podmortem.logs import errors
 from podmortem.logs.events import EndReason, GapReason
 from podmortem.logs.following.follower import follow_pod
-from podmortem.logs.following.pod_log_api import PodLogApi
+from podmortem.logs.following.pod_log_api import PodLogApi, SessionTransport
 from podmortem.logs.metrics import LogMetrics
 from podmortem_demo.emulated import PodLogsApi, awkward_text, faults
 
@@ -169,7 +169,8 @@ async def test_several_containers_all_or_chosen(
 
 
 async def test_limit_bytes_cuts_resume_without_loss(
-    cluster: tuple[PodLogsApi, str], api_client: object, sink: RecordingSink, log_metrics: LogMetrics,
+    cluster: tuple[PodLogsApi, str], transport: SessionTransport, sink: RecordingSink,
+    log_metrics: LogMetrics,
 ) -> None:
     api, _ = cluster
     pod = api.add_pod("p", text=awkward_text)
@@ -177,7 +178,7 @@ async def test_limit_bytes_cuts_resume_without_loss(
     pod.containers["main"].faults.append(faults.Write(1))
     pod.containers["main"].terminate_when_faults_done = True
     settings = FAST.__class__(**{**FAST.__dict__, "limit_bytes": 4096})
-    limited = PodLogApi(api_client, settings=settings)  # type: ignore[arg-type]
+    limited = PodLogApi(transport, settings=settings)
     await follow_pod(api=limited, namespace="default", pod="p", sink=sink, settings=settings,
                      metrics=log_metrics, rng=random.Random(1))
     assert sink.texts() == produced(api)  # the 17 KiB lines needed a larger limit, granted on the fly

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from podmortem.cli import options as o
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import Callable
 
     from podmortem.kube.config import ClusterAccess
     from podmortem.logs.following.sinks import StdoutSink
@@ -280,23 +280,6 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-@contextlib.asynccontextmanager
-async def _transport(access: ClusterAccess) -> AsyncIterator[Any]:
-    """Plain aiohttp for the usual kubeconfigs; kubernetes_asyncio's client for auth plugins."""
-    from podmortem.logs.following import pod_log_api
-
-    if not access.plugin:
-        async with pod_log_api.SessionTransport(access) as transport:
-            yield transport
-        return
-    from podmortem.kube import clients
-
-    configuration = await clients.api_configuration(access)  # runs the plugin, refreshes its token
-    configuration.connection_pool_maxsize = 0  # one connection per followed container
-    async with clients.api_client(configuration) as api_client:
-        yield api_client
-
-
 #: The annotation naming the container ``kubectl logs`` prints when none is chosen.
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 
@@ -377,16 +360,13 @@ async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
         if not args.quiet and (event.reason != "read-timeout" or args.verbose):
             notes.reconnect(event)
 
-    async with _transport(access) as transport, contextlib.AsyncExitStack() as stack:
+    async with pod_log_api.SessionTransport(access) as transport, contextlib.AsyncExitStack() as stack:
         api = pod_log_api.PodLogApi(transport, settings=settings)
         selector = v.optional(SELECTOR)
         live: list[tuple[str, list[str]]] = []
         gone: str | None = None
         if selector is not None:
-            # An exec/auth-provider kubeconfig's transport is a kubernetes_asyncio ApiClient.
-            lister = (pod_log_api.ApiClientTransport(transport) if hasattr(transport, "call_api")
-                      else transport)
-            pods = await _list_pods(lister, namespace, selector, settings)
+            pods = await _list_pods(transport, namespace, selector, settings)
             if not pods:
                 notes.note(f"No resources found in {namespace} namespace.")
                 return 0

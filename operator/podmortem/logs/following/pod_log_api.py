@@ -5,15 +5,12 @@ sends booleans as ``True``/``False``, so log requests carry our own query
 parameters, and the status is checked here and turned into the follower's
 error classes. Pods are parsed as plain JSON, which skips the slow model classes.
 
-Two transports carry the requests. :class:`SessionTransport` is the followers'
+The requests go through :class:`SessionTransport`, the followers'
 :class:`~podmortem.kube.session.ApiSession` (one aiohttp session built from a
-:class:`~podmortem.kube.config.ClusterAccess`, a refused token read afresh once):
-the CLI's path (which never imports kubernetes_asyncio, half a second of start-up)
-and the operator's, and the lightest one per stream (one shared connector, no
-per-request configuration objects). :class:`ApiClientTransport` goes through a
-kubernetes_asyncio ``ApiClient`` (``call_api`` with ``_preload_content=False``):
-the operator's path only for credentials from an ``exec`` or ``auth-provider``
-plugin, which kubernetes_asyncio runs again when they expire (`log_transport`).
+:class:`~podmortem.kube.config.ClusterAccess`; a refused token read afresh, an
+``exec`` or ``auth-provider`` plugin run again, once): the CLI's path (which never
+imports kubernetes_asyncio, half a second of start-up) and the operator's, and the
+lightest one per stream (one shared connector, no per-request configuration objects).
 """
 
 from __future__ import annotations
@@ -33,8 +30,6 @@ from podmortem.logs.following.connection_slots import ConnectionSlots
 from podmortem.logs.settings import FollowSettings
 
 if TYPE_CHECKING:
-    from kubernetes_asyncio import client
-
     from podmortem.kube.config import ClusterAccess
 
 _LOG_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/log"
@@ -83,21 +78,6 @@ class Transport(Protocol):
                   client_timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse: ...
 
 
-class ApiClientTransport:
-    """Requests through a kubernetes_asyncio ``ApiClient`` (its auth, TLS, proxy and plugins)."""
-
-    def __init__(self, api_client: client.ApiClient) -> None:
-        self._api = api_client
-
-    async def get(self, path: str, *, query: list[tuple[str, str]],
-                  client_timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
-        response: aiohttp.ClientResponse = await self._api.call_api(
-            path, "GET", query_params=query, header_params={"Accept": "*/*"},
-            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=client_timeout,
-        )
-        return response
-
-
 class SessionTransport(ApiSession):
     """The followers' `ApiSession`: a kubeconfig's server, TLS and credentials (a refused token read
     afresh once), one connector for every stream (no connection limit: each followed container
@@ -117,50 +97,11 @@ class SessionTransport(ApiSession):
         return await self.send("GET", path, query=query, client_timeout=client_timeout)
 
 
-@contextlib.asynccontextmanager
-async def dedicated_api_client(configuration: client.Configuration) -> AsyncIterator[client.ApiClient]:
-    """An ``ApiClient`` for log streams only: a copy of ``configuration`` with no connection limit.
-
-    kubernetes_asyncio caps an ``ApiClient`` at 100 connections by default. A log
-    follow holds its connection for hours, so sharing that client would leave the
-    101st followed container (and every other API call on the client) waiting.
-    """
-    import copy
-
-    from kubernetes_asyncio import client as k8s_client
-
-    configuration = copy.copy(configuration)
-    configuration.connection_pool_maxsize = 0  # aiohttp: no limit
-    async with k8s_client.ApiClient(configuration) as api_client:
-        yield api_client
-
-
-@contextlib.asynccontextmanager
-async def log_transport(access: ClusterAccess, configuration: client.Configuration
-                        ) -> AsyncIterator[Transport]:
-    """The operator's transport for its log streams and pod reads.
-
-    Plain credentials (a token, a rotating token file, a client certificate, none): one aiohttp
-    session (:class:`SessionTransport`). kubernetes_asyncio's ``call_api`` builds, sanitizes and
-    authenticates each request anew, about 1 ms of the event loop per stream: at an operator's start
-    over 10,000 pods, 10 s of the one core it has. An ``exec`` or ``auth-provider`` plugin goes
-    through a dedicated ``ApiClient``, which runs the plugin again when its credentials expire.
-    """
-    if access.plugin:
-        async with dedicated_api_client(configuration) as api_client:
-            yield ApiClientTransport(api_client)
-    else:
-        async with SessionTransport(access) as transport:
-            yield transport
-
-
 class PodLogApi:
-    """Reads pods and opens log streams through a kubernetes_asyncio ``ApiClient`` or a transport."""
+    """Reads pods and opens log streams through a transport (`SessionTransport`)."""
 
-    def __init__(self, api: client.ApiClient | Transport, *, settings: FollowSettings) -> None:
-        self._transport: Transport = (
-            ApiClientTransport(api) if hasattr(api, "call_api") else api  # type: ignore[arg-type]
-        )
+    def __init__(self, api: Transport, *, settings: FollowSettings) -> None:
+        self._transport = api
         self._settings = settings
         #: Shared by every follower of this process (one API, one budget): see `rate_limit`.
         self._limit = (TokenBucket(qps=settings.api_qps, burst=settings.api_burst)

@@ -28,7 +28,6 @@ from podmortem import open_files, serving_limits
 from podmortem.background import Background
 from podmortem.errors import PodmortemError
 from podmortem.kube import api as kube_mod
-from podmortem.kube import clients
 from podmortem.kube.config import ClusterAccess
 from podmortem.kube.connection import Connection, Listable, list_path
 from podmortem.kube.session import ApiSession
@@ -242,7 +241,7 @@ async def run_operator(
     ``access`` is where the API server is and how to log in (:func:`podmortem.kube.config.load`).
     """
     connection = Connection(access, listables=watched_listables(settings), component="operator")
-    api_config = await clients.api_configuration(access)
+    await connection.credentials()  # a token file that cannot be read, a plugin that fails: no start
     follow_settings = follow_settings or FollowSettings(
         api_qps=settings.api_qps, api_burst=settings.api_burst
     )
@@ -266,7 +265,7 @@ async def run_operator(
         ApiSession(connection) as api_session,
         # Log follows hold their connection for hours: they get a session of their own, without
         # a cap on connections, so status writes never queue behind them.
-        pod_log_api.log_transport(access, api_config) as log_transport,
+        pod_log_api.SessionTransport(access) as log_transport,
         aiohttp.ClientSession() as session,
         # A standby reads the store its leader writes (a ReadWriteMany volume): read-only until it
         # wins the Lease, then its writer (`LogStore.take_over`, once the old leader's lock is gone).
