@@ -191,3 +191,38 @@ async def test_a_plugins_fresh_token_keeps_the_session_and_its_streams(
         assert session._session is first
         assert (await stream.json())["path"] == "/open-stream"
     assert len(runs) == 2 and scripted.seen[-2:] == ["Bearer one", "Bearer two"]
+
+
+async def test_a_websocket_refused_for_a_rotated_token_is_opened_with_it_read_afresh(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    async def socket(request: web.Request) -> web.StreamResponse:
+        seen.append(request.headers.get("Authorization", ""))
+        if request.headers.get("Authorization") != "Bearer new":
+            return web.Response(status=401)
+        ws = web.WebSocketResponse(protocols=("v4.channel.k8s.io",))
+        await ws.prepare(request)
+        await ws.send_bytes(b"hello")
+        await ws.close()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/ws", socket)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    token = tmp_path / "token"
+    token.write_text("old")
+    access = ClusterAccess(server=f"http://127.0.0.1:{runner.addresses[0][1]}", token_file=token)
+    access.headers()
+    before = token.stat()
+    token.write_text("new")
+    os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))
+    try:
+        async with ApiSession(access) as session:
+            ws = await session.websocket("/ws", protocols=("v4.channel.k8s.io",))
+            assert (await ws.receive_bytes()) == b"hello"
+            await ws.close()
+    finally:
+        await runner.cleanup()
+    assert seen == ["Bearer old", "Bearer new"]

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import aiohttp
 
     from podmortem.kube.config import ClusterAccess
+    from podmortem.kube.session import ApiSession
 
 #: The kubelet's WebSocket port-forward protocol, binary framing.
 PROTOCOL = "v4.channel.k8s.io"
@@ -73,22 +74,20 @@ def _reason(status: int, body: str) -> str:
     return f"HTTP {status}: {text[:500]}" if text else f"HTTP {status}"
 
 
-async def _open(session: aiohttp.ClientSession, access: ClusterAccess, *, namespace: str, pod: str,
-                port: int) -> aiohttp.ClientWebSocketResponse:
+async def _open(api: ApiSession, *, namespace: str, pod: str, port: int) -> aiohttp.ClientWebSocketResponse:
     import aiohttp
 
-    url = f"{access.server}/api/v1/namespaces/{namespace}/pods/{pod}/portforward"
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/portforward"
     try:
-        return await session.ws_connect(url, params={"ports": str(port)}, protocols=(PROTOCOL,),
-                                        headers=access.headers(), autoping=True,
-                                        max_msg_size=MESSAGE_MAX)
+        return await api.websocket(path, query={"ports": str(port)}, protocols=(PROTOCOL,),
+                                   max_msg_size=MESSAGE_MAX)
     except aiohttp.WSServerHandshakeError as exc:
         # The handshake's answer body is not kept by aiohttp: ask again plainly for the reason.
         status = exc.status
         body = ""
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with session.get(url, params={"ports": str(port)}, headers=access.headers(),
-                                   timeout=aiohttp.ClientTimeout(total=10)) as resp:
+            async with api.response("GET", path, query={"ports": str(port)},
+                                    client_timeout=aiohttp.ClientTimeout(total=10)) as resp:
                 status, body = resp.status, (await resp.content.read(8192)).decode("utf-8", "replace")
         raise PortForwardError(f"port-forward to pod {namespace}/{pod} port {port}: "
                                f"{_reason(status, body)}", status=exc.status) from None
@@ -145,21 +144,20 @@ async def local_port(access: ClusterAccess, *, namespace: str, pod: str, port: i
 
     Raises :class:`PortForwardError` at once when the API server refuses the first WebSocket.
     """
-    from podmortem.kube import clients
+    from podmortem.kube.session import ApiSession
 
-    session = clients.aiohttp_session(access, headers=False)
+    api = ApiSession(access)
     pumps: set[asyncio.Task[Any]] = set()
     try:
         first: list[aiohttp.ClientWebSocketResponse] = [
-            await _open(session, access, namespace=namespace, pod=pod, port=port)]
+            await _open(api, namespace=namespace, pod=pod, port=port)]
         forward = Forward(port=0)
 
         async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
             assert task is not None
             try:
-                ws = first.pop() if first else await _open(session, access, namespace=namespace,
-                                                            pod=pod, port=port)
+                ws = first.pop() if first else await _open(api, namespace=namespace, pod=pod, port=port)
             except PortForwardError as exc:
                 forward.errors.append(str(exc))
                 writer.close()
@@ -185,4 +183,4 @@ async def local_port(access: ClusterAccess, *, namespace: str, pod: str, port: i
             for ws in first:
                 await ws.close()
     finally:
-        await session.close()
+        await api.close()

@@ -128,6 +128,30 @@ class ApiSession:
             response.release()  # refused: credentials made now (a rotated token, a plugin run again)
             fresh = True
 
+    async def websocket(self, path: str, *, query: Query | None = None, protocols: Sequence[str] = (),
+                        max_msg_size: int = 4 * 1024 * 1024) -> aiohttp.ClientWebSocketResponse:
+        """Open a WebSocket (a port-forward, an exec), paced, credentials as in `send`.
+
+        A refused handshake raises aiohttp's ``WSServerHandshakeError`` (its status says why).
+        """
+        import aiohttp
+
+        if self.limit is not None:
+            await self.limit.acquire()
+        params = list(query.items()) if isinstance(query, Mapping) else list(query or [])
+        fresh = False
+        while True:
+            access = await self._credentials(fresh=fresh)
+            session = await self._session_for(access)
+            try:
+                return await session.ws_connect(access.server + path, params=params, protocols=protocols,
+                                                headers=access.headers(), autoping=True,
+                                                max_msg_size=max_msg_size)
+            except aiohttp.WSServerHandshakeError as exc:
+                if exc.status != 401 or fresh:
+                    raise
+                fresh = True
+
     @contextlib.asynccontextmanager
     async def response(self, method: str, path: str, *, query: Query | None = None,
                        body: bytes | None = None, headers: Mapping[str, str] | None = None,
