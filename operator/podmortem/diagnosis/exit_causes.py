@@ -72,13 +72,28 @@ def _size(n: int | None) -> str:
     return human_bytes(n) if n is not None else "?"
 
 
+#: What lowers a framework's GPU memory besides the batch size, by who printed the message.
+_GPU_ACTIONS = {
+    "PyTorch": "use activation checkpointing or mixed precision, or shard the model (FSDP/ZeRO)",
+    "TensorFlow": "use mixed precision, or let the BFC allocator grow instead of taking the whole GPU "
+                  "(tf.config.experimental.set_memory_growth) when another process shares it",
+    "JAX/XLA": "use rematerialisation (jax.checkpoint) or sharding; XLA_PYTHON_CLIENT_PREALLOCATE=false or "
+               "XLA_PYTHON_CLIENT_MEM_FRACTION when another process shares the GPU",
+}
+
+
 def cuda_oom(facts: LogFacts) -> list[Finding]:
-    """``CUDA out of memory``: the allocator's numbers; fragmentation when the reserve would have held it."""
+    """A GPU ran out of memory, in any framework's words: the numbers the message gives (PyTorch's
+    allocator's in full); fragmentation when PyTorch's reserve would have held the request."""
     oom = facts.cuda_oom
     if oom is None:
         return []
     device = f"GPU {oom.device}" if oom.device is not None else "a GPU"
-    parts = [f"PyTorch could not allocate {_size(oom.tried)} on {device}"]
+    who = f"The {oom.framework}" if oom.framework == "CUDA runtime" else oom.framework
+    if oom.tried is not None:
+        parts = [f"{who} could not allocate {_size(oom.tried)} on {device}"]
+    else:
+        parts = [f"{who} ran out of memory on {device} ({oom.line[:200]})"]
     if oom.total is not None:
         parts.append(f"of {_size(oom.total)} ({_size(oom.free)} free)")
     held = []
@@ -119,11 +134,13 @@ def cuda_oom(facts: LogFacts) -> list[Finding]:
                 "other_pids": [pid for pid, _ in oom.other_processes],
                 "self_seen_as_pid": oom.self_seen_as,
                 "form": oom.form,
+                "framework": oom.framework,
                 "line": oom.line[:300],
             },
             action=(
-                "Lower the batch size or sequence length, use activation checkpointing or mixed precision, "
-                "or shard the model (FSDP/ZeRO); a bigger resources.limits.memory does not help GPU memory."
+                f"Lower the batch size or sequence length, "
+                f"{_GPU_ACTIONS.get(oom.framework, _GPU_ACTIONS['PyTorch'])}; a bigger "
+                "resources.limits.memory does not help GPU memory."
             ),
         )
     ]
@@ -182,11 +199,11 @@ def shm_full(*, exit_code: int | None, facts: LogFacts, shm: ShmSize | None) -> 
 def segfault(*, exit_code: int | None, facts: LogFacts) -> Finding | None:
     """Exit 139 (SIGSEGV), or a launcher's child killed by SIGSEGV: torchrun's -11 for the worker
     that failed first, ``torch.distributed.launch``'s ``CalledProcessError ... died with
-    <Signals.SIGSEGV: 11>``."""
+    <Signals.SIGSEGV: 11>``, a DataLoader worker ``killed by signal: Segmentation fault``."""
     child = facts.child_signal if facts.child_signal is not None and facts.child_signal.signal == 11 else None
-    if exit_code != SIGSEGV_EXIT and child is None:
+    if exit_code != SIGSEGV_EXIT and child is None and facts.worker_segfault is None:
         return None
-    line = facts.segfault_line or (
+    line = facts.worker_segfault or facts.segfault_line or (
         f"{child.who} died of SIGSEGV: {child.line.rstrip('.')}"
         if child is not None
         else "exit code 139 (SIGSEGV)"
@@ -194,7 +211,7 @@ def segfault(*, exit_code: int | None, facts: LogFacts) -> Finding | None:
     return Finding(
         code="segfault",
         severity=Severity.CRITICAL,
-        message=f"The process crashed with a segmentation fault (SIGSEGV): {line}.",
+        message=f"The process crashed with a segmentation fault (SIGSEGV): {line.rstrip('.')}.",
         evidence={"exit_code": exit_code, "line": line[:300]},
         action=(
             "Run once with PYTHONFAULTHANDLER=1 (and CUDA_LAUNCH_BLOCKING=1 for GPU code) to get the "
@@ -236,6 +253,36 @@ def child_sigkill(*, exit_code: int | None, facts: LogFacts) -> Finding | None:
             "it to podmortem diagnose with this log (the kernel names the process by its node-wide pid, "
             "not the container's pid the launcher prints). Compare the workers' host memory (a model "
             "loaded once per rank multiplies it) with the container's memory limit and the node's memory."
+        ),
+    )
+
+
+def shell_sigkill(*, exit_code: int | None, facts: LogFacts) -> Finding | None:
+    """A shell's job report ``Killed`` (bash, dash, ``zsh: killed``) or a DataLoader worker ``killed by
+    signal: Killed``: the process got SIGKILL, and with no kernel record its cause is not known.
+
+    Only what the shell or PyTorch wrote counts: the waiting process saw the signal itself.
+    """
+    kill = facts.shell_kill
+    if kill is None:
+        return None
+    return Finding(
+        code="sigkill-not-oom",
+        severity=Severity.CRITICAL,
+        message=(
+            f"{kill.who[:1].upper()}{kill.who[1:]} was killed by SIGKILL ('{kill.line[:200]}'). The program "
+            "did not end itself; no OOM-kill record was given, so what sent the signal is not known. The "
+            "kernel's OOM killer is the commonest sender; a timeout, a liveness probe, a preemption or a "
+            "person are the others."
+        ),
+        evidence={"exit_code": exit_code, "signal": 9, "pid": kill.pid, "source": kill.source,
+                  "line": kill.line[:300]},
+        action=(
+            "Check, at the time of the kill: the node's kernel log (dmesg -T or journalctl -k) for an "
+            "oom-kill naming the process, and give it to podmortem diagnose with this log; the pod's "
+            "lastState (OOMKilled, exit code 137) and Events (Evicted, Killing, Preempting, a failed "
+            "liveness probe); the container's memory limit against its peak use (a DataLoader's workers "
+            "each hold a copy of what they touch); and whether a job timeout or a person stopped it."
         ),
     )
 

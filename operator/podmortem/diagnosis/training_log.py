@@ -1,4 +1,5 @@
-"""What a training container's last log lines say about its death: torch, NCCL and torchrun texts.
+"""What a training container's last log lines say about its death: torch, NCCL, torchrun, TensorFlow,
+JAX/XLA, the CUDA runtime and the shell's texts.
 
 A trainer that dies of anything but a signal from outside says why on its way out: a
 ``torch.OutOfMemoryError`` with the caching allocator's numbers, a Python traceback, a
@@ -13,6 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from podmortem.diagnosis import catalogue
 
 #: ``[rank2]:`` (torch >= 2.2 prefixes every line of a rank's stderr under torchrun --log-prefix)
 #: and ``stderr: `` (some launchers) are not part of the message.
@@ -53,7 +56,8 @@ class CudaOom:
 
     line: str
     device: int | None
-    tried: int
+    #: What was asked for; None where the message gives no size (the CUDA runtime's ``out of memory``).
+    tried: int | None
     total: int | None
     free: int | None
     #: What this process holds on the device, PyTorch's and the CUDA context's (torch >= 2.1).
@@ -63,16 +67,20 @@ class CudaOom:
     reserved_unallocated: int | None
     #: Other processes on the same device (``Process N has X memory in use``), without this one.
     other_processes: tuple[tuple[int, int], ...] = ()
-    #: "2.x" (``GPU N has a total capacity``), "1.x" (``(GPU N; ... total capacity; ...)``).
+    #: "2.x" (``GPU N has a total capacity``), "1.x" (``(GPU N; ... total capacity; ...)``), or the
+    #: catalogue entry's key for another framework's message (``tf-oom-tensor``, ``xla-oom``...).
     form: str = "2.x"
     #: The host pid under which this process itself was printed as ``Process N has X memory in use``
     #: (see `own_process`); None when PyTorch wrote ``this process has``, or no entry fits.
     self_seen_as: int | None = None
+    #: Who printed it: "PyTorch", "TensorFlow", "JAX/XLA", "CUDA runtime", "cuBLAS", "cuDNN".
+    framework: str = "PyTorch"
 
     @property
     def fragmented(self) -> bool:
         """Reserved-but-unallocated would have held the request: a fragmentation failure, not a full GPU."""
-        return self.reserved_unallocated is not None and self.reserved_unallocated >= self.tried
+        return self.reserved_unallocated is not None and self.tried is not None and \
+            self.reserved_unallocated >= self.tried
 
 
 _OOM_NEW = re.compile(
@@ -125,10 +133,23 @@ _ALLOC = re.compile(
 )
 
 
+#: GPU out-of-memory messages of the frameworks besides PyTorch's caching allocator, as catalogued.
+_OTHER_GPU_OOM = tuple(e for e in catalogue.ENTRIES
+                       if e.verdict == "cuda-oom" and not e.key.startswith("torch-cuda-oom"))
+#: TensorFlow's BFC warning that a retry may still succeed: no death of its own.
+_NOT_A_FAILURE = "The caller indicates that this is not a failure"
+_GPU_INDEX = re.compile(r"GPU[:_](\d{1,3})", re.IGNORECASE)
+
+
 def cuda_oom(lines: Sequence[str]) -> CudaOom | None:
-    """The last CUDA out-of-memory message in ``lines``, with the allocator's numbers."""
-    for raw in reversed(lines):
+    """The last GPU out-of-memory message in ``lines``: PyTorch's caching allocator's with its numbers,
+    or TensorFlow's, JAX/XLA's, the CUDA runtime's, cuBLAS's or cuDNN's with what it gives."""
+    for i in range(len(lines) - 1, -1, -1):
+        raw = lines[i]
         if "CUDA out of memory" not in raw:
+            other = _other_gpu_oom(lines, i)
+            if other is not None:
+                return other
             continue
         line = strip_prefix(raw).strip()
         m = _OOM_NEW.search(line)
@@ -189,6 +210,82 @@ def cuda_oom(lines: Sequence[str]) -> CudaOom | None:
                 reserved_unallocated=None,
                 form="unknown",
             )
+    return None
+
+
+def _other_gpu_oom(lines: Sequence[str], at: int) -> CudaOom | None:
+    """Line ``at`` as another framework's GPU out-of-memory message (`_OTHER_GPU_OOM`), or None."""
+    raw = lines[at]
+    found = catalogue.find(raw, _OTHER_GPU_OOM)
+    if found is None or _NOT_A_FAILURE in raw:
+        return None
+    fields = found.fields
+    where = fields.get("device", "") + " " + fields.get("allocator", "")
+    if found.entry.key == "tf-oom-tensor" and "gpu" not in where.lower():
+        return None  # the host's allocator ("by allocator cpu"): no GPU ran out
+    tried = found.number("tried")
+    if tried is None and found.entry.key == "tf-oom-tensor":
+        # The BFC allocator's own line before the error says how much was asked for.
+        for before in reversed(lines[max(0, at - 50):at]):
+            bfc = catalogue.find(before, (catalogue.BY_KEY["tf-bfc-ran-out"],))
+            if bfc is not None:
+                tried = bfc.number("tried")
+                break
+    index = _GPU_INDEX.search(where)
+    return CudaOom(
+        line=strip_prefix(raw[found.start:]).strip(),
+        device=int(index.group(1)) if index is not None else None,
+        tried=tried,
+        total=None,
+        free=None,
+        process_in_use=None,
+        allocated=None,
+        reserved_unallocated=None,
+        form=found.entry.key,
+        framework=found.entry.framework,
+    )
+
+
+@dataclass(frozen=True)
+class ShellKill:
+    """A process reported killed by SIGKILL by whoever waited for it: the shell's job report
+    (``Killed``, ``bash: line 1: 123 Killed …``, ``zsh: killed …``) or PyTorch's DataLoader for a
+    worker (``DataLoader worker (pid N) is killed by signal: Killed.``)."""
+
+    line: str
+    #: The catalogue entry's key: "shell-killed", "bash-killed-line", "zsh-killed", "torch-dataloader-killed".
+    source: str
+    pid: int | None = None
+
+    @property
+    def who(self) -> str:
+        if self.source == "torch-dataloader-killed":
+            return f"a DataLoader worker (pid {self.pid})" if self.pid is not None else "a DataLoader worker"
+        return f"the process the shell ran (pid {self.pid})" if self.pid is not None else \
+            "the process the shell ran"
+
+
+_SIGKILL_REPORTS = tuple(e for e in catalogue.ENTRIES if e.verdict == "sigkill-not-oom")
+_SEGV_WORKER = (catalogue.BY_KEY["torch-dataloader-segv"],)
+
+
+def shell_kill(lines: Sequence[str]) -> ShellKill | None:
+    """The last report of a process killed by SIGKILL (`ShellKill`) in ``lines``."""
+    for raw in reversed(lines):
+        if "illed" not in raw:
+            continue
+        found = catalogue.find(raw, _SIGKILL_REPORTS)
+        if found is not None:
+            return ShellKill(line=raw[found.start:].strip().strip("\"'")[:300], source=found.entry.key,
+                             pid=found.number("pid"))
+    return None
+
+
+def worker_segfault(lines: Sequence[str]) -> str | None:
+    """PyTorch's word that a DataLoader worker died of SIGSEGV, the last such line."""
+    for raw in reversed(lines):
+        if "Segmentation fault" in raw and (found := catalogue.find(raw, _SEGV_WORKER)) is not None:
+            return raw[found.start:].strip()[:300]
     return None
 
 
@@ -536,6 +633,10 @@ class LogFacts:
     segfault_line: str | None = None
     #: The signal a launcher (torchrun, ``torch.distributed.launch``, DeepSpeed) says its child died of.
     child_signal: ChildSignal | None = None
+    #: A shell's or the DataLoader's report of a process killed by SIGKILL.
+    shell_kill: ShellKill | None = None
+    #: PyTorch's report of a DataLoader worker killed by SIGSEGV.
+    worker_segfault: str | None = None
 
 
 def read(lines: Sequence[str]) -> LogFacts:
@@ -549,4 +650,6 @@ def read(lines: Sequence[str]) -> LogFacts:
         peers=peer_signals(lines),
         segfault_line=segv,
         child_signal=_child_signal(lines, child),
+        shell_kill=shell_kill(lines),
+        worker_segfault=worker_segfault(lines),
     )

@@ -158,7 +158,8 @@ def _log_causes(t: Termination, told: training_log.LogFacts) -> list[Finding]:
         return oom
     for rule in (exit_causes.shm_full(exit_code=t.exit_code, facts=told, shm=t.shm),
                  exit_causes.segfault(exit_code=t.exit_code, facts=told),
-                 exit_causes.child_sigkill(exit_code=t.exit_code, facts=told)):
+                 exit_causes.child_sigkill(exit_code=t.exit_code, facts=told),
+                 exit_causes.shell_sigkill(exit_code=t.exit_code, facts=told)):
         if rule is not None:
             return [rule]
     return exit_causes.python_exception(exit_code=t.exit_code, facts=told)
