@@ -1,7 +1,7 @@
 """The API server is reached through the kubeconfig's ``proxy-url``, else the environment's proxy.
 
-Both client paths (kubernetes_asyncio's ``ApiClient`` for API calls, the plain aiohttp session for
-log streams) read the proxy once (``clients.proxy_for``), as client-go's ProxyFromEnvironment does,
+Every request to the API server goes through an ``ApiSession``, which reads the proxy once
+(``clients.proxy_for``), as client-go's ProxyFromEnvironment does,
 instead of trusting the environment per request (which looked up ``~/.netrc`` and the proxy
 variables in a worker thread for every call). A recording HTTP proxy stands in for a real one.
 """
@@ -15,6 +15,7 @@ from aiohttp import web
 
 from podmortem.kube import clients
 from podmortem.kube.config import ClusterAccess
+from podmortem.kube.session import ApiSession
 
 SERVER = "http://apiserver.invalid:6443"
 
@@ -64,13 +65,11 @@ async def test_api_calls_and_log_sessions_go_through_the_environment_proxy(
     _clear_proxy_env(monkeypatch)
     monkeypatch.setenv("HTTP_PROXY", url)
     access = ClusterAccess(server=SERVER, authorization="Bearer t")
-    configuration = await clients.api_configuration(access)
-    async with clients.api_client(configuration) as api:
-        assert api.rest_client.pool_manager.trust_env is False  # no per-request netrc/env lookups
-        response = await api.call_api("/api", "GET", auth_settings=["BearerToken"], _preload_content=False)
-        assert response.status == 200
-    async with clients.aiohttp_session(access) as session, session.get(SERVER + "/version") as got:
-        assert got.status == 200
+    async with ApiSession(access) as api:
+        await api.request("GET", "/api")
+        async with api.response("GET", "/version") as got:
+            assert got.status == 200
+        assert api._session is not None and api._session.trust_env is False  # no per-request lookups
     assert seen == [SERVER + "/api", SERVER + "/version"]
 
 
@@ -80,10 +79,7 @@ async def test_a_kubeconfig_proxy_is_used_with_no_environment(
     url, seen = proxy
     _clear_proxy_env(monkeypatch)
     access = ClusterAccess(server=SERVER, proxy=url)
-    async with clients.aiohttp_session(access) as session, session.get(SERVER + "/api") as got:
-        assert got.status == 200
-    configuration = await clients.api_configuration(access)
-    async with clients.api_client(configuration) as api:
-        response = await api.call_api("/apis", "GET", _preload_content=False)
-        assert response.status == 200
+    async with ApiSession(access) as api:
+        await api.request("GET", "/api")
+        await api.request("GET", "/apis")
     assert seen == [SERVER + "/api", SERVER + "/apis"]

@@ -1,13 +1,13 @@
-"""Clients built from one :class:`~podmortem.kube.config.ClusterAccess`: aiohttp and kubernetes_asyncio.
+"""aiohttp sessions built from one :class:`~podmortem.kube.config.ClusterAccess`, and its plugins run.
 
-The operator talks to the API through three libraries (kopf's watches, our own
-JSON calls on kubernetes_asyncio, the log streams); all of them are configured
-here from the same reading of the kubeconfig or service account, so they can
-never disagree about the server, the CA or the token.
+The operator talks to the API through two clients (kopf's watches, and
+:class:`~podmortem.kube.session.ApiSession` for everything else); both are
+configured here from the same reading of the kubeconfig or service account, so
+they can never disagree about the server, the CA or the token.
 
 Exec and auth-provider plugins are run by kubernetes_asyncio's loader, which
 knows their protocols; :func:`resolve_plugin` turns its result into a plain
-:class:`ClusterAccess` for the clients that are not kubernetes_asyncio.
+:class:`ClusterAccess` for the aiohttp sessions.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from podmortem.kube.config import ClusterAccess, KubeconfigError
 
 if TYPE_CHECKING:
     import aiohttp
-    from kubernetes_asyncio.client import ApiClient, Configuration
+    from kubernetes_asyncio.client import Configuration
 
 #: How long credentials from an exec or auth-provider plugin are used before the plugin runs again
 #: (seconds). Plugins' tokens live for minutes to an hour; a 401 also triggers a new run.
@@ -126,18 +126,6 @@ def _plain_access(access: ClusterAccess, configuration: Configuration, header: s
         client_cert_pem=cert_pem,
         client_key_pem=key_pem,
     )
-
-
-def api_client(configuration: Configuration) -> ApiClient:
-    """A kubernetes_asyncio ``ApiClient`` (an async context manager) for a configuration made here."""
-    from kubernetes_asyncio.client import ApiClient
-
-    client = ApiClient(configuration=configuration)
-    # kubernetes_asyncio's session trusts the environment: each request then looked up ~/.netrc and
-    # the proxy variables in a worker thread (two thread hops per API call, a fifth of the event
-    # loop's time when reports come fast). The proxy is read once instead (`proxy_for`).
-    client.rest_client.pool_manager._trust_env = False
-    return client
 
 
 def proxy_for(access: ClusterAccess) -> str | None:
