@@ -226,3 +226,22 @@ async def test_a_websocket_refused_for_a_rotated_token_is_opened_with_it_read_af
     finally:
         await runner.cleanup()
     assert seen == ["Bearer old", "Bearer new"]
+
+
+async def test_the_followers_requests_are_paced_by_their_transports_bucket(api: tuple[Api, str]) -> None:
+    """The followers' pace is their session's: every pod read and log request takes a token."""
+    from podmortem.logs.following import pod_log_api
+    from podmortem.logs.settings import FollowSettings
+
+    _, url = api
+    assert pod_log_api.follow_limit(FollowSettings(api_qps=None)) is None
+    limit = pod_log_api.follow_limit(FollowSettings(api_qps=1.0, api_burst=2))
+    assert limit is not None
+    now = [0.0]
+    limit = TokenBucket(qps=limit.qps, burst=limit.burst, clock=lambda: now[0])
+    access = ClusterAccess(server=url, authorization="Bearer one")
+    async with pod_log_api.SessionTransport(access, limit=limit) as transport:
+        logs = pod_log_api.PodLogApi(transport, settings=FollowSettings())
+        await logs.read_pod(namespace="ns", name="a")
+        await logs.read_pod(namespace="ns", name="b")
+    assert limit.delay() == pytest.approx(1.0)  # the burst of two is spent: a third waits a second

@@ -360,7 +360,8 @@ async def _run(args: argparse.Namespace, access: ClusterAccess) -> int:
         if not args.quiet and (event.reason != "read-timeout" or args.verbose):
             notes.reconnect(event)
 
-    async with pod_log_api.SessionTransport(access) as transport, contextlib.AsyncExitStack() as stack:
+    transport = pod_log_api.SessionTransport(access, limit=pod_log_api.follow_limit(settings))
+    async with transport, contextlib.AsyncExitStack() as stack:
         api = pod_log_api.PodLogApi(transport, settings=settings)
         selector = v.optional(SELECTOR)
         live: list[tuple[str, list[str]]] = []

@@ -85,8 +85,8 @@ class SessionTransport(ApiSession):
     connection slots) and log bodies read as sent. Use as an async context manager.
     """
 
-    def __init__(self, access: ClusterAccess) -> None:
-        super().__init__(access, force_close=True, auto_decompress=False)
+    def __init__(self, access: ClusterAccess, *, limit: TokenBucket | None = None) -> None:
+        super().__init__(access, limit=limit, force_close=True, auto_decompress=False)
 
     @property
     def access(self) -> ClusterAccess:
@@ -97,16 +97,22 @@ class SessionTransport(ApiSession):
         return await self.send("GET", path, query=query, client_timeout=client_timeout)
 
 
+def follow_limit(settings: FollowSettings) -> TokenBucket | None:
+    """The followers' pace (``api_qps``, ``api_burst``) for their `SessionTransport`: one bucket for
+    every follower of the process (one API, one budget; `podmortem.kube.rate_limit`)."""
+    if settings.api_qps is None:
+        return None
+    return TokenBucket(qps=settings.api_qps, burst=settings.api_burst)
+
+
 class PodLogApi:
-    """Reads pods and opens log streams through a transport (`SessionTransport`)."""
+    """Reads pods and opens log streams through a transport (`SessionTransport`, which paces them)."""
 
     def __init__(self, api: Transport, *, settings: FollowSettings) -> None:
         self._transport = api
         self._settings = settings
-        #: Shared by every follower of this process (one API, one budget): see `rate_limit`.
-        self._limit = (TokenBucket(qps=settings.api_qps, burst=settings.api_burst)
-                       if settings.api_qps is not None else None)
-        #: Shared too: at most ``max_connections`` requests open at once (None: no limit).
+        #: Shared by every follower of this process: at most ``max_connections`` requests open at
+        #: once (None: no limit).
         self.slots = (ConnectionSlots(settings.max_connections)
                       if settings.max_connections is not None else None)
 
@@ -118,8 +124,6 @@ class PodLogApi:
         query: list[tuple[str, str]], client_timeout: aiohttp.ClientTimeout, what: str,
     ) -> aiohttp.ClientResponse:
         path = path.format(namespace=quote(namespace, safe=""), name=quote(name, safe=""))
-        if self._limit is not None:
-            await self._limit.acquire()
         try:
             response = await self._transport.get(path, query=query, client_timeout=client_timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

@@ -265,7 +265,8 @@ async def run_operator(
         ApiSession(connection) as api_session,
         # Log follows hold their connection for hours: they get a session of their own, without
         # a cap on connections, so status writes never queue behind them.
-        pod_log_api.SessionTransport(access) as log_transport,
+        pod_log_api.SessionTransport(
+            access, limit=pod_log_api.follow_limit(follow_settings)) as log_transport,
         aiohttp.ClientSession() as session,
         # A standby reads the store its leader writes (a ReadWriteMany volume): read-only until it
         # wins the Lease, then its writer (`LogStore.take_over`, once the old leader's lock is gone).
