@@ -6,6 +6,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, LogEnd, LogLine
 from podmortem.logs.storage import reading, retention
@@ -136,3 +138,20 @@ async def test_a_filed_report_timeline_goes_with_its_pods_logs(tmp_path: Path) -
     assert (job_dir / "pod-1" / stored_timeline.JSON_NAME).exists()
     age("pod-1")
     assert not job_dir.exists()
+
+
+async def test_a_retention_loop_that_returns_is_logged_as_an_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The sweep runs until the store closes: one that stopped would let the store grow unseen."""
+    import asyncio
+    import logging
+
+    async def gave_up(self: LogStore) -> None:
+        return
+
+    monkeypatch.setattr(LogStore, "_sweep_forever", gave_up)
+    with caplog.at_level(logging.ERROR, logger="podmortem.background"):
+        async with LogStore(tmp_path):
+            for _ in range(3):
+                await asyncio.sleep(0)
+    assert "podmortem-log-store-retention-sweep returned" in caplog.text

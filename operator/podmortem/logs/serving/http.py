@@ -435,7 +435,7 @@ async def serve(
     certificate = settings.certificate()
     watching = Background("log-server")
     if certificate is not None:  # a renewed certificate is loaded without a restart
-        watching.start(certificate.watch(), name="tls-certificate")
+        watching.start(certificate.watch(), name="tls-certificate", eternal=True)
     try:
         tls = certificate.context if certificate is not None else None
         await serving_limits.start(run, host=settings.host, port=settings.port, ssl_context=tls)

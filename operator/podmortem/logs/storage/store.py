@@ -152,9 +152,10 @@ class LogStore:
             self._open = True
             await self.sweep()
             await self._space.count_store_bytes()
-            self._tasks.start(self._sweep_forever(), name="retention-sweep")
+            self._tasks.start(self._sweep_forever(), name="retention-sweep", eternal=True)
             if self.settings.fsync_interval_s:
-                self._tasks.start(self._flush_forever(self.settings.fsync_interval_s), name="fsync")
+                self._tasks.start(self._flush_forever(self.settings.fsync_interval_s), name="fsync",
+                                  eternal=True)
         if self._registry is not None:
             from podmortem.logs import metrics  # prometheus_client only where metrics are wanted
 
@@ -212,9 +213,9 @@ class LogStore:
         self.read_only = False
         await self.sweep()
         await self._space.count_store_bytes()
-        self._tasks.start(self._sweep_forever(), name="retention-sweep")
+        self._tasks.start(self._sweep_forever(), name="retention-sweep", eternal=True)
         if self.settings.fsync_interval_s:
-            self._tasks.start(self._flush_forever(self.settings.fsync_interval_s), name="fsync")
+            self._tasks.start(self._flush_forever(self.settings.fsync_interval_s), name="fsync", eternal=True)
         logger.info("log store %s: now its writer%s", self.root, " (the lock came)" if waited else "")
         return True
 

@@ -195,7 +195,7 @@ async def serve(
     watching = Background("admission-webhook")
     await runner.setup()
     try:
-        watching.start(certificate.watch(), name="webhook-tls-certificate")
+        watching.start(certificate.watch(), name="webhook-tls-certificate", eternal=True)
         await serving_limits.start(runner, host=host, port=webhook.port, ssl_context=certificate.context)
         port = webhook.port
         for address in runner.addresses:

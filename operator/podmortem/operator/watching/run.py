@@ -182,7 +182,7 @@ async def probe_servers(
             certificate = log_settings.certificate() if log_settings is not None else None
             tls = certificate.context if certificate is not None else None
             if certificate is not None:  # a renewed certificate is loaded without a restart
-                watching.start(certificate.watch(), name="tls-certificate")
+                watching.start(certificate.watch(), name="tls-certificate", eternal=True)
             await serving_limits.start(runner, host=settings.listen_host, port=port, ssl_context=tls)
             real_port = port
             for address in runner.addresses:
