@@ -13,15 +13,17 @@ each (`combine`): one classification, whoever asks. Pure: text in, reports out; 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from podmortem.diagnosis import in_pod_evidence as in_pod
 from podmortem.diagnosis import job_root_cause as jrc
+from podmortem.diagnosis import sidecar_findings, verdicts
 from podmortem.diagnosis import termination as term_mod
-from podmortem.diagnosis import verdicts
 from podmortem.diagnosis.logs import STALE_AFTER
 from podmortem.diagnosis.pasted import DESCRIBE_NAME, YAML_FIRST, pasted_lines
 from podmortem.diagnosis.pasted import BadInput as BadInput
@@ -33,6 +35,7 @@ from podmortem.kube.bodies import PodBody
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.failure import FailureReport, KillSummary
 from podmortem.reports.oom_record import OomKillRecord
+from podmortem.reports.sidecar_evidence import SidecarEvidence
 
 Kind = Literal["kernel", "pod", "describe", "log"]
 KINDS: tuple[Kind, ...] = ("kernel", "pod", "describe", "log")
@@ -479,6 +482,10 @@ def diagnose(case: Case, *, stale_after_s: float = STALE_AFTER.total_seconds()) 
         stale_after_s=stale_after_s,
         log_tail=case.log.lines if case.log is not None else (),
     )
+    sidecar = None if case.records else sidecar_evidence(t)
+    if sidecar is not None:
+        # Sidecar mode: the operator's report where no kernel record came (`rediagnose`'s order).
+        report = sidecar_findings.apply(report, t, sidecar)
     if report.kill is None and not case.records and _killed(t):
         container_id = t.container_id or _status_container_id(case.source.pod, t.container)
         if container_id:
@@ -487,6 +494,27 @@ def diagnose(case: Case, *, stale_after_s: float = STALE_AFTER.total_seconds()) 
                 pod_uid=t.pod_uid or None, container_id=bare or None, runtime=container_runtime(runtime),
             )})
     return report
+
+
+def sidecar_evidence(t: Termination) -> SidecarEvidence | None:
+    """The evidence the pod's ``podmortem sidecar`` left in its termination message, read and checked
+    against the kubelet as the operator reads it (`sidecar_findings.read`); None when there is none,
+    or it does not read, or it contradicts the kubelet.
+
+    The operator reads only the container it injected, known by its configured image and command.
+    Off the cluster that configuration is not at hand: the native sidecar that runs ``podmortem
+    sidecar`` (the command the operator injects) is taken as the injected one, with its own image.
+    """
+    for candidate in t.sidecars:
+        runs = any(w.rsplit("/", 1)[-1] == "podmortem" and n == "sidecar"
+                   for w, n in itertools.pairwise(candidate.command))
+        if not (candidate.native_sidecar and candidate.plain and candidate.image and runs):
+            continue
+        identity = in_pod.SidecarIdentity(image=candidate.image, command=candidate.command)
+        read = sidecar_findings.read(t, identity)
+        if read.evidence is not None:
+            return read.evidence
+    return None
 
 
 #: The runtime a pod status's ``containerID`` names (``<type>://<id>``, the CRI runtime's name), in
