@@ -199,3 +199,19 @@ async def test_a_key_is_free_the_moment_its_task_returned() -> None:
     await task
     assert seen == [None]
     assert await tasks.start(asyncio.sleep(0, result="next"), name="uid-1", key="uid-1") == "next"
+
+
+async def test_an_awaited_tasks_failure_is_its_starters_not_logged(caplog: pytest.LogCaptureFixture) -> None:
+    async def fail() -> None:
+        raise RuntimeError("Prometheus is down")
+
+    tasks = Background("reporter")
+    with caplog.at_level(logging.ERROR, logger="podmortem.background"):
+        task = tasks.start(fail(), name="prometheus", awaited=True)
+        with pytest.raises(RuntimeError, match="Prometheus is down"):
+            await task
+        await asyncio.sleep(0)
+    assert not caplog.records and len(tasks) == 0
+    slow = tasks.start(asyncio.Event().wait(), name="slow", awaited=True)
+    await tasks.close()  # still cancelled with the others
+    assert slow.cancelled()

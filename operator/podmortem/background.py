@@ -41,13 +41,15 @@ class Background:
         self._keyed: dict[str, asyncio.Task[Any]] = {}
         #: Tasks that must not return (`start`'s ``eternal``).
         self._eternal: set[asyncio.Task[Any]] = set()
+        #: Tasks whose starter awaits them and handles their failure (`start`'s ``awaited``).
+        self._awaited: set[asyncio.Task[Any]] = set()
         #: While `join` waits, failures are collected for it to raise instead of being logged.
         self._joining = False
         self._failed: list[BaseException] = []
 
     def start(self, coro: Coroutine[Any, Any, T], *, name: str,
               context: contextvars.Context | None = None, key: str | None = None,
-              eternal: bool = False) -> asyncio.Task[T]:
+              eternal: bool = False, awaited: bool = False) -> asyncio.Task[T]:
         """Start ``coro`` as the task ``podmortem-<owner>-<name>``.
 
         ``context``: the context variables it runs with (default: a copy of the caller's, as
@@ -56,6 +58,9 @@ class Background:
         ``key``: the object it works for; while a task of that key runs, another is refused with
         `AlreadyRunning` (``coro`` is closed unstarted).
         ``eternal``: it runs until cancelled; returning is logged as an error.
+        ``awaited``: its starter awaits it and handles its failure, so a failure is not logged here
+        (the starter must cancel it if it will not await it after all); it is still named, counted
+        and cancelled with the others.
         """
         running = self.keyed(key) if key is not None else None
         if running is not None:
@@ -69,6 +74,8 @@ class Background:
             task.add_done_callback(functools.partial(self._unkey, key))
         if eternal:
             self._eternal.add(task)
+        if awaited:
+            self._awaited.add(task)
         task.add_done_callback(self._done)
         return task
 
@@ -102,7 +109,9 @@ class Background:
         self._tasks.discard(task)
         eternal = task in self._eternal
         self._eternal.discard(task)
-        if task.cancelled():
+        awaited = task in self._awaited
+        self._awaited.discard(task)
+        if task.cancelled() or awaited:
             return
         exc = task.exception()
         if exc is None:
