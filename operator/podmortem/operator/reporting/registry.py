@@ -77,15 +77,13 @@ class Reports:
         if lock is not None and not lock.locked():
             del self.target_locks[pod_uid]
 
-    def forget_target(self, target_uid: str) -> list[str]:
-        """The job (TrainingJob or a foreign one) is deleted: drop its section and all its pods' reports;
-        the uids of the pods dropped."""
+    def forget_target(self, target_uid: str) -> None:
+        """The job (TrainingJob or a foreign one) is deleted: drop its section and all its pods' reports."""
         self.jobs.pop(target_uid, None)
         self.target_locks.pop(target_uid, None)
         pods = [uid for uid, kept in self._of_pod.items() if any(o.target.uid == target_uid for o in kept)]
         for uid in pods:
             self.drop_pod(uid)
-        return pods
 
     def kept(self) -> dict[str, int]:
         """How much per-pod and per-job state is held (for tests and the soak bench)."""
