@@ -22,13 +22,12 @@ from typing import Any, Literal
 
 from podmortem.diagnosis import in_pod_evidence as in_pod
 from podmortem.diagnosis import job_root_cause as jrc
-from podmortem.diagnosis import sidecar_findings, verdicts
+from podmortem.diagnosis import pod_describe, pod_events, sidecar_findings, verdicts
 from podmortem.diagnosis import termination as term_mod
 from podmortem.diagnosis.logs import STALE_AFTER
 from podmortem.diagnosis.pasted import DESCRIBE_NAME, YAML_FIRST, pasted_lines
 from podmortem.diagnosis.pasted import BadInput as BadInput
 from podmortem.diagnosis.pod_describe import known_key
-from podmortem.diagnosis.pod_describe import pods_from_describe as pods_from_describe
 from podmortem.diagnosis.pod_documents import pods_from_document as pods_from_document
 from podmortem.diagnosis.termination import Termination
 from podmortem.kube.bodies import PodBody
@@ -167,10 +166,25 @@ def fragment_kind(lines: Sequence[str]) -> Kind | None:
         return "pod" if _mostly_keys(lines) else None
     if "{" in lines and _DISRUPTION_JSON.search(joined):
         return "pod"  # ``jq '.status.conditions[]'``: a pod's DisruptionTarget condition alone
+    if pod_events.kind_of(lines):
+        return "describe"  # ``kubectl get events``, an Events row, ``Message:`` or the kubelet's words alone
     return None
 
 
 # -- pod objects -----------------------------------------------------------------------------------
+
+
+def pods_from_describe(text: str) -> list[dict[str, Any]]:
+    """The pods of ``kubectl describe pod`` text (`pod_describe.pods_from_describe`), or, where it is
+    none, of what people paste instead: ``kubectl get events`` rows, one Events row, the ``Message:``
+    line or the kubelet's message alone (`pod_events.pods_from_events`)."""
+    try:
+        return pod_describe.pods_from_describe(text)
+    except BadInput:
+        pods = pod_events.pods_from_events(pasted_lines(text))
+        if pods:
+            return pods
+        raise
 
 
 #: ``kubectl logs --timestamps``: RFC3339 with nanoseconds, in UTC, then one space.
