@@ -45,6 +45,7 @@ from podmortem.operator.settings import TRAININGJOB_PLURAL, OperatorSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets, WatchedTarget
 from podmortem.operator.watching.early_warning import EarlyWarning
+from podmortem.operator.watching.option_announcements import announce
 from podmortem.operator.watching.status_fields import disk_full_condition, pod_status_fields
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.stored_report import StoredReport
@@ -148,7 +149,10 @@ class OperatorService:
         options, problems = opts.from_spec(spec, defaults=self.defaults)
         target = Target.of(body, role="trainingjob", plural=TRAININGJOB_PLURAL, options=options)
         known = self._remember_owner(uid, target)
-        await self._announce(known, problems, involved=target.involved(), trainingjob=True)
+        await announce(
+            known, problems, status=self.status, post_event=self._event,
+            involved=target.involved(), trainingjob=True
+        )
 
         template_problems = jobs.template_problems(spec)
         if template_problems:
@@ -256,7 +260,10 @@ class OperatorService:
         options, problems = opts.from_annotations(job.annotations, defaults=self.defaults)
         target = Target.of(body, role="foreign", plural=plural, options=options)
         known = self._remember_owner(uid, target)
-        await self._announce(known, problems, involved=target.involved(), trainingjob=False)
+        await announce(
+            known, problems, status=self.status, post_event=self._event,
+            involved=target.involved(), trainingjob=False
+        )
         if learned:
             await self._replay_unowned()
 
@@ -299,7 +306,10 @@ class OperatorService:
         if opts.is_watched(body.annotations):
             options, problems = opts.from_annotations(body.annotations, defaults=self.defaults)
             known = WatchedTarget(target=Target.of(pod, role="pod", plural="pods", options=options))
-            await self._announce(known, problems, involved=known.target.involved(), trainingjob=False)
+            await announce(
+                known, problems, status=self.status, post_event=self._event,
+                involved=known.target.involved(), trainingjob=False
+            )
             return known
         return None
 
@@ -557,46 +567,6 @@ class OperatorService:
                 logger.exception("refreshing log status failed")
 
     # --- helpers -------------------------------------------------------------------------------------------
-
-    async def _announce(
-        self,
-        known: WatchedTarget,
-        problems: list[opts.OptionProblem],
-        *,
-        involved: Mapping[str, Any],
-        trainingjob: bool,
-    ) -> None:
-        """A Warning Event (and, for TrainingJobs, a condition) per new bad option; a cleared condition."""
-        fresh = [p for p in problems if p.message() not in known.announced]
-        for p in fresh:
-            known.announced.add(p.message())
-            await self._event(involved, "Warning", "InvalidOption", p.message())
-        if trainingjob:
-            target = known.target
-            has = any(
-                c.get("type") == "OptionsValid"
-                for c in self.status.conditions(namespace=target.namespace, name=target.name)
-            )
-            if fresh or (problems and not has):
-                message = "; ".join(p.message() for p in problems)
-                await self.status.patch(
-                    namespace=target.namespace,
-                    name=target.name,
-                    conditions=[("OptionsValid", False, "InvalidOption", message)],
-                )
-            elif (
-                not problems
-                and has
-                and any(
-                    c.get("type") == "OptionsValid" and c.get("status") == "False"
-                    for c in self.status.conditions(namespace=target.namespace, name=target.name)
-                )
-            ):
-                await self.status.patch(
-                    namespace=target.namespace,
-                    name=target.name,
-                    conditions=[("OptionsValid", True, "OptionsAccepted", "all options valid")],
-                )
 
     async def _event(self, involved: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         try:
