@@ -74,3 +74,13 @@ def test_the_events_table_names_the_pod_and_container() -> None:
 ])
 def test_what_is_no_pod_record(text: str) -> None:
     assert pod_events.pods_from_events(pasted_lines(text)) == []
+
+
+def test_a_long_line_is_read_in_linear_time() -> None:
+    """A row's cells are bounded: a hostile line that starts like a row costs no more than its length."""
+    import time
+
+    line = "Warning  Evicted  " + "x  " * 2_000_000
+    start = time.process_time()
+    assert pod_events.pods_from_events([line]) == []
+    assert time.process_time() - start < 1.0

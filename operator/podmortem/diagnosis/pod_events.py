@@ -49,6 +49,9 @@ _CONTAINER = re.compile(r"\bContainer (?P<name>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9
 _POD_MESSAGES = tuple(e for e in catalogue.ENTRIES if e.kind == "pod")
 #: A paste this short can be one row or one message; longer texts are logs that may quote them.
 LONE_LINES = 12
+#: An event's message is at most 1 KiB (client-go's recorder and events.k8s.io's note limit); a line
+#: four times longer is none of these forms.
+LINE_MAX = 4096
 
 
 def kind_of(lines: Sequence[str]) -> bool:
@@ -64,6 +67,8 @@ def kind_of(lines: Sequence[str]) -> bool:
 
 def _lone(line: str) -> tuple[str, str] | None:
     """A describe Events row of a known reason, a ``Message:`` line or a message alone: (reason, message)."""
+    if len(line) > LINE_MAX:
+        return None  # no event message is this long; the row's bounded cells stay cheap on any line
     row = _DESCRIBE_ROW.fullmatch(line)
     if row is not None:
         return (row["reason"], row["message"].strip()) if row["reason"] in _KNOWN else None
