@@ -125,8 +125,9 @@ def _soft_wrap(width: int) -> Transform:
 
 
 #: Lines no diagnosis rests on: call-trace frames (but the memory cgroup's and the page allocator's,
-#: which tell a memcg or a node-wide OOM where the record's head is cut), per-zone dumps, registers, hardware names. "Mem-Info:", its
-#: summary and "pages RAM"/"pages reserved" stay: they tell a global OOM and what filled the node.
+#: which tell a memcg or a node-wide OOM where the record's head is cut), per-zone dumps, registers,
+#: hardware names. "Mem-Info:", its summary and "pages RAM"/"pages reserved" stay: they tell a global
+#: OOM and what filled the node.
 _UNNEEDED = re.compile(
     r"(\+0x[0-9a-f]+/0x[0-9a-f]+|\bHardware name:|\bCall Trace:|\bNode \d+ "
     r"|\blowmem_reserve\[\]|\btotal pagecache pages\b"
