@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from podmortem.diagnosis import catalogue
 from podmortem.reports import codes
 
-_WORD = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-."
+#: Characters of generated words and texts: no "-" or ":", so that no field spells another message's
+#: words ("Mem-Info:", "oom-kill:") before the one rendered.
+_WORD = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_."
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from podmortem.diagnosis import exit_causes, training_log
+from podmortem.diagnosis import catalogue, exit_causes, training_log
 
 _TF = [
     "2024-05-01 12:00:00.1: W tensorflow/core/common_runtime/bfc_allocator.cc:479] Allocator (GPU_0_bfc) ran "
@@ -94,3 +94,18 @@ def test_a_dataloader_worker_segfault_is_a_segfault_whatever_the_exit_code() -> 
     lines = ["RuntimeError: DataLoader worker (pid 4242) is killed by signal: Segmentation fault. "]
     finding = exit_causes.segfault(exit_code=1, facts=training_log.read(lines))
     assert finding is not None and "pid 4242" in finding.message
+
+
+@pytest.mark.parametrize(("key", "values", "signal"), [
+    ("python-called-process-signal", ["python train.py", "SIGKILL", "9"], 9),
+    ("python-called-process-exit", ["python train.py", "-11"], 11),
+    ("deepspeed-exit-code", ["['/usr/bin/python', '-u', 'train.py']", "-7"], 7),
+])
+def test_the_launchers_words_read_as_the_catalogue_writes_them(
+    key: str, values: list[str], signal: int
+) -> None:
+    """training_log's launcher patterns, checked against the catalogue's format strings."""
+    it = iter(values)
+    text = catalogue._PLACEHOLDER.sub(lambda _: next(it), catalogue.BY_KEY[key].format)
+    child = training_log.child_signal(["Traceback (most recent call last):", text])
+    assert child is not None and child.signal == signal, text

@@ -280,6 +280,17 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("torch-nccl-watchdog", _TORCH, "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp",
           "Watchdog caught collective operation timeout: {}", "1.13-2.9", None, _f("work:rest"),
           framework="NCCL"),
+    # -- launchers: CPython's subprocess (torch.distributed.launch, HF accelerate), DeepSpeed ---------
+    Entry("python-called-process-signal", "CPython",
+          "Lib/subprocess.py CalledProcessError.__str__ (torch.distributed.launch's, accelerate launch's)",
+          "Command '{}' died with <Signals.{}: {}>.", "3.6-3.13", None,
+          _f("command:text", "name:word", "signal:int"), framework="launcher"),
+    Entry("python-called-process-exit", "CPython", "Lib/subprocess.py CalledProcessError.__str__",
+          "Command '{}' returned non-zero exit status {}.", "3.x", None, _f("command:text", "exit_code:int"),
+          framework="launcher"),
+    Entry("deepspeed-exit-code", "DeepSpeed", "deepspeed/launcher/launch.py sigkill_handler",
+          "{} exits with return code = {}", "0.3-0.16", None, _f("command:text", "exit_code:int"),
+          framework="DeepSpeed"),
     # -- the CUDA runtime, cuBLAS, cuDNN (the text after PyTorch's "CUDA error: ") ------------------
     Entry("cuda-runtime-oom", "PyTorch / CUDA runtime",
           "c10/cuda/CUDAException.cpp (\"CUDA error: \" + cudaGetErrorString(cudaErrorMemoryAllocation))",
