@@ -109,3 +109,10 @@ def test_the_launchers_words_read_as_the_catalogue_writes_them(
     text = catalogue._PLACEHOLDER.sub(lambda _: next(it), catalogue.BY_KEY[key].format)
     child = training_log.child_signal(["Traceback (most recent call last):", text])
     assert child is not None and child.signal == signal, text
+
+
+def test_a_kill_report_before_a_later_traceback_is_not_the_death() -> None:
+    """A child the script ran was killed, and the script went on to fail of its own exception."""
+    lines = ["Killed", "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+             "ValueError: bad shape"]
+    assert training_log.read(lines).shell_kill is None

@@ -270,8 +270,11 @@ _SEGV_WORKER = (catalogue.BY_KEY["torch-dataloader-segv"],)
 
 
 def shell_kill(lines: Sequence[str]) -> ShellKill | None:
-    """The last report of a process killed by SIGKILL (`ShellKill`) in ``lines``."""
+    """The last report of a process killed by SIGKILL (`ShellKill`) in ``lines``, unless a traceback
+    follows it: then the process that went on to raise it was not the one killed."""
     for raw in reversed(lines):
+        if _TRACEBACK in raw:
+            return None
         if "illed" not in raw:
             continue
         found = catalogue.find(raw, _SIGKILL_REPORTS)
