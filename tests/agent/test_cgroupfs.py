@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from tests.agent import trees
 
-from podmortem.cgroups import hostfs as cgroupfs
+from podmortem.cgroups import cgroupfs
 
 
 def test_detect_v1_under_memory(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 from tests.agent import trees
 
 from podmortem.agent import pods
-from podmortem.cgroups import hostfs as cgroupfs
+from podmortem.cgroups import cgroupfs
 from podmortem.kube import owners
 from podmortem_demo.emulated.apiserver import KubernetesApi, write_kubeconfig
 

@@ -6,7 +6,7 @@ import pytest
 from tests.agent import trees
 
 from podmortem.agent import pods
-from podmortem.cgroups import hostfs as cgroupfs
+from podmortem.cgroups import cgroupfs
 
 UID2 = "0b7c1e4e-1111-2222-3333-444455556666"
 

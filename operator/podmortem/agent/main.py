@@ -28,7 +28,7 @@ from podmortem.agent.node import NodeAgent
 from podmortem.agent.oom_events import ApiPoster, OomEvents
 from podmortem.agent.settings import AgentSettings
 from podmortem.background import Background
-from podmortem.cgroups import hostfs as cgroupfs
+from podmortem.cgroups import cgroupfs
 from podmortem.reports.evidence import KernelLogStatus
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from podmortem.agent.oom_events import OomEvents
 from podmortem.agent.pods import PodSource, WatchedPod
 from podmortem.agent.ring import PodRings
 from podmortem.agent.settings import AgentSettings
-from podmortem.cgroups import hostfs as cgroupfs
+from podmortem.cgroups import cgroupfs
 from podmortem.reports.evidence import KernelLogStatus, PodEvidence
 from podmortem.reports.memory import MemorySample
 from podmortem.reports.oom_record import OomKillRecord

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from podmortem.agent.oom_events import NodePod, node_pod
-from podmortem.cgroups import hostfs as cgroupfs
-from podmortem.cgroups import paths
+from podmortem.cgroups import cgroupfs, paths
 from podmortem.kube import api as kubeapi
 from podmortem.kube import owners
 from podmortem.kube.bodies import Body

@@ -14,8 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from podmortem.agent.pods import WatchedPod
-from podmortem.cgroups import hostfs as cgroupfs
-from podmortem.cgroups import memory_stat, procfs
+from podmortem.cgroups import cgroupfs, memory_stat, procfs
 from podmortem.reports.evidence import SampleGap
 from podmortem.reports.memory import MemorySample, ProcessMemory
 

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from podmortem.cgroups import hostfs
+from podmortem.cgroups import cgroupfs
 from podmortem.errors import PodmortemError
 from podmortem.sidecar import untrusted_files
 from podmortem.sidecar.container import MemoryCgroupLine
@@ -58,7 +58,7 @@ class CgroupMount:
     root: str
     #: Where it is mounted, in the process's own mount namespace.
     mount_point: str
-    version: hostfs.CgroupVersion
+    version: cgroupfs.CgroupVersion
 
 
 def _unescape(field: str) -> str:
@@ -129,7 +129,7 @@ def _int(text: str | None) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def _limit(text: str | None, version: hostfs.CgroupVersion) -> int | None:
+def _limit(text: str | None, version: cgroupfs.CgroupVersion) -> int | None:
     value = _int(text)
     return None if value is None or (version == 1 and value >= V1_UNLIMITED) else value
 
@@ -146,10 +146,10 @@ class OpenCgroup:
     """The trainer's memory cgroup, held open as a directory; read with `read` until it is removed."""
 
     def __init__(
-        self, fd: int, version: hostfs.CgroupVersion, path: str, where: Path, *, verify: bool = False
+        self, fd: int, version: cgroupfs.CgroupVersion, path: str, where: Path, *, verify: bool = False
     ) -> None:
         self._fd = fd
-        self.version: hostfs.CgroupVersion = version
+        self.version: cgroupfs.CgroupVersion = version
         #: As the sidecar saw it in /proc/<pid>/cgroup.
         self.path = path
         #: Where it was opened (for messages).
@@ -207,7 +207,7 @@ class OpenCgroup:
         except FileNotFoundError:
             return None
 
-    def read(self) -> hostfs.CgroupReading:
+    def read(self) -> cgroupfs.CgroupReading:
         """usage, peak, limit, memory.stat and the OOM-kill counter; raises OSError once it is removed
         (or a file is refused: `untrusted_files.FileRefused`)."""
         stat = self._text("memory.stat")
@@ -217,7 +217,7 @@ class OpenCgroup:
         else:
             usage, peak = self._maybe("memory.current"), self._maybe("memory.peak")
             limit, oom = self._maybe("memory.max"), self._maybe("memory.events")
-        return hostfs.CgroupReading(
+        return cgroupfs.CgroupReading(
             usage_bytes=_int(usage),
             peak_bytes=_int(peak),
             limit_bytes=_limit(limit, self.version),

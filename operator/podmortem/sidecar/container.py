@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from podmortem.cgroups.hostfs import CgroupVersion
+from podmortem.cgroups.cgroupfs import CgroupVersion
 
 logger = logging.getLogger("podmortem.sidecar")
 

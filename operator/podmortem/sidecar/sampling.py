@@ -1,6 +1,6 @@
 """One sample of the trainer container: its cgroup's numbers and each process's PSS, trainer or worker.
 
-The same reads as the node agent's sampler (``cgroups.hostfs``, ``memory.stat``,
+The same reads as the node agent's sampler (``cgroups.cgroupfs``, ``memory.stat``,
 ``procfs``), from inside the pod: the cgroup through the directory the sidecar
 holds open, the processes through the shared /proc. PSS, not RSS, because a
 DataLoader worker forked from a grown trainer maps the trainer's pages too; PSS
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from podmortem.cgroups import hostfs, procfs
+from podmortem.cgroups import cgroupfs, procfs
 from podmortem.reports import memory_classes
 from podmortem.reports.sidecar_document import Role
 from podmortem.sidecar.cgroup import OpenCgroup
@@ -77,7 +77,7 @@ def read_numbers(cgroup: OpenCgroup | None) -> CgroupNumbers:
         return CgroupNumbers(error="no cgroup open")
     try:
         reading = cgroup.read()
-    except (hostfs.CgroupMissing, OSError) as exc:
+    except (cgroupfs.CgroupMissing, OSError) as exc:
         return CgroupNumbers(error=f"{cgroup.path}: {exc}")
     return CgroupNumbers(
         usage_bytes=reading.usage_bytes,
