@@ -71,7 +71,7 @@ from typing import Any
 
 import yaml
 
-from podmortem.operator.annotations import FAILURE_REPORT
+from podmortem.operator.watch_options import FAILURE_REPORT
 from podmortem_demo.scale_cluster import NAMESPACE, ScaleCluster
 
 #: The ``podmortem`` console script of this environment (what ``pip install`` made).

@@ -30,7 +30,7 @@ import pytest
 from tests.cli import entrypoints as ep
 from tests.cli.entrypoints import Process
 
-from podmortem.operator.annotations import FAILURE_REPORT
+from podmortem.operator.watch_options import FAILURE_REPORT
 from podmortem_demo.scale_cluster import NAMESPACE, ScaleCluster
 
 PODS = 200

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from podmortem.operator import annotations, status
+from podmortem.operator import status, watch_options
 from podmortem.operator.status import MESSAGE_MAX_CHARS, StatusWriter, capped_message
 
 CRD_FILE = Path(__file__).resolve().parents[2] / "charts" / "podmortem" / "crds" / "trainingjob.yaml"
@@ -33,7 +33,7 @@ class RecordingKube:
 
 async def test_a_huge_container_name_gives_a_message_within_the_crd_limit() -> None:
     name = "x" * 40_000
-    _, problems = annotations.from_spec({"containers": [name]}, defaults=annotations.WatchOptions())
+    _, problems = watch_options.from_spec({"containers": [name]}, defaults=watch_options.WatchOptions())
     message = "; ".join(p.message() for p in problems)
     # The value is quoted in part, but the reason still names the 40,000-character container.
     assert len(message) > MESSAGE_MAX_CHARS

@@ -17,9 +17,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from podmortem.diagnosis.job_root_cause import PodFacts
-from podmortem.operator.annotations import WatchOptions
 from podmortem.operator.jobs import Target
 from podmortem.operator.targets import Targets, WatchedTarget
+from podmortem.operator.watch_options import WatchOptions
 from podmortem_demo.harness import evidence_for
 
 from .test_kernel_record_followup import (

@@ -20,7 +20,6 @@ import aiohttp
 
 from podmortem.diagnosis.termination import Termination
 from podmortem.kernel import oom_parser
-from podmortem.operator.annotations import FAILURE_REPORT, WatchOptions
 from podmortem.operator.jobs import Target
 from podmortem.operator.reporting import kernel_record
 from podmortem.operator.reporting.agent_client import AgentClient, AgentUnavailable
@@ -28,6 +27,7 @@ from podmortem.operator.reporting.reporter import Reporter
 from podmortem.operator.settings import AgentAccessSettings, OperatorSettings, SidecarInjectionSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets
+from podmortem.operator.watch_options import FAILURE_REPORT, WatchOptions
 from podmortem.reports.document import merge_patch
 from podmortem.reports.evidence import PodEvidence
 from podmortem_demo.harness import evidence_for

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from podmortem.operator.annotations import OptionProblem, WatchOptions
 from podmortem.operator.jobs import Target
 from podmortem.operator.targets import WatchedTarget
+from podmortem.operator.watch_options import OptionProblem, WatchOptions
 from podmortem.operator.watching.option_announcements import announce
 
 BAD = OptionProblem(option="spec.logRetention", value="forever", reason="not a duration", default="7d")

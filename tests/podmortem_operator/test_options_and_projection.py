@@ -11,16 +11,16 @@ import pytest
 from podmortem.diagnosis import termination, verdicts
 from podmortem.kernel import oom_parser
 from podmortem.memory_line import early_warning
-from podmortem.operator import annotations, jobs
+from podmortem.operator import jobs, watch_options
 from podmortem.reports.document import Evidence, PodContext, ReportDocument, WorkingSetEvidence
 
-DEFAULTS = annotations.WatchOptions()
+DEFAULTS = watch_options.WatchOptions()
 GIB = 2**30
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "oom-records"
 
 
 def test_good_annotations_are_taken() -> None:
-    options, problems = annotations.from_annotations(
+    options, problems = watch_options.from_annotations(
         {
             "podmortem.io/follow-logs": "false",
             "podmortem.io/containers": "trainer, sidecar",
@@ -31,7 +31,7 @@ def test_good_annotations_are_taken() -> None:
     )
     assert problems == []
     assert options.follow_logs is False and options.containers == ("trainer", "sidecar")
-    assert options.log_retention == annotations.Retention(max_age_s=3 * 86400, max_bytes=2 * GIB)
+    assert options.log_retention == watch_options.Retention(max_age_s=3 * 86400, max_bytes=2 * GIB)
     assert options.memory_warning_ratio == 0.8
 
 
@@ -47,7 +47,7 @@ def test_good_annotations_are_taken() -> None:
     ],
 )
 def test_bad_annotation_names_itself_and_keeps_the_default(key: str, value: str, words: str) -> None:
-    options, problems = annotations.from_annotations({key: value}, defaults=DEFAULTS)
+    options, problems = watch_options.from_annotations({key: value}, defaults=DEFAULTS)
     assert options == DEFAULTS
     [problem] = problems
     assert problem.option == key and words in problem.reason
@@ -58,16 +58,16 @@ def test_bad_annotation_names_itself_and_keeps_the_default(key: str, value: str,
 
 
 def test_spec_options_use_spec_field_names() -> None:
-    _, problems = annotations.from_spec(
+    _, problems = watch_options.from_spec(
         {"memoryWarningRatio": 3, "earlyWarningEpochs": True}, defaults=DEFAULTS
     )
     assert [p.option for p in problems] == ["spec.memoryWarningRatio", "spec.earlyWarningEpochs"]
 
 
 def test_watch_annotation_must_say_true() -> None:
-    assert annotations.is_watched({"podmortem.io/watch": "True"})
-    assert not annotations.is_watched({"podmortem.io/watch": "yes"})
-    assert not annotations.is_watched(None)
+    assert watch_options.is_watched({"podmortem.io/watch": "True"})
+    assert not watch_options.is_watched({"podmortem.io/watch": "yes"})
+    assert not watch_options.is_watched(None)
 
 
 def peaks(values_gib: list[float]) -> list[early_warning.EpochPeak]:
@@ -238,7 +238,7 @@ def test_pod_of_a_trainingjob_is_owned_and_never_restarts_by_default() -> None:
 
 
 def test_a_huge_bad_value_is_quoted_in_part() -> None:
-    problem = annotations.OptionProblem(option="podmortem.io/log-retention", value="x" * 100_000,
+    problem = watch_options.OptionProblem(option="podmortem.io/log-retention", value="x" * 100_000,
                                         reason="expected AGE[,SIZE]", default="7d")
     message = problem.message()
     assert len(message) < 400 and "... (100000 characters)" in message

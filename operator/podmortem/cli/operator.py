@@ -33,7 +33,7 @@ def _g(number: float) -> str:
 
 
 def _retention(text: str) -> tuple[float | None, int | None]:
-    from podmortem.operator.annotations import parse_retention
+    from podmortem.operator.watch_options import parse_retention
 
     try:
         retention = parse_retention(text)

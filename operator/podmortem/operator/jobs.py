@@ -15,7 +15,6 @@ from typing import Any, Literal
 from podmortem.kube import api as kube
 from podmortem.kube.bodies import Body
 from podmortem.operator import sidecar_injection
-from podmortem.operator.annotations import WatchOptions
 from podmortem.operator.settings import (
     TRAININGJOB_GROUP,
     TRAININGJOB_KIND,
@@ -23,6 +22,7 @@ from podmortem.operator.settings import (
     TRAININGJOB_VERSION,
     SidecarInjectionSettings,
 )
+from podmortem.operator.watch_options import WatchOptions
 
 TRAININGJOB_LABEL = "podmortem.io/trainingjob"
 TRAININGJOB_UID_LABEL = "podmortem.io/trainingjob-uid"

@@ -18,8 +18,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from podmortem.diagnosis import job_root_cause
-from podmortem.operator import annotations as opts
-from podmortem.operator import job_pressure
+from podmortem.operator import job_pressure, watch_options
 from podmortem.operator.jobs import Target
 
 
@@ -55,7 +54,7 @@ class Targets:
         known = self.pods.get(pod_uid)
         return known.target.name if known is not None and known.target.role != "pod" else None
 
-    def retention_of(self, pod_uid: str) -> opts.Retention | None:
+    def retention_of(self, pod_uid: str) -> watch_options.Retention | None:
         """The log retention the pod's job asked for (spec.logRetention or the annotation), if any."""
         known = self.pods.get(pod_uid)
         return known.target.options.log_retention if known is not None else None

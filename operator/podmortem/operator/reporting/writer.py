@@ -21,7 +21,6 @@ from podmortem.kube import api as kube_mod
 from podmortem.logs.storage.store import LogStore
 from podmortem.memory_line.status import peak_of_limit
 from podmortem.operator import log_links, metrics
-from podmortem.operator.annotations import FAILURE_REPORT
 from podmortem.operator.job_pressure import ProjectionLine
 from podmortem.operator.jobs import Target
 from podmortem.operator.reporting import report_timeline
@@ -30,6 +29,7 @@ from podmortem.operator.reporting.outcome import Outcome, headline
 from podmortem.operator.reporting.registry import Reports
 from podmortem.operator.settings import OperatorSettings
 from podmortem.operator.status import StatusWriter
+from podmortem.operator.watch_options import FAILURE_REPORT
 from podmortem.reports.document import merge_patch, pod_peak, with_job
 from podmortem.reports.evidence import PodEvidence
 from podmortem.reports.timeline_model import Projection

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from podmortem.operator import annotations as opts
+from podmortem.operator import watch_options
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import WatchedTarget
 
@@ -21,7 +21,7 @@ PostEvent = Callable[[Mapping[str, Any], str, str, str], Awaitable[None]]
 
 async def announce(
     known: WatchedTarget,
-    problems: list[opts.OptionProblem],
+    problems: list[watch_options.OptionProblem],
     *,
     involved: Mapping[str, Any],
     trainingjob: bool,

@@ -39,7 +39,6 @@ from podmortem.logs.settings import FollowSettings, HttpSettings
 from podmortem.logs.storage.retention import RetentionSettings
 from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem.operator import metrics
-from podmortem.operator.annotations import Retention
 from podmortem.operator.following import Following
 from podmortem.operator.reporting import report_page
 from podmortem.operator.reporting.agent_client import AgentClient
@@ -52,6 +51,7 @@ from podmortem.operator.settings import (
 )
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets
+from podmortem.operator.watch_options import Retention
 from podmortem.operator.watching import admission
 from podmortem.operator.watching import handlers as registry_mod
 from podmortem.operator.watching import service as service_mod

@@ -34,8 +34,7 @@ from podmortem.diagnosis import job_root_cause, job_section, termination
 from podmortem.kube import api as kube_mod
 from podmortem.kube import owners as kube_owners
 from podmortem.kube.bodies import Body, PodBody
-from podmortem.operator import annotations as opts
-from podmortem.operator import jobs, log_links
+from podmortem.operator import jobs, log_links, watch_options
 from podmortem.operator.following import Following, log_status_fields
 from podmortem.operator.jobs import Target
 from podmortem.operator.records import JobRecord, Reason, Records
@@ -115,7 +114,7 @@ class OperatorService:
         self.on_stopped = on_stopped
         self.reporter = reporter
         self.status = status
-        self.defaults = opts.WatchOptions(
+        self.defaults = watch_options.WatchOptions(
             follow_logs=settings.follow_logs,
             memory_warning_ratio=settings.memory_warning_ratio,
             early_warning_epochs=settings.early_warning_epochs,
@@ -146,7 +145,7 @@ class OperatorService:
             return
         spec, status = tj.spec, tj.status
         self.status.seed(namespace=ns, name=name, status=status)
-        options, problems = opts.from_spec(spec, defaults=self.defaults)
+        options, problems = watch_options.from_spec(spec, defaults=self.defaults)
         target = Target.of(body, role="trainingjob", plural=TRAININGJOB_PLURAL, options=options)
         known = self._remember_owner(uid, target)
         await announce(
@@ -248,7 +247,7 @@ class OperatorService:
         learned = parents != self.records.parents_of(uid)
         record = self.records.job(uid, namespace=job.namespace, name=job.name)
         record.parents = parents
-        if not opts.is_watched(job.annotations) or job.being_deleted:
+        if not watch_options.is_watched(job.annotations) or job.being_deleted:
             self.targets.owners.pop(uid, None)
             record.role = None
             if not parents:  # neither followed nor an ancestor of one: nothing to keep
@@ -257,7 +256,7 @@ class OperatorService:
                 await self._replay_unowned()
             return
         learned = learned or uid not in self.targets.owners
-        options, problems = opts.from_annotations(job.annotations, defaults=self.defaults)
+        options, problems = watch_options.from_annotations(job.annotations, defaults=self.defaults)
         target = Target.of(body, role="foreign", plural=plural, options=options)
         known = self._remember_owner(uid, target)
         await announce(
@@ -303,8 +302,8 @@ class OperatorService:
                 await self.on_trainingjob(tj)
                 return self.targets.owners.get(owner[1])
             return None
-        if opts.is_watched(body.annotations):
-            options, problems = opts.from_annotations(body.annotations, defaults=self.defaults)
+        if watch_options.is_watched(body.annotations):
+            options, problems = watch_options.from_annotations(body.annotations, defaults=self.defaults)
             known = WatchedTarget(target=Target.of(pod, role="pod", plural="pods", options=options))
             await announce(
                 known, problems, status=self.status, post_event=self._event,
