@@ -6,15 +6,15 @@ each epoch and rank 0's flat line last, the fit saw only rank 0 and rank 1 grew 
 
 from __future__ import annotations
 
-from podmortem.memory_line import early_warning
+from podmortem.memory_line import projection
 from podmortem.operator.job_pressure import Change, JobPressure
 
 GIB = 2**30
 LIMIT = 32 * GIB
 
 
-def peak(epoch: int, gib: float) -> early_warning.EpochPeak:
-    return early_warning.EpochPeak(epoch=epoch, peak_bytes=int(gib * GIB), pod_peak_bytes=int(gib * GIB))
+def peak(epoch: int, gib: float) -> projection.EpochPeak:
+    return projection.EpochPeak(epoch=epoch, peak_bytes=int(gib * GIB), pod_peak_bytes=int(gib * GIB))
 
 
 def feed(
@@ -44,7 +44,7 @@ def test_interleaved_ranks_are_projected_each_on_its_own_peaks() -> None:
     assert started[0].message == started[0].started
     # What one list of both ranks' peaks would have said: nothing.
     mixed = [peak(e, g) for e, gib in enumerate(grows) for g in (gib, 8.0)]
-    assert early_warning.assess(mixed, limit_bytes=LIMIT, within_epochs=3, warning_ratio=0.9) is None
+    assert projection.assess(mixed, limit_bytes=LIMIT, within_epochs=3, warning_ratio=0.9) is None
 
 
 def test_the_job_is_under_pressure_while_any_rank_is_and_names_the_most_urgent() -> None:
@@ -99,7 +99,7 @@ def test_a_deleted_pod_is_forgotten() -> None:
 
 
 def test_the_projection_line_runs_from_the_last_peak_to_the_limit_in_epoch_time() -> None:
-    from podmortem.memory_line.early_warning import MemoryPressure
+    from podmortem.memory_line.projection import MemoryPressure
     from podmortem.operator.job_pressure import epoch_seconds, projection_line
 
     assert epoch_seconds([(3, 100 * 10**9)]) is None

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from podmortem import memory_line
 from podmortem.kube import api as kube_mod
-from podmortem.memory_line import early_warning
+from podmortem.memory_line import projection
 from podmortem.memory_line import status as memory_status
 from podmortem.operator.status import MEMORY_PRESSURE, SUCCEEDED_REASON, StatusWriter, settle_on_success
 
@@ -28,12 +28,12 @@ LINES = [
 ]
 
 
-def pressure_from(lines: list[str]) -> tuple[early_warning.MemoryPressure, dict[str, Any]]:
+def pressure_from(lines: list[str]) -> tuple[projection.MemoryPressure, dict[str, Any]]:
     parsed = [memory_line.parse(text) for text in lines]
     peaks = [memory_status.epoch_peak(line) for line in parsed if line is not None]
     last = parsed[-1]
     assert last is not None and last.pod is not None
-    pressure = early_warning.assess(
+    pressure = projection.assess(
         [p for p in peaks if p is not None],
         limit_bytes=last.pod.limit_bytes,
         within_epochs=3,
@@ -67,9 +67,9 @@ def test_without_an_epoch_peak_the_pod_peak_is_tracked_and_called_so() -> None:
 
 def test_above_the_ratio_message_uses_the_same_units() -> None:
     peaks = [
-        early_warning.EpochPeak(epoch=e, peak_bytes=240 * MIB, pod_peak_bytes=250 * MIB) for e in range(3)
+        projection.EpochPeak(epoch=e, peak_bytes=240 * MIB, pod_peak_bytes=250 * MIB) for e in range(3)
     ]
-    pressure = early_warning.assess(peaks, limit_bytes=256 * MIB, within_epochs=3, warning_ratio=0.9)
+    pressure = projection.assess(peaks, limit_bytes=256 * MIB, within_epochs=3, warning_ratio=0.9)
     assert pressure is not None and pressure.over_ratio
     assert pressure.message() == (
         "epoch 2: epoch peak 240Mi of the 256Mi limit (94%), pod peak so far 250Mi (98%), "
@@ -78,7 +78,7 @@ def test_above_the_ratio_message_uses_the_same_units() -> None:
 
 
 def test_short_size_is_the_one_status_memory_uses() -> None:
-    assert memory_status.short_size is early_warning.short_size
+    assert memory_status.short_size is projection.short_size
     assert memory_status.short_size(31242766336) == "29.1Gi"
     assert memory_status.peak_of_limit(268435456, 268435456) == "256Mi/256Mi (100%)"
 

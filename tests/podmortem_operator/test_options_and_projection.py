@@ -10,7 +10,7 @@ import pytest
 
 from podmortem.diagnosis import termination, verdicts
 from podmortem.kernel import oom_parser
-from podmortem.memory_line import early_warning
+from podmortem.memory_line import projection
 from podmortem.operator import jobs, watch_options
 from podmortem.reports.document import Evidence, PodContext, ReportDocument, WorkingSetEvidence
 
@@ -70,12 +70,12 @@ def test_watch_annotation_must_say_true() -> None:
     assert not watch_options.is_watched(None)
 
 
-def peaks(values_gib: list[float]) -> list[early_warning.EpochPeak]:
-    return [early_warning.EpochPeak(epoch=i, peak_bytes=int(v * GIB)) for i, v in enumerate(values_gib)]
+def peaks(values_gib: list[float]) -> list[projection.EpochPeak]:
+    return [projection.EpochPeak(epoch=i, peak_bytes=int(v * GIB)) for i, v in enumerate(values_gib)]
 
 
 def test_steady_growth_projected_to_cross_within_k_warns() -> None:
-    pressure = early_warning.assess(
+    pressure = projection.assess(
         peaks([20, 22, 24, 26]), limit_bytes=32 * GIB, within_epochs=3, warning_ratio=0.95
     )
     assert pressure is not None and not pressure.over_ratio
@@ -86,29 +86,29 @@ def test_steady_growth_projected_to_cross_within_k_warns() -> None:
 
 def test_growth_crossing_later_than_k_or_not_steady_does_not_warn() -> None:
     assert (
-        early_warning.assess(
+        projection.assess(
             peaks([10, 11, 12, 13]), limit_bytes=32 * GIB, within_epochs=3, warning_ratio=0.95
         )
         is None
     )
     assert (
-        early_warning.assess(
+        projection.assess(
             peaks([20, 26, 25, 26]), limit_bytes=32 * GIB, within_epochs=3, warning_ratio=0.95
         )
         is None
     )
     assert (
-        early_warning.assess(peaks([20, 22]), limit_bytes=32 * GIB, within_epochs=3, warning_ratio=0.95)
+        projection.assess(peaks([20, 22]), limit_bytes=32 * GIB, within_epochs=3, warning_ratio=0.95)
         is None
     )
     assert (
-        early_warning.assess(peaks([20, 22, 24]), limit_bytes=None, within_epochs=3, warning_ratio=0.9)
+        projection.assess(peaks([20, 22, 24]), limit_bytes=None, within_epochs=3, warning_ratio=0.9)
         is None
     )
 
 
 def test_flat_peak_above_ratio_warns_without_projection() -> None:
-    pressure = early_warning.assess(
+    pressure = projection.assess(
         peaks([30, 30, 30]), limit_bytes=32 * GIB, within_epochs=3, warning_ratio=0.9
     )
     assert pressure is not None and pressure.over_ratio and pressure.epochs_to_limit is None

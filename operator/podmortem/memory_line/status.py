@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from podmortem.memory_line import MemoryLine
-from podmortem.memory_line.early_warning import EpochPeak, share, short_size
+from podmortem.memory_line.projection import EpochPeak, share, short_size
 
 __all__ = ["epoch_peak", "peak_of_limit", "short_size", "status_memory"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from podmortem.memory_line import early_warning
+from podmortem.memory_line import projection
 
 #: Other pressing ranks named in the job's message after the most urgent one (the rest are counted).
 MAX_NAMED = 3
@@ -24,8 +24,8 @@ class _Source:
     pod: str
     container: str
     rank: int | None
-    peaks: list[early_warning.EpochPeak] = field(default_factory=list)
-    pressure: early_warning.MemoryPressure | None = None
+    peaks: list[projection.EpochPeak] = field(default_factory=list)
+    pressure: projection.MemoryPressure | None = None
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class JobPressure:
     def on(self) -> bool:
         return self._message is not None
 
-    def pressure_of(self, pod_uid: str, container: str) -> early_warning.MemoryPressure | None:
+    def pressure_of(self, pod_uid: str, container: str) -> projection.MemoryPressure | None:
         """The source's current projection over its limit, if any."""
         source = self._sources.get((pod_uid, container))
         return source.pressure if source is not None else None
@@ -70,7 +70,7 @@ class JobPressure:
         pod: str,
         container: str,
         rank: int | None,
-        peak: early_warning.EpochPeak,
+        peak: projection.EpochPeak,
         limit_bytes: int | None,
         within_epochs: int,
         warning_ratio: float,
@@ -80,9 +80,9 @@ class JobPressure:
         source = self._sources.setdefault(key, _Source(pod=pod, container=container, rank=rank))
         source.rank = rank if rank is not None else source.rank
         source.peaks.append(peak)
-        del source.peaks[: -early_warning.WINDOW * 2]
+        del source.peaks[: -projection.WINDOW * 2]
         was = source.pressure
-        source.pressure = early_warning.assess(
+        source.pressure = projection.assess(
             source.peaks, limit_bytes=limit_bytes, within_epochs=within_epochs, warning_ratio=warning_ratio
         )
         started = self._label(source) + ": " + source.pressure.message() if (
@@ -142,7 +142,7 @@ ProjectionLine = tuple[int, int, int, int, str]
 
 
 def projection_line(
-    pressure: early_warning.MemoryPressure, *, at_ns: int, epoch_s: float | None
+    pressure: projection.MemoryPressure, *, at_ns: int, epoch_s: float | None
 ) -> ProjectionLine | None:
     """The projection as a line for the timeline: (start ns, start bytes, end ns, end bytes, text).
 

@@ -23,7 +23,7 @@ from typing import Any
 from podmortem.kube import api as kube_mod
 from podmortem.operator.jobs import trainingjob_path
 
-#: The early warning's condition (see `podmortem.memory_line.early_warning`).
+#: The early warning's condition (see `podmortem.memory_line.projection`).
 MEMORY_PRESSURE = "MemoryPressure"
 #: Its reason once the job succeeded: the warning did not come true (or not before the job ended).
 SUCCEEDED_REASON = "JobSucceeded"
