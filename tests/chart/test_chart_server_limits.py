@@ -205,7 +205,7 @@ def test_notes_commands_are_ones_the_cli_takes(chart: helm.Chart, values: dict[s
     """Every ``podmortem ...`` line NOTES.txt prints parses with the real CLI (flags and all)."""
     notes = _render.render(chart, values).notes
     lines = [line.strip() for line in notes.splitlines() if line.startswith("   podmortem ")]
-    assert {shlex.split(line)[1] for line in lines} >= {"report", "logs"}
+    assert {shlex.split(line)[1] for line in lines} >= {"report", "logs", "diagnose"}
     for line in lines:
         build_parser().parse_args(shlex.split(line)[1:])  # exits 2 on an unknown flag
     assert "kubectl -n default describe tj pointgroup" in notes

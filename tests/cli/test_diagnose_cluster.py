@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 import copy
 import json
+import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -299,3 +301,34 @@ async def test_a_log_the_kubelet_lost_is_the_operators_stored_tail(
     assert "the log of ddp-worker-0/trainer is the operator's stored copy" in gathered.notes
     worker = next(r for r in json.loads(out)["reports"] if r["pod"]["name"] == "ddp-worker-0")
     assert worker["evidence"]["log"]["file"] == "ml/ddp-worker-0.trainer.log"
+
+
+async def run_diagnose(*args: str) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podmortem.cli.main", "diagnose", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_the_command_as_a_user_types_it(cluster: Cluster) -> None:
+    await ddp_job(cluster)
+    kubeconfig = str(cluster.kubeconfig)
+    code, out, err = await run_diagnose("pod/ddp-master-0", "-n", "ml", "--kubeconfig", kubeconfig)
+    assert code == 0, err
+    assert "root cause   ddp-worker-0 (rank 1), memcg-limit" in out
+    assert "Events of pod ml/ddp-worker-0:" in out and "OOMKilling" in out
+    assert "no log of ddp-worker-0/trainer on its node" in err
+    code, out, err = await run_diagnose("pod/ddp-master-0", "--json", "--kubeconfig", kubeconfig)
+    assert code == 0 and json.loads(out)["job"]["rootCause"]["pod"] == "ddp-worker-0"
+
+
+async def test_a_target_goes_alone_and_a_missing_one_is_exit_2(cluster: Cluster) -> None:
+    code, _, err = await run_diagnose("pod/nope", "--kubeconfig", str(cluster.kubeconfig))
+    assert (code, err.strip()) == (2, "podmortem diagnose: pod ml/nope not found (a deleted pod's status is "
+                                      "gone with it; its stored log: podmortem logs -p)")
+    code, _, err = await run_diagnose("pod/a", "train.log", "--kubeconfig", str(cluster.kubeconfig))
+    assert code == 2 and "pod/NAME is read from the cluster alone" in err

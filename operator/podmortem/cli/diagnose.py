@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from podmortem.cli import diagnose_cluster
 from podmortem.cli.diagnose_exit import EXIT_INPUT, EXIT_NO_RECORD, EXIT_OK
 
 if TYPE_CHECKING:
@@ -37,7 +38,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "[--previous]), the pod (kubectl get pod -o yaml|json) and kubectl describe pod, and "
             "names the failure as the operator does (cuda-oom, shm-full, python-exception, "
             "eviction, preempted, an NCCL failure that followed a peer's, ...). The kind of each "
-            "file is told by its content (--kind forces one); several files are one report."
+            "file is told by its content (--kind forces one); several files are one report. "
+            "Given pod/NAME, job/NAME or trainingjob/NAME instead, it reads the same from the cluster "
+            "with your kubeconfig (the pods, their failed containers' logs, their Events), with "
+            "nothing of podmortem installed there."
         ),
         epilog=(
             "examples:\n"
@@ -48,7 +52,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "  kubectl logs --previous POD > train.log; podmortem diagnose train.log\n"
             "  kubectl get pod POD -o yaml | podmortem diagnose\n"
             "  kubectl describe pod POD > describe.txt; podmortem diagnose describe.txt train.log\n"
-            "  podmortem diagnose dmesg.txt pod.yaml train.log     # one report from all three\n\n"
+            "  podmortem diagnose dmesg.txt pod.yaml train.log     # one report from all three\n"
+            "  podmortem diagnose pod/ddp-master-0 -n ml            # from the cluster, read-only\n"
+            "  podmortem diagnose tj/pointgroup --node-kernel-log   # and the node's dmesg (writes a pod)\n\n"
             "exit codes: 0 report printed, 2 input unreadable, 3 no OOM-kill record (nor any other\n"
             "failure) in the input; the message says what was looked for in which file"
         ),
@@ -59,7 +65,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         nargs="*",
         metavar="FILE",
         help="kernel log, training log, pod YAML/JSON or kubectl describe pod output (also .gz), or '-' "
-        "for standard input (the default when piped); several are combined into one report",
+        "for standard input (the default when piped); several are combined into one report. Or one "
+        "pod/NAME, job/NAME or trainingjob/NAME (tj/NAME), read from the cluster",
     )
     parser.add_argument(
         "--kind", choices=("auto", "kernel", "pod", "describe", "log"), default="auto",
@@ -82,6 +89,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="print the last kill's report as a self-contained HTML page (no timeline: a record has none)",
     )
     parser.add_argument("--list-examples", action="store_true", help="list the bundled records and exit")
+    diagnose_cluster.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -102,6 +110,14 @@ def run(args: argparse.Namespace) -> int:
         for name, meta in _examples().items():
             print(f"{name:24} {meta['title']}")
         return EXIT_OK
+
+    targets = [t for t in map(diagnose_cluster.parse_target, args.files) if t is not None]
+    if targets:
+        if len(args.files) > 1 or args.example is not None:
+            print("podmortem diagnose: pod/NAME is read from the cluster alone: give it without files "
+                  "or --example (one target at a time)", file=sys.stderr)
+            return EXIT_INPUT
+        return diagnose_cluster.run(args, targets[0])
 
     # Loaded when the command runs, not when it is registered beside the others: they bring the
     # parsers, the rules and the report models.
