@@ -193,7 +193,7 @@ async def server_main(cfg: Config, work: Path) -> None:
     from podmortem.logs.serving import http as log_http
     from podmortem.logs.settings import HttpSettings
     from podmortem.logs.storage.store import LogStore, StoreSettings
-    from podmortem.operator.following import PodLogFacts, WatchingSink
+    from podmortem.operator.followed_pods import PodLogFacts, WatchingSink
     from podmortem.operator.reporting import report_page
 
     startup_gc.freeze()  # as `podmortem operator` does after its imports

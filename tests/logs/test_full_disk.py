@@ -18,7 +18,7 @@ from podmortem.logs.events import GapMarker, GapReason, LogLine
 from podmortem.logs.following.pod_log_api import PodLogApi
 from podmortem.logs.storage import reading
 from podmortem.logs.storage.store import LogStore, StoreSettings
-from podmortem.operator.following import Following, PodLogFacts
+from podmortem.operator.followed_pods import Following, PodLogFacts
 from podmortem_demo.emulated import PodLogsApi, plain_text
 
 from .conftest import FAST

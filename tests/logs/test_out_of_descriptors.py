@@ -23,7 +23,7 @@ from podmortem import open_files
 from podmortem.logs.following.pod_log_api import PodLogApi
 from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem.operator import metrics
-from podmortem.operator.following import Following
+from podmortem.operator.followed_pods import Following
 from podmortem_demo.emulated import PodLogsApi, plain_text
 
 from .conftest import FAST

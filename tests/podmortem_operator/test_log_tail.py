@@ -7,7 +7,7 @@ from pathlib import Path
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
 from podmortem.logs.lines import LineBatch
-from podmortem.operator.following import PodLogFacts, WatchingSink
+from podmortem.operator.followed_pods import PodLogFacts, WatchingSink
 from podmortem.reports.log_tail import TAIL_LINES
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "training-logs"

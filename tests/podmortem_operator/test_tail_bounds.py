@@ -16,8 +16,8 @@ from podmortem.diagnosis import training_log
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import LogLine
 from podmortem.logs.lines import LineBatch
-from podmortem.operator import following
-from podmortem.operator.following import PodLogFacts, WatchingSink
+from podmortem.operator import followed_pods
+from podmortem.operator.followed_pods import PodLogFacts, WatchingSink
 from podmortem.reports import log_tail
 from podmortem.reports.log_tail import TAIL_LINES
 
@@ -128,4 +128,4 @@ async def test_the_classifiers_read_clipped_tails() -> None:
 def test_the_tail_read_back_from_a_raw_block_is_the_per_line_one(texts: list[bytes], n: int) -> None:
     """Walking a block backwards gives exactly the clipped texts of its last lines."""
     raw = b"".join(b"2024-05-01T12:00:%02d.000000000Z %s\n" % (i % 60, t) for i, t in enumerate(texts))
-    assert following.raw_tail_texts(raw, n) == [log_tail.clip(t, len(t)) for t in texts[-n:]]
+    assert followed_pods.raw_tail_texts(raw, n) == [log_tail.clip(t, len(t)) for t in texts[-n:]]

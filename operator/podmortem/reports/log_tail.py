@@ -1,6 +1,6 @@
 """How much of a container's log a failure report keeps: its last lines, each clipped, bounded in bytes.
 
-The operator keeps such a tail of every followed container (`podmortem.operator.following`), and
+The operator keeps such a tail of every followed container (`podmortem.operator.followed_pods`), and
 ``podmortem diagnose`` of a training log it is given (`podmortem.diagnosis.offline`,
 `podmortem.cli.diagnose_inputs`): the same lines then reach the same rules, so both take the bounds
 and the clipping from here.

@@ -7,7 +7,7 @@ A follower hands every batch of lines, in order and exactly once, to a
   --store``);
 - :class:`StdoutSink`: ``podmortem logs`` printing to the terminal;
 - :class:`TeeSink`: the store and the terminal at once;
-- ``podmortem.operator.following.WatchingSink``: the store, while keeping what the operator's
+- ``podmortem.operator.followed_pods.WatchingSink``: the store, while keeping what the operator's
   reports need (last line time, gaps, the per-epoch memory lines).
 
 A new sink is one class here implementing :class:`LogSink`.

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from podmortem.diagnosis.termination import Termination
 from podmortem.operator import log_links
-from podmortem.operator.following import PodLogFacts
+from podmortem.operator.followed_pods import PodLogFacts
 from podmortem.operator.reporting import kernel_record, prometheus
 from podmortem.reports.document import (
     Evidence,

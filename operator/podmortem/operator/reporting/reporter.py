@@ -32,7 +32,7 @@ from podmortem.diagnosis.termination import Termination
 from podmortem.kube import api as kube_mod
 from podmortem.logs.storage.store import LogStore
 from podmortem.operator import metrics, sidecar_injection
-from podmortem.operator.following import PodLogFacts
+from podmortem.operator.followed_pods import PodLogFacts
 from podmortem.operator.job_pressure import ProjectionLine
 from podmortem.operator.jobs import Target
 from podmortem.operator.reporting import kernel_record, prometheus, report_document

@@ -16,7 +16,7 @@ from podmortem import memory_line
 from podmortem.kube import api as kube_mod
 from podmortem.memory_line import status as memory_status
 from podmortem.operator import job_pressure, metrics
-from podmortem.operator.following import PodLogFacts, log_status_fields
+from podmortem.operator.followed_pods import PodLogFacts, log_status_fields
 from podmortem.operator.job_pressure import ProjectionLine
 from podmortem.operator.jobs import Target
 from podmortem.operator.status import StatusWriter

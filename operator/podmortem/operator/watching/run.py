@@ -39,7 +39,7 @@ from podmortem.logs.settings import FollowSettings, HttpSettings
 from podmortem.logs.storage.retention import RetentionSettings
 from podmortem.logs.storage.store import LogStore, StoreSettings
 from podmortem.operator import metrics
-from podmortem.operator.following import Following
+from podmortem.operator.followed_pods import Following
 from podmortem.operator.reporting import report_page
 from podmortem.operator.reporting.agent_client import AgentClient
 from podmortem.operator.reporting.reporter import Reporter

@@ -35,7 +35,7 @@ from podmortem.kube import api as kube_mod
 from podmortem.kube import owners as kube_owners
 from podmortem.kube.bodies import Body, PodBody
 from podmortem.operator import jobs, log_links, watch_options
-from podmortem.operator.following import Following, log_status_fields
+from podmortem.operator.followed_pods import Following, log_status_fields
 from podmortem.operator.jobs import Target
 from podmortem.operator.records import JobRecord, Reason, Records
 from podmortem.operator.reporting import job_view

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from podmortem.kube.bodies import PodBody
-from podmortem.operator.following import PodLogFacts
+from podmortem.operator.followed_pods import PodLogFacts
 
 
 def pod_status_fields(pod: Mapping[str, Any]) -> dict[str, Any]:
