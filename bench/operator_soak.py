@@ -46,7 +46,9 @@ one verdict line per goal from the issue, MET or NOT MET with the numbers:
 * the run itself: at least ``--minutes``, ``--pods`` pods and ``--terminations``
   terminations;
 * and, stricter than the issue, the pace: all the terminations within ``--minutes``
-  (+10 %), with the reports per second achieved.
+  (+10 %), with the reports per second achieved;
+* no event-loop pause over 100 ms (issue 40): a 10 ms sleep's longest lateness on
+  the operator's loop over the run, and the longest full collection.
 
 Usage: python bench/operator_soak.py [--minutes 10] [--pods 10000] [--terminations 100000]
        python bench/operator_soak.py --minutes 1 --pods 1000 --terminations 5000   (a quick try)
@@ -74,7 +76,7 @@ from podmortem.logs.storage.settings import StoreSettings
 from podmortem.operator import metrics
 from podmortem.operator.settings import AgentAccessSettings, OperatorSettings
 from podmortem.operator.watching import run as runtime
-from podmortem_demo.gc_pauses import GcPauses
+from podmortem_demo.gc_pauses import GOAL_S, GcPauses, LoopLag
 from podmortem_demo.scale_cluster import ScaleCluster
 from podmortem_demo.threads import OperatorThread
 
@@ -218,6 +220,11 @@ class Soak:
         self.base_fds = open_fds()
         #: The garbage collector's pauses over each wave's rounds (a full pass stops the loop).
         self.pauses = GcPauses()
+        #: The longest full collection over every wave's rounds, and the operator loop's longest stall.
+        self.longest_full_s = 0.0
+        self.lag = LoopLag()
+        assert operator.loop is not None
+        self.lag.start(operator.loop)
 
     def _check(self) -> None:
         if self.operator.error is not None:
@@ -283,6 +290,7 @@ class Soak:
             self._check()
 
         self.pauses.on = False
+        self.longest_full_s = max(self.longest_full_s, self.pauses.longest[2])
         cpu1, (api_cpu1, _) = os.times(), self.cluster.stats()
         own1 = own_latency_counts()
         own_n, own_over = own1[0] - own0[0], own1[1] - own0[1]
@@ -312,7 +320,10 @@ class Soak:
 
         # measure once kopf's per-object workers have idled out
         time.sleep(args.settle)
+        self.lag.on = False  # the bench's own full collection stops every thread: not the operator's
         gc.collect()
+        time.sleep(0.05)  # the probe's tick that spanned it ends before counting resumes
+        self.lag.on = True
         kinds = fd_kinds()
         fds = sum(kinds.values())
         api_fds = idle_api_sockets(self.operator, self.handles)
@@ -432,6 +443,7 @@ def run(args: argparse.Namespace) -> int:
                       f"{1000 * w.api_cpu_s / max(1, len(w.latencies)):6.1f} "
                       f"{w.wall_s:6.1f}  {'; '.join(w.notes)}", flush=True)
             elapsed = time.monotonic() - t0
+            soak.lag.stop()
             operator.stop(timeout=120)
             ccpu, requests = cluster.stats()
             _verdicts(args, waves, elapsed, soak, base_fds, base_tasks)
@@ -505,6 +517,11 @@ def _verdicts(args: argparse.Namespace, waves: list[Wave], elapsed: float, soak:
         f"the run: at least {args.minutes:g} min, {args.pods:,} pods and {args.terminations:,} terminations: "
         f"{elapsed / 60:.1f} min, {soak.pods_created:,} pods, {soak.terminations:,} terminations")
     # Stricter than the issue asks: all of it compressed into --minutes (the emulated API bounds it).
+    paused = max(soak.lag.longest, soak.longest_full_s)
+    say(paused <= GOAL_S, f"no event-loop pause over {1000 * GOAL_S:.0f} ms: the longest "
+        f"{1000 * soak.lag.longest:.0f} ms (a {1000 * soak.lag.TICK_S:.0f} ms sleep's lateness, over the "
+        f"run), "
+        f"the longest full collection {1000 * soak.longest_full_s:.0f} ms (over the rounds)")
     say(elapsed <= args.minutes * 60 * 1.10,
         f"the pace: {args.terminations:,} terminations in {args.minutes:g} min need {needed:.0f}/s; "
         f"reports sustained {rate:.0f}/s while waiting for them"

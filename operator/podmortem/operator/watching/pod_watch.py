@@ -46,6 +46,7 @@ from typing import Any
 
 import aiohttp
 
+from podmortem import startup_gc
 from podmortem.background import Background
 from podmortem.kube.connection import Connection, list_path
 from podmortem.kube.session import ApiSession
@@ -210,9 +211,12 @@ class PodWatch:
     """Lists and watches pods at ``path`` (cluster-wide or one namespace) for as long as it runs."""
 
     def __init__(self, *, connection: Connection, path: str, handler: Handler, accept: Filter,
-                 settings: PodWatchSettings | None = None) -> None:
+                 settings: PodWatchSettings | None = None, freezer: startup_gc.Freezer | None = None) -> None:
         self.connection = connection
         self.path = path
+        #: Freezes what lives as long as the pods after each list and wave of new pods (issue 40); the
+        #: operator passes one (`run_operator`), a watch without one leaves the collector alone.
+        self.freezer = freezer
         self.accept = accept
         self.settings = settings or PodWatchSettings()
         self.objects = PerObject(handler)
@@ -235,6 +239,8 @@ class PodWatch:
                 while True:
                     await self._once(api)
         finally:
+            if self.freezer is not None:
+                self.freezer.cancel()
             await self.objects.close()
 
     async def _once(self, api: ApiSession) -> None:
@@ -290,6 +296,8 @@ class PodWatch:
         if not accepted or deleted:
             self._forget(uid)
         else:
+            if self.freezer is not None and uid not in self._known:
+                self.freezer.added()
             self._remember(uid, obj)
         if not accepted:
             return
@@ -367,6 +375,8 @@ class PodWatch:
                 raise ValueError(f"a pod list page's continue is not a string: {token!r:.100}")
             if not token:
                 await self._hand_out_unlisted(listed)
+                if self.freezer is not None:
+                    self.freezer.listed()
                 return str(page.metadata.get("resourceVersion") or "")
         raise EndlessList(f"the list went on past {s.max_list_pages} pages; listing again")
 
@@ -424,10 +434,12 @@ class PodWatches:
     """One `PodWatch` per watched namespace (or one cluster-wide), started and stopped together."""
 
     def __init__(self, *, connection: Connection, namespaces: Sequence[str], handler: Handler,
-                 accept: Filter, settings: PodWatchSettings | None = None) -> None:
+                 accept: Filter, settings: PodWatchSettings | None = None,
+                 freezer: startup_gc.Freezer | None = None) -> None:
+        # One freezer for every namespace's watch: the process has one heap.
         self.watches = [
             PodWatch(connection=connection, path=list_path("", "v1", "pods", namespace or None),
-                     handler=handler, accept=accept, settings=settings)
+                     handler=handler, accept=accept, settings=settings, freezer=freezer)
             for namespace in (namespaces or ("",))
         ]
         #: One eternal task per watch, ``podmortem-pod-watch-<its path>``: a watch that

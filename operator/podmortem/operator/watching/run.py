@@ -24,7 +24,7 @@ import kopf
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from podmortem import open_files, serving_limits
+from podmortem import open_files, serving_limits, startup_gc
 from podmortem.background import Background
 from podmortem.errors import PodmortemError
 from podmortem.kube import api as kube_mod
@@ -322,7 +322,7 @@ async def run_operator(
             await service.on_pod(body, deleted=deleted)
 
         pod_watches = PodWatches(connection=connection, namespaces=settings.namespaces, handler=on_pod,
-                                 accept=registry_mod.maybe_followed)
+                                 accept=registry_mod.maybe_followed, freezer=startup_gc.pod_freezer())
         elector = None
         if settings.leader_election is not None:
             elector = Elector(kube=kube, settings=settings.leader_election)
