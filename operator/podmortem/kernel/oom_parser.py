@@ -6,7 +6,9 @@ client, with unrelated lines around and between records, lines from several host
 interleaved (syslog aggregation), and records cut short (``grep -C`` separators, ``...``).
 The parser never raises on input text: what it cannot read it skips, and a record that
 lacks parts says so in ``missing``. Only the kernel's own lines count: a line of another
-program that quotes the kernel (node-problem-detector, kubelet, systemd-oomd) is not a kill.
+program that quotes the kernel (node-problem-detector, kubelet, systemd-oomd) is not a kill;
+node-problem-detector's OOMKilling Events are read (`podmortem.kernel.event_kills`) only where the
+text holds no kernel record of its own, as the only copy of the kernel's kill line there is.
 
 It is a single pass over lines, linear in the input: every regex is anchored or bounded.
 Each line's prefix is stripped by `podmortem.kernel.log_lines`, and the message is
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podmortem.kernel import log_lines
+from podmortem.kernel.event_kills import EventKills
 from podmortem.kernel.kmsg import KmsgRecord
 from podmortem.kernel.log_lines import ELISIONS, Line
 from podmortem.reports.memory import CgroupMemoryStat
@@ -893,10 +896,19 @@ def parse_records(records: Iterable[KmsgRecord]) -> list[OomKillRecord]:
 def parse_lines(lines: Iterable[str]) -> list[OomKillRecord]:
     """Every OOM-kill record in these lines, in order, wrapped lines joined. Never raises on odd text."""
     parser = OomParser(join_wraps=True)
+    events = EventKills()
     with _collector_paused():
         for line in log_lines.unescape_markdown(log_lines.unquote_printable(lines)):
+            events.see(line)
             parser.feed(line)
         records = parser.finish()
+        if not records and events.lines:
+            # No kernel line of its own: node-problem-detector's OOMKilling Events are the kernel's
+            # kill lines as its kernel monitor copied them (`podmortem.kernel.event_kills`).
+            quoted = OomParser()
+            for text in events.lines:
+                quoted.feed(text)
+            records = quoted.finish()
     return merge_repeats(drop_bare_quotes(records))
 
 

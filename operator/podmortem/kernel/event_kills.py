@@ -1,0 +1,97 @@
+"""The kernel's kill lines as node-problem-detector's ``OOMKilling`` Events carry them.
+
+node-problem-detector's kernel monitor (its ``config/kernel-monitor.json``) matches the kernel's
+own kill line with a rule of reason ``OOMKilling``: ``Killed process \\d+ (.+) total-vm:\\d+kB,
+anon-rss:\\d+kB, file-rss:\\d+kB.*`` today, ``Kill process \\d+ (.+) score \\d+ or sacrifice child``
+(with ``\\nKilled process ...`` after it in some releases) before kernel 4.19 reworded it. The
+Event it posts on the node has the matched kernel text as its message, with whatever came before
+it on the kernel's line (``Memory cgroup out of memory: ``), and the API server may prefix
+``(combined from similar events): ``. So ``kubectl get events`` rows, a describe Events row and
+an event dump (``Reason:OOMKilling`` ... ``Message:...``) hold the kernel's own kill lines. A row
+is read only with the cells kubectl prints between the reason and the message: the object
+(``node/NAME``: node-problem-detector posts on the Node) or describe's source (``kernel-monitor``).
+
+Why apart from `podmortem.kernel.log_lines`: such a line is the kernel's record only when the
+text holds nothing better. With the node's log given too, the kernel's own lines are the record
+and the Events repeat them; `podmortem.kernel.oom_parser.parse_lines` reads these lines only when
+the text holds no record of its own. A journal line of node-problem-detector itself (``prog[pid]:``)
+is its log, not an Event, and is never read here.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: The kill lines node-problem-detector's OOMKilling rules match (mm/oom_kill.c's wordings).
+KILL_TEXTS = (
+    "Memory cgroup out of memory: Kill process ",
+    "Memory cgroup out of memory: Killed process ",
+    "Out of memory: Kill process ",
+    "Out of memory: Killed process ",
+    "Kill process ",
+    "Killed process ",
+)
+_KILL = re.compile("|".join(re.escape(t) for t in KILL_TEXTS))
+#: A program's journal line (node-problem-detector's own log, the kubelet's): not an Event.
+_PROGRAM_LINE = re.compile(r"[\w.@/-]\[\d{1,10}\]: ")
+#: The reason as a cell of ``kubectl get events`` or describe's Events table.
+_ROW = re.compile(r"(?:^|[\s|])OOMKilling(?=[\s|])")
+#: The reason as a field of an event dump: ``Reason:OOMKilling``, ``reason: OOMKilling``, JSON.
+_REASON_FIELD = re.compile(r"""\s{0,64}["']?[Rr]eason["']?\s{0,8}[:=]\s{0,8}["']?OOMKilling\b""")
+#: The message field of an event dump, and any field that ends it.
+_MESSAGE_FIELD = re.compile(r"""\s{0,64}["']?[Mm]essage["']?\s{0,8}[:=]\s{0,8}["']?""")
+_ANY_FIELD = re.compile(r"""\s{0,64}["']?[A-Za-z][\w ]{0,31}["']?\s{0,8}[:=]""")
+#: Fields of one event dump between its reason and its message.
+_FIELDS_TO_MESSAGE = 12
+
+
+def kill_text(text: str) -> str | None:
+    """The kernel's kill line in ``text`` from where it starts, or None."""
+    m = _KILL.search(text)
+    return None if m is None else text[m.start():].rstrip().rstrip(",").rstrip("\"'")
+
+
+class EventKills:
+    """Collects the kernel's kill lines from OOMKilling Events, line by line (linear, one look a line
+    outside an event dump: ``OOMKilling`` must be in it)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        #: Lines left in which an event dump's message may still come (its reason seen), or 0.
+        self._dump = 0
+        #: Inside an OOMKilling dump's message: its next lines may be more kernel lines.
+        self._in_message = False
+
+    def see(self, raw: str) -> None:
+        if self._in_message:
+            found = kill_text(raw)
+            if found is not None and raw.lstrip().startswith(KILL_TEXTS):
+                self.lines.append(found)
+                return
+            self._in_message = False
+        if self._dump:
+            self._dump -= 1
+            m = _MESSAGE_FIELD.match(raw)
+            if m is not None:
+                self._dump = 0
+                found = kill_text(raw[m.end():])
+                if found is not None:
+                    self.lines.append(found)
+                    self._in_message = True
+                return
+            if _ANY_FIELD.match(raw) is None:
+                self._dump = 0
+        if "OOMKilling" not in raw or _PROGRAM_LINE.search(raw) is not None:
+            return
+        if _REASON_FIELD.match(raw) is not None:
+            self._dump = _FIELDS_TO_MESSAGE
+            return
+        row = _ROW.search(raw)
+        if row is not None:
+            rest = raw[row.end():]
+            m = _KILL.search(rest)
+            # The row's cells between the reason and the message name the Event's object (``get
+            # events``: ``node/NAME``) or its source (describe: ``kernel-monitor, NAME``): a line of
+            # prose that only names the reason ("Warning OOMKilling <the message>") is a quote.
+            if m is not None and ("node/" in rest[:m.start()] or "kernel-monitor" in rest[:m.start()]):
+                self.lines.append(rest[m.start():].rstrip())
