@@ -11,7 +11,7 @@ from typing import Any
 
 from podmortem.diagnosis import from_record
 from podmortem.kernel import oom_parser
-from podmortem.render import page, timeline
+from podmortem.render import page, timeline_svg
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.units import GIB, MIB
@@ -183,9 +183,9 @@ def test_no_timeline_reason_is_said() -> None:
 
 
 def test_axis_labels_are_whole_binary_units() -> None:
-    assert timeline.axis_label(3 * GIB) == "3 GiB"
-    assert timeline.axis_label(512 * MIB) == "512 MiB"
-    assert timeline.axis_label(GIB + GIB // 2) == "1.5 GiB"
+    assert timeline_svg.axis_label(3 * GIB) == "3 GiB"
+    assert timeline_svg.axis_label(512 * MIB) == "512 MiB"
+    assert timeline_svg.axis_label(GIB + GIB // 2) == "1.5 GiB"
 
 
 def test_stored_report_roundtrips_as_json() -> None:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from podmortem.render import page
-from podmortem.render import timeline as tl_mod
+from podmortem.render import page, timeline_svg
 from podmortem.reports import timeline_model as tm
 from podmortem.reports.document import ReportDocument
 
@@ -54,7 +53,7 @@ def test_a_known_line_count_is_still_said() -> None:
 def test_a_timeline_with_no_bytes_draws_no_axis() -> None:
     """The filed ``timeline.svg`` of a report without samples: no 0 B-1 B axis either."""
     kill = datetime(2024, 5, 1, 12, 0, 3, tzinfo=UTC)
-    svg = tl_mod.svg(tm.Timeline(kill_at=kill, last_line_at=kill - timedelta(seconds=2)))
+    svg = timeline_svg.svg(tm.Timeline(kill_at=kill, last_line_at=kill - timedelta(seconds=2)))
     assert ">0 B<" not in svg and ">1 B<" not in svg
     assert "no memory samples" in svg
 

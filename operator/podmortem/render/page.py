@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from podmortem.render import timeline as tl_mod
+from podmortem.render import timeline_svg
 from podmortem.reports import timeline_model as tm
 from podmortem.reports.document import KernelRecordState, ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
@@ -337,7 +337,7 @@ def kill_point(report: ReportDocument) -> tuple[datetime, int] | None:
 def _legend(tl: tm.Timeline) -> str:
     items = "".join(
         f'<span><i style="background:{colour}"></i>{esc(words)}</span>'
-        for colour, words in tl_mod.legend_of(tl)
+        for colour, words in timeline_svg.legend_of(tl)
     )
     return f'<div class="legend">{items}</div>'
 
@@ -591,7 +591,7 @@ def render(data: PageInput, *, max_bytes: int = PAGE_MAX_BYTES) -> str:
                 "no per-epoch peaks), so no timeline is drawn</p>"
             )
         else:
-            drawn.append(tl_mod.svg(tl, title=f"memory of {pod.name or data.title}"))
+            drawn.append(timeline_svg.svg(tl, title=f"memory of {pod.name or data.title}"))
             drawn.append(_legend(tl))
         if tl.kill_at is not None and tl.last_line_at is not None:
             words = _last_line_words(tl.last_line_at, tl.kill_at, kill_end)

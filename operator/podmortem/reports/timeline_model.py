@@ -1,6 +1,6 @@
 """What a memory timeline shows, as plain data: the series, epoch peaks, processes, kill and projection.
 
-The renderer (`podmortem.render.timeline`) draws it; the stored timeline, the reporter and the
+The renderer (`podmortem.render.timeline_svg`) draws it; the stored timeline, the reporter and the
 page's caller fill it. Kept apart from the renderer so that the report models never import it.
 """
 

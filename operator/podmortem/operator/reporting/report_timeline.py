@@ -23,8 +23,7 @@ from typing import Any
 from podmortem.diagnosis.termination import Termination
 from podmortem.files import read_nofollow
 from podmortem.logs.storage.store import LogStore
-from podmortem.render import page
-from podmortem.render import timeline as tl_mod
+from podmortem.render import page, timeline_svg
 from podmortem.reports import stored_timeline
 from podmortem.reports import timeline_model as tm
 from podmortem.reports.document import ReportDocument
@@ -60,7 +59,7 @@ def build(
         page.PageInput(title="", report=report, samples=got, restarts=got_restarts, projection=got_projection)
     )
     title = f"memory timeline of {pod.namespace}/{pod.name}"
-    return doc, tl_mod.svg(tl, title=title)
+    return doc, timeline_svg.svg(tl, title=title)
 
 
 def belongs_to(doc: Mapping[str, Any], report: ReportDocument) -> bool:
