@@ -16,7 +16,7 @@ from tests.logs.test_http import SARS, TOKENS, access_review, token_review
 from podmortem.kube.session import ApiSession
 from podmortem.logs.serving import auth, http
 from podmortem.logs.storage.store import LogStore
-from podmortem.operator.reporting import report_page, report_timeline
+from podmortem.operator.reporting import report_page, timeline_files
 from podmortem.reports import stored_timeline
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
@@ -118,7 +118,7 @@ def _file_timeline(root: Path, *, pod: str) -> None:
         for i in range(10)
     ]
     report = dict(REPORT, pod=dict(REPORT["pod"], name=pod))  # type: ignore[arg-type]
-    doc, svg = report_timeline.build(ReportDocument.parse(report), samples)
+    doc, svg = timeline_files.build(ReportDocument.parse(report), samples)
     directory = root / "ns" / "job" / pod  # next to that pod's logs
     directory.mkdir(parents=True)
     stored_timeline.write(directory, doc, svg)

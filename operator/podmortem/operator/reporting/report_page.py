@@ -41,7 +41,7 @@ from podmortem.logs.serving import http as log_http
 from podmortem.logs.storage import read_pool, reading, store
 from podmortem.operator import jobs
 from podmortem.operator.log_links import report_url
-from podmortem.operator.reporting import report_timeline
+from podmortem.operator.reporting import timeline_files
 from podmortem.operator.reporting.reporter import Reporter
 from podmortem.render import page
 from podmortem.reports import stored_bounds, stored_timeline
@@ -313,7 +313,7 @@ async def _page(request: web.Request, namespace: str, job: str, report: ReportDo
     stored = await _stored_timeline(log_store, namespace, job, report)
     samples, restarts, projection = (
         stored_timeline.expand(stored)
-        if stored is not None and report_timeline.belongs_to(stored, report)
+        if stored is not None and timeline_files.belongs_to(stored, report)
         else ([], [], None)
     )
     data = page.PageInput(
@@ -348,7 +348,7 @@ async def _stored_timeline(
     pod = report.pod.name
     if not pod:
         return None
-    return await read_pool.run(report_timeline.load, log_store, namespace=namespace, job=job, pod=pod)
+    return await read_pool.run(timeline_files.load, log_store, namespace=namespace, job=job, pod=pod)
 
 
 async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
@@ -364,9 +364,9 @@ async def get_timeline_svg(request: web.Request) -> web.StreamResponse:
     svg = None
     pod = answer.report.pod.name
     if stored is not None and pod:
-        svg = await read_pool.run(report_timeline.read, log_store, namespace=namespace, job=job, pod=pod,
+        svg = await read_pool.run(timeline_files.read, log_store, namespace=namespace, job=job, pod=pod,
                                   name=stored_timeline.SVG_NAME)
-    if svg is None or stored is None or not report_timeline.belongs_to(stored, answer.report):
+    if svg is None or stored is None or not timeline_files.belongs_to(stored, answer.report):
         return web.Response(
             status=404, text=f"no timeline of the report of {namespace}/{job} is filed in the log store\n"
         )

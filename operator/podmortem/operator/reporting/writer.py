@@ -23,7 +23,7 @@ from podmortem.memory_line.status import peak_of_limit
 from podmortem.operator import log_links, metrics
 from podmortem.operator.job_pressure import ProjectionLine
 from podmortem.operator.jobs import Target
-from podmortem.operator.reporting import report_timeline
+from podmortem.operator.reporting import timeline_files
 from podmortem.operator.reporting.job_view import JobView
 from podmortem.operator.reporting.outcome import Outcome, headline
 from podmortem.operator.reporting.registry import Reports
@@ -219,18 +219,18 @@ class ReportWriter:
             logger.warning("posting the JobRootCause event of %s failed: %s", target.name, exc)
 
     async def file_timeline(self, outcome: Outcome, evidence: PodEvidence | None) -> None:
-        """The timeline with the agent's samples next to the job's logs (`report_timeline`; best effort)."""
+        """The timeline with the agent's samples next to the job's logs (`timeline_files`; best effort)."""
         t = outcome.termination
         if self.log_store is None:
             return
-        await report_timeline.save(
+        await timeline_files.save(
             self.log_store,
             namespace=outcome.target.namespace,
             job=outcome.target.name,
             pod=t.pod,
             report=outcome.document,
             samples=evidence.samples if evidence is not None else [],
-            restarts=report_timeline.restarts_of(t, (o.termination for o in self.reports.of_pod(t.pod_uid))),
+            restarts=timeline_files.restarts_of(t, (o.termination for o in self.reports.of_pod(t.pod_uid))),
             projection=self._projection(t.pod_uid),
         )
 

@@ -12,7 +12,7 @@ import pytest
 
 from podmortem.diagnosis.termination import Termination
 from podmortem.logs.storage.store import LogStore, StoreSettings
-from podmortem.operator.reporting import report_timeline
+from podmortem.operator.reporting import timeline_files
 from podmortem.reports import stored_timeline
 from podmortem.reports.document import ReportDocument
 from podmortem.reports.memory import MemorySample, ProcessMemory
@@ -44,21 +44,21 @@ async def log_store(tmp_path: Path) -> AsyncIterator[LogStore]:
 
 async def test_filed_in_the_pods_directory_naming_the_pod(tmp_path: Path, log_store: LogStore) -> None:
     job_dir = tmp_path / "ns" / "job" / "p"
-    assert not await report_timeline.save(log_store, namespace="ns", job="job", pod="p", report=REPORT,
+    assert not await timeline_files.save(log_store, namespace="ns", job="job", pod="p", report=REPORT,
                                           samples=SAMPLES)
     assert not job_dir.exists()  # no log of the pod in the store: nothing would ever delete the files
     job_dir.mkdir(parents=True)
     restart = T0 + timedelta(seconds=25)
-    assert await report_timeline.save(
+    assert await timeline_files.save(
         log_store, namespace="ns", job="job", pod="p", report=REPORT, samples=SAMPLES, restarts=[restart]
     )
     doc = json.loads((job_dir / stored_timeline.JSON_NAME).read_text())
     assert doc["pod"] == {"namespace": "ns", "name": "p", "uid": "u1"} and doc["samples"] == 6
-    assert report_timeline.load(log_store, namespace="ns", job="job", pod="p") == doc
-    assert report_timeline.load(log_store, namespace="ns", job="job", pod="other-pod") is None
-    assert report_timeline.belongs_to(doc, REPORT)
+    assert timeline_files.load(log_store, namespace="ns", job="job", pod="p") == doc
+    assert timeline_files.load(log_store, namespace="ns", job="job", pod="other-pod") is None
+    assert timeline_files.belongs_to(doc, REPORT)
     new_pod = ReportDocument.parse({"pod": {"name": "p", "uid": "u2"}})  # a new pod, same name
-    assert not report_timeline.belongs_to(doc, new_pod)
+    assert not timeline_files.belongs_to(doc, new_pod)
     svg = (job_dir / stored_timeline.SVG_NAME).read_text()
     assert 'data-process="trainer"' in svg and 'data-process="workers"' in svg and 'class="restart"' in svg
 
@@ -68,18 +68,18 @@ async def test_a_failed_write_is_logged_not_raised(
 ) -> None:
     (tmp_path / "ns" / "job" / "p" / stored_timeline.JSON_NAME).mkdir(parents=True)  # in the way
     with caplog.at_level(logging.WARNING):
-        assert not await report_timeline.save(
+        assert not await timeline_files.save(
             log_store, namespace="ns", job="job", pod="p", report=REPORT, samples=SAMPLES
         )
     assert "filing the report timeline of ns/job (pod p) failed" in caplog.text
-    assert not await report_timeline.save(log_store, namespace="ns", job="../x", pod="p", report=REPORT,
+    assert not await timeline_files.save(log_store, namespace="ns", job="../x", pod="p", report=REPORT,
                                           samples=[])
 
 
 def test_restarts_are_the_same_pods_earlier_ends() -> None:
     now = term(T0 + timedelta(minutes=5))
     earlier = [term(T0 + timedelta(minutes=1)), term(T0 + timedelta(minutes=2), uid="other"), term(None), now]
-    assert report_timeline.restarts_of(now, earlier) == [T0 + timedelta(minutes=1)]
+    assert timeline_files.restarts_of(now, earlier) == [T0 + timedelta(minutes=1)]
 
 
 async def test_never_written_or_read_through_a_link_in_the_store(tmp_path: Path, log_store: LogStore) -> None:
@@ -88,14 +88,14 @@ async def test_never_written_or_read_through_a_link_in_the_store(tmp_path: Path,
     elsewhere.mkdir()
     (tmp_path / "ns" / "job").mkdir(parents=True)
     (tmp_path / "ns" / "job" / "p").symlink_to(elsewhere)
-    assert not await report_timeline.save(log_store, namespace="ns", job="job", pod="p", report=REPORT,
+    assert not await timeline_files.save(log_store, namespace="ns", job="job", pod="p", report=REPORT,
                                           samples=SAMPLES)
     assert list(elsewhere.iterdir()) == []
     (elsewhere / stored_timeline.JSON_NAME).write_text(json.dumps({"pod": REPORT.pod_json()}))
-    assert report_timeline.load(log_store, namespace="ns", job="job", pod="p") is None
+    assert timeline_files.load(log_store, namespace="ns", job="job", pod="p") is None
     # A planted file link inside the real directory is not read either.
     real = tmp_path / "ns" / "job2" / "p"
     real.mkdir(parents=True)
     (real / stored_timeline.SVG_NAME).symlink_to(elsewhere / stored_timeline.JSON_NAME)
     svg = stored_timeline.SVG_NAME
-    assert report_timeline.read(log_store, namespace="ns", job="job2", pod="p", name=svg) is None
+    assert timeline_files.read(log_store, namespace="ns", job="job2", pod="p", name=svg) is None
