@@ -7,7 +7,7 @@ from podmortem.diagnosis.categories import dominant_category
 from podmortem.diagnosis.forks import fork_copies, fork_view, shared_pages_double_counted
 from podmortem.diagnosis.from_record import diagnose
 from podmortem.diagnosis.kill_causes import eviction, global_oom, memcg_limit, sigkill_not_oom
-from podmortem.diagnosis.logs import stale_log
+from podmortem.diagnosis.log_staleness import stale_log
 
 __all__ = [
     "diagnose",

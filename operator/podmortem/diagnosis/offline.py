@@ -24,7 +24,7 @@ from podmortem.diagnosis import in_pod_evidence as in_pod
 from podmortem.diagnosis import job_root_cause as jrc
 from podmortem.diagnosis import pod_describe, pod_events, sidecar_findings, verdicts
 from podmortem.diagnosis import termination as term_mod
-from podmortem.diagnosis.logs import STALE_AFTER
+from podmortem.diagnosis.log_staleness import STALE_AFTER
 from podmortem.diagnosis.pasted import DESCRIBE_NAME, YAML_FIRST, pasted_lines
 from podmortem.diagnosis.pasted import BadInput as BadInput
 from podmortem.diagnosis.pod_describe import known_key
