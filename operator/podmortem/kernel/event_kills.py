@@ -37,12 +37,13 @@ _PROGRAM_LINE = re.compile(r"[\w.@/-]\[\d{1,10}\]: ")
 #: The reason as a cell of ``kubectl get events`` or describe's Events table.
 _ROW = re.compile(r"(?:^|[\s|])OOMKilling(?=[\s|])")
 #: The reason as a field of an event dump: ``Reason:OOMKilling``, ``reason: OOMKilling``, JSON.
-_REASON_FIELD = re.compile(r"""\s{0,64}["']?[Rr]eason["']?\s{0,8}[:=]\s{0,8}["']?OOMKilling\b""")
-#: The message field of an event dump, and any field that ends it.
-_MESSAGE_FIELD = re.compile(r"""\s{0,64}["']?[Mm]essage["']?\s{0,8}[:=]\s{0,8}["']?""")
-_ANY_FIELD = re.compile(r"""\s{0,64}["']?[A-Za-z][\w ]{0,31}["']?\s{0,8}[:=]""")
+_REASON_FIELD = re.compile(r"""(?<![\w])["']?[Rr]eason["']?\s{0,8}[:=]\s{0,8}["']?OOMKilling\b""")
+#: The message field of an event dump.
+_MESSAGE_FIELD = re.compile(r"""(?<![\w])["']?[Mm]essage["']?\s{0,8}[:=]\s{0,8}["']?""")
 #: Fields of one event dump between its reason and its message.
 _FIELDS_TO_MESSAGE = 12
+#: Lines a quoted message may be wrapped into (a kernel kill line is under 300 characters).
+_WRAPPED_PARTS = 8
 
 
 def kill_text(text: str) -> str | None:
@@ -61,29 +62,45 @@ class EventKills:
         self._dump = 0
         #: Inside an OOMKilling dump's message: its next lines may be more kernel lines.
         self._in_message = False
+        #: A quoted message (JSON, YAML) whose closing quote has not come yet: lines a terminal or a
+        #: mail client wrapped it into, joined as they were cut (at most `_WRAPPED_PARTS` of them).
+        self._open_quote = ""
+        self._parts = 0
 
     def see(self, raw: str) -> None:
+        if self._open_quote:
+            self._parts -= 1
+            end = raw.find(self._open_quote)
+            self.lines[-1] += raw if end < 0 else raw[:end]
+            if end >= 0 or not self._parts:
+                self._open_quote = ""
+            return
         if self._in_message:
             found = kill_text(raw)
-            if found is not None and raw.lstrip().startswith(KILL_TEXTS):
+            if found is not None and _KILL.match(raw.lstrip()) is not None:
                 self.lines.append(found)
                 return
             self._in_message = False
         if self._dump:
             self._dump -= 1
-            m = _MESSAGE_FIELD.match(raw)
+            # Whatever prefix each line of the paste carries (a viewer's, a logger's), the field is
+            # searched for in the line.
+            m = _MESSAGE_FIELD.search(raw)
             if m is not None:
                 self._dump = 0
-                found = kill_text(raw[m.end():])
+                value = raw[m.end():]
+                found = kill_text(value)
                 if found is not None:
+                    quote = raw[m.end() - 1]
+                    if quote in "\"'" and quote not in value:
+                        self._open_quote, self._parts = quote, _WRAPPED_PARTS
+                        found = value[value.find(found[:20]):]
                     self.lines.append(found)
                     self._in_message = True
                 return
-            if _ANY_FIELD.match(raw) is None:
-                self._dump = 0
         if "OOMKilling" not in raw or _PROGRAM_LINE.search(raw) is not None:
             return
-        if _REASON_FIELD.match(raw) is not None:
+        if _REASON_FIELD.search(raw) is not None:
             self._dump = _FIELDS_TO_MESSAGE
             return
         row = _ROW.search(raw)
