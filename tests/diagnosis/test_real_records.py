@@ -41,8 +41,11 @@ def test_quotes_of_the_kernel_by_other_tools_are_not_kills() -> None:
     assert [r.victim_pid for r in records] == [68061]
     records, _ = _reports("63-aks-node-allocatable-besteffort-oomgroup-npd")
     assert [r.victim_pid for r in records] == [7788]
-    for stem in ("29-npd-766-event-json-quotes-kernel", "30-kubernikus-321-describe-node-event"):
-        assert _reports(stem)[0] == []
+    # A describe node Events row of another reason (PodOOMKilling) is no node-problem-detector Event.
+    assert _reports("30-kubernikus-321-describe-node-event")[0] == []
+    # node-problem-detector's OOMKilling Event alone: the only copy of the kernel's kill line there is.
+    records, _ = _reports("29-npd-766-event-json-quotes-kernel")
+    assert [(r.victim_pid, r.victim_comm) for r in records] == [(3504804, "kubectl")]
 
 
 def test_node_allocatable_limit_is_not_called_the_pods_own() -> None:
