@@ -124,7 +124,12 @@ def _compile(fmt: str, fields: tuple[Field, ...], *, whole: bool) -> tuple[re.Pa
     if index != len(fields):
         raise ValueError(f"{fmt!r}: {len(fields)} fields for {index} placeholders")
     tail = fmt[at:].rstrip(" ")  # "%v. ": the kubelet's messages are joined; a line ends without it
-    pieces.append(_literal(tail))
+    # A message's final full stop is the one character a poster drops ("... Segmentation fault"):
+    # the message is whole without it.
+    stop = tail.endswith(".") and len(fmt) > 1
+    if stop:
+        tail = tail[:-1]
+    pieces.append(_literal(tail) + (r"\.?" if stop else ""))
     literals.append((tail, before))
     body = "".join(pieces)
     if fmt[:1].isalnum():
@@ -132,8 +137,10 @@ def _compile(fmt: str, fields: tuple[Field, ...], *, whole: bool) -> tuple[re.Pa
     if whole:
         # The whole line after a prefix: at its start, after a progress bar's "\r", or after a
         # prefix's closing bracket, bar, colon or line number ("[pod/x] Killed", "node | Killed",
-        # "[rank0]: ", "  12 Killed"), or inside quote marks ("\"Killed\",").
-        body = rf"(?:^|(?<=[\r\]|│:>\d\"']))[ \t]{{0,{_WHOLE_SPACES}}}" + body + r"\s*(?:[\"'],?\s*)?$"
+        # "[rank0]: ", "  12 Killed"), inside quote marks ("\"Killed\","), or Markdown's emphasis
+        # ("**Killed**", a poster's bold).
+        body = (rf"(?:^|(?<=[\r\]|│:>\d\"'*]))[ \t]{{0,{_WHOLE_SPACES}}}" + body
+                + r"\s*(?:[\"'],?\s*|\*{1,3}\s*)?$")
     anchor, lead = max(literals, key=lambda item: len(item[0].strip()))
     lead += len(anchor) - len(anchor.lstrip()) + (_WHOLE_SPACES if whole else 0)
     return re.compile(body), anchor.strip(), lead
@@ -314,6 +321,26 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("xla-oom", "XLA", "xla/stream_executor/gpu (BFC / device memory allocator) via jaxlib",
           "RESOURCE_EXHAUSTED: Out of memory while trying to allocate {}.", "jaxlib 0.1.5x-0.5",
           "cuda-oom", _f("tried:size"), framework="JAX/XLA"),
+    Entry("xla-oom-status-words", "XLA",
+          "the same status printed by Status::ToString before absl::Status (error code in words)",
+          "Resource exhausted: Out of memory while trying to allocate {}.", "jaxlib 0.1.x (2019-2020)",
+          "cuda-oom", _f("tried:size"), framework="JAX/XLA"),
+    Entry("xla-oom-allocating", "XLA",
+          "xla/pjrt MaybeOwningGpuMemory::AllocateShared "
+          "ResourceExhausted(\"Out of memory allocating %d bytes.\", size)",
+          "RESOURCE_EXHAUSTED: Out of memory allocating %d bytes.", "jaxlib 0.3-0.4", "cuda-oom",
+          _f("tried:int"), framework="JAX/XLA"),
+    Entry("xla-cumemallocasync-oom", "XLA",
+          "xla/stream_executor/gpu/gpu_cudamallocasync_allocator.cc AllocateRaw: LOG(ERROR) << Name() << "
+          "\" cuMemAllocAsync failed to allocate \" << num_bytes << \" bytes: \" << "
+          "GetCudaErrorMessage(result)",
+          "cuMemAllocAsync failed to allocate %d bytes: %sCUDA_ERROR_OUT_OF_MEMORY", "jaxlib 0.4-0.7",
+          "cuda-oom", _f("tried:int", "status:text"), framework="JAX/XLA"),
+    Entry("xla-cumemallocasync-oom-old", "XLA",
+          "tensorflow/core/common_runtime/gpu/gpu_cudamallocasync_allocator.cc "
+          "(before \" bytes\" was added)",
+          "cuMemAllocAsync failed to allocate %d: %sCUDA_ERROR_OUT_OF_MEMORY",
+          "TF 2.5-2.8, jaxlib 0.1.7x-0.3", "cuda-oom", _f("tried:int", "status:text"), framework="JAX/XLA"),
     # -- Python, NumPy, libstdc++ -------------------------------------------------------------------
     Entry("numpy-unable-to-allocate", "NumPy", "numpy/core/_exceptions.py _ArrayMemoryError.__str__",
           "Unable to allocate {} for an array with shape {} and data type {}", "1.17-2.x",
@@ -333,6 +360,12 @@ ENTRIES: tuple[Entry, ...] = (
           "Killed", "bash 3-5, dash 0.5", "sigkill-not-oom", whole=True, framework="shell"),
     Entry("shell-segfault", "bash/dash", "strsignal(SIGSEGV) and \" (core dumped)\" in the job report",
           "Segmentation fault (core dumped)", "bash 3-5, dash 0.5", "segfault", framework="shell"),
+    Entry("zsh-segfault", "zsh",
+          "Src/jobs.c printjob (sigmsg(SIGSEGV) = \"segmentation fault\", Src/signames2.awk)",
+          "zsh: segmentation fault %s", "zsh 4-5", "segfault", _f("command:rest"), framework="zsh"),
+    Entry("zsh-segfault-pid", "zsh",
+          "Src/jobs.c printjob, long form (a job's pid before its status: jobs -l, LONG_LIST_JOBS)",
+          "%d segmentation fault %s", "zsh 4-5", "segfault", _f("pid:int", "command:rest"), framework="zsh"),
     # -- the kubelet --------------------------------------------------------------------------------
     Entry("kubelet-eviction-node-low", "Kubernetes kubelet",
           "pkg/kubelet/eviction/helpers.go nodeLowMessageFmt",

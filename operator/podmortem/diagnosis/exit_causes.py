@@ -199,11 +199,13 @@ def shm_full(*, exit_code: int | None, facts: LogFacts, shm: ShmSize | None) -> 
 def segfault(*, exit_code: int | None, facts: LogFacts) -> Finding | None:
     """Exit 139 (SIGSEGV), or a launcher's child killed by SIGSEGV: torchrun's -11 for the worker
     that failed first, ``torch.distributed.launch``'s ``CalledProcessError ... died with
-    <Signals.SIGSEGV: 11>``, a DataLoader worker ``killed by signal: Segmentation fault``."""
+    <Signals.SIGSEGV: 11>``, a DataLoader worker ``killed by signal: Segmentation fault``, a shell's
+    job report (``Segmentation fault (core dumped)``, zsh's ``segmentation fault``)."""
     child = facts.child_signal if facts.child_signal is not None and facts.child_signal.signal == 11 else None
-    if exit_code != SIGSEGV_EXIT and child is None and facts.worker_segfault is None:
+    shell = facts.shell_segfault
+    if exit_code != SIGSEGV_EXIT and child is None and facts.worker_segfault is None and shell is None:
         return None
-    line = facts.worker_segfault or facts.segfault_line or (
+    line = facts.worker_segfault or facts.segfault_line or shell or (
         f"{child.who} died of SIGSEGV: {child.line.rstrip('.')}"
         if child is not None
         else "exit code 139 (SIGSEGV)"

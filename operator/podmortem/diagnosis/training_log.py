@@ -217,6 +217,11 @@ def _other_gpu_oom(lines: Sequence[str], at: int) -> CudaOom | None:
     """Line ``at`` as another framework's GPU out-of-memory message (`_OTHER_GPU_OOM`), or None."""
     raw = lines[at]
     found = catalogue.find(raw, _OTHER_GPU_OOM)
+    if found is None and raw[-1:] == " " and at + 1 < len(lines):
+        # A soft wrap (a mail client's, a forum's: the line keeps the space it was cut at): the
+        # message goes on in the next line ("... Resource exhausted: Out " / "of memory while ...").
+        raw = raw + lines[at + 1].lstrip()
+        found = catalogue.find(raw, _OTHER_GPU_OOM)
     if found is None or _NOT_A_FAILURE in raw:
         return None
     fields = found.fields
@@ -267,6 +272,8 @@ class ShellKill:
 
 _SIGKILL_REPORTS = tuple(e for e in catalogue.ENTRIES if e.verdict == "sigkill-not-oom")
 _SEGV_WORKER = (catalogue.BY_KEY["torch-dataloader-segv"],)
+#: A shell's job report of a process that died of SIGSEGV: bash's and dash's strsignal() words, zsh's own.
+_SEGV_SHELL = tuple(catalogue.BY_KEY[k] for k in ("shell-segfault", "zsh-segfault", "zsh-segfault-pid"))
 
 
 def shell_kill(lines: Sequence[str]) -> ShellKill | None:
@@ -281,6 +288,17 @@ def shell_kill(lines: Sequence[str]) -> ShellKill | None:
         if found is not None:
             return ShellKill(line=raw[found.start:].strip().strip("\"'")[:300], source=found.entry.key,
                              pid=found.number("pid"))
+    return None
+
+
+def shell_segfault(lines: Sequence[str]) -> str | None:
+    """A shell's report that the process it ran died of SIGSEGV (``Segmentation fault (core dumped)``,
+    ``zsh: segmentation fault  python ...``), the last such line, unless a traceback follows it."""
+    for raw in reversed(lines):
+        if _TRACEBACK in raw:
+            return None
+        if "egmentation fault" in raw and (found := catalogue.find(raw, _SEGV_SHELL)) is not None:
+            return raw[found.start:].strip()[:300]
     return None
 
 
@@ -640,6 +658,8 @@ class LogFacts:
     shell_kill: ShellKill | None = None
     #: PyTorch's report of a DataLoader worker killed by SIGSEGV.
     worker_segfault: str | None = None
+    #: A shell's report of the process it ran killed by SIGSEGV.
+    shell_segfault: str | None = None
 
 
 def read(lines: Sequence[str]) -> LogFacts:
@@ -655,4 +675,5 @@ def read(lines: Sequence[str]) -> LogFacts:
         child_signal=_child_signal(lines, child),
         shell_kill=shell_kill(lines),
         worker_segfault=worker_segfault(lines),
+        shell_segfault=shell_segfault(lines),
     )
