@@ -33,6 +33,7 @@ from urllib.parse import quote
 
 from podmortem.cli import node_kernel_log
 from podmortem.kube.bodies import PodBody
+from podmortem.kube.read_at_most import read_at_most
 
 if TYPE_CHECKING:
     from podmortem.cli.diagnose_inputs import Inputs
@@ -155,7 +156,7 @@ async def _log(api: ApiSession, namespace: str, pod: str, container: str,
         query.append(("previous", "true"))
     async with api.response("GET", _path(namespace, "pods", pod, "log"), query=query,
                             headers={"Accept": "*/*"}) as response:
-        body: bytes = await response.content.read(LOG_MAX_BYTES + 1)
+        body: bytes = await read_at_most(response.content, LOG_MAX_BYTES + 1)
         if response.status != 200:
             return f"HTTP {response.status}: {_status_message(body)}"
     return body[:LOG_MAX_BYTES].splitlines()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from podmortem.errors import PodmortemError
+from podmortem.kube.read_at_most import read_at_most
 from podmortem.logs import lines
 from podmortem.logs.cursor import LogCursor
 
@@ -84,7 +85,7 @@ class ApiReader:
         try:
             async with self.api.response("GET", path, query=query, headers={"Accept": "application/json"},
                                          client_timeout=aiohttp.ClientTimeout(total=30)) as resp:
-                data = await resp.content.read(API_ANSWER_MAX_BYTES + 1)
+                data = await read_at_most(resp.content, API_ANSWER_MAX_BYTES + 1)
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise StoredCopyError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
@@ -232,7 +233,8 @@ class StoreClient:
             async with self.session.get(url, params=query, headers=headers,
                                         timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)) as resp:
                 if resp.status != 200:
-                    text = (await resp.content.read(ERROR_BODY_MAX)).decode("utf-8", "replace").strip()
+                    text = (await read_at_most(resp.content, ERROR_BODY_MAX)).decode("utf-8", "replace")
+                    text = text.strip()
                     raise self._refused(resp.status, text, namespace=namespace, pod=pod,
                                         bearer=authorization is not None)
                 opened()

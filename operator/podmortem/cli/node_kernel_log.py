@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from podmortem.kube.read_at_most import read_at_most
+
 if TYPE_CHECKING:
     from podmortem.kube.session import ApiSession
 
@@ -119,7 +121,7 @@ async def read(api: ApiSession, *, namespace: str, node: str, image: str = DEFAU
             await asyncio.sleep(POLL_S)
         async with api.response("GET", f"{path}/log", query=[("limitBytes", str(MAX_BYTES))],
                                 headers={"Accept": "*/*"}) as response:
-            body: bytes = await response.content.read(MAX_BYTES + 1)
+            body: bytes = await read_at_most(response.content, MAX_BYTES + 1)
             if response.status != 200:
                 raise NodeLogError(f"cannot read pod {namespace}/{name}'s log: HTTP {response.status}")
         if phase == "Failed":

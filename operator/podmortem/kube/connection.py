@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from podmortem.background import Background
 from podmortem.kube import clients
 from podmortem.kube.config import ClusterAccess, KubeconfigError
+from podmortem.kube.read_at_most import read_at_most
 
 if TYPE_CHECKING:
     import aiohttp
@@ -205,7 +206,7 @@ async def _get(api: ApiSession, path: str, client_timeout: aiohttp.ClientTimeout
                             client_timeout=client_timeout) as response:
         if response.status == 200:
             return 200, ""  # only a refusal's body is read (a list's can be large where limit is ignored)
-        body = await response.content.read(64 * 1024)
+        body = await read_at_most(response.content, 64 * 1024)
         message = body[:300].decode("utf-8", "replace").strip()
         with contextlib.suppress(ValueError, AttributeError, TypeError):
             message = str(json.loads(body).get("message") or message)

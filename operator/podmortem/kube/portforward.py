@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from podmortem.background import Background
 from podmortem.errors import PodmortemError
+from podmortem.kube.read_at_most import read_at_most
 
 if TYPE_CHECKING:
     import aiohttp
@@ -88,7 +89,8 @@ async def _open(api: ApiSession, *, namespace: str, pod: str, port: int) -> aioh
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with api.response("GET", path, query={"ports": str(port)},
                                     client_timeout=aiohttp.ClientTimeout(total=10)) as resp:
-                status, body = resp.status, (await resp.content.read(8192)).decode("utf-8", "replace")
+                status = resp.status
+                body = (await read_at_most(resp.content, 8192)).decode("utf-8", "replace")
         raise PortForwardError(f"port-forward to pod {namespace}/{pod} port {port}: "
                                f"{_reason(status, body)}", status=exc.status) from None
 

@@ -30,6 +30,7 @@ from podmortem.kube import clients
 from podmortem.kube.api import KubeError
 from podmortem.kube.connection import Connection
 from podmortem.kube.rate_limit import TokenBucket
+from podmortem.kube.read_at_most import read_at_most
 
 if TYPE_CHECKING:
     import aiohttp
@@ -186,7 +187,7 @@ class ApiSession:
                                  client_timeout=timeout) as response:
             if response.status >= 400:
                 raise await error_of(response, f"{method} {path}")
-            text = await response.content.read(budget + 1)
+            text = await read_at_most(response.content, budget + 1)
             if len(text) > budget:
                 raise KubeError(response.status, f"{method} {path}",
                                 f"the answer is over {budget} bytes; not read further")
@@ -206,7 +207,7 @@ def _reach(access: ClusterAccess) -> tuple[object, ...]:
 
 async def error_of(response: aiohttp.ClientResponse, what: str) -> KubeError:
     """A `KubeError` for an error answer, from at most :data:`MAX_ERROR_BYTES` of its body."""
-    text = await response.content.read(MAX_ERROR_BYTES)
+    text = await read_at_most(response.content, MAX_ERROR_BYTES)
     reason = response.reason or what
     with contextlib.suppress(ValueError, AttributeError):
         reason = json.loads(text).get("reason") or reason

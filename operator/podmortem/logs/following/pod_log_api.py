@@ -24,6 +24,7 @@ from urllib.parse import quote
 import aiohttp
 
 from podmortem.kube.rate_limit import TokenBucket
+from podmortem.kube.read_at_most import read_at_most
 from podmortem.kube.session import ApiSession
 from podmortem.logs import errors
 from podmortem.logs.following.connection_slots import ConnectionSlots
@@ -130,7 +131,7 @@ class PodLogApi:
             raise errors.ApiUnavailable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from exc
         if response.status != 200:
             try:
-                body = await response.content.read(_ERROR_BODY_LIMIT)
+                body = await read_at_most(response.content, _ERROR_BODY_LIMIT)
             except (TimeoutError, aiohttp.ClientError, OSError):
                 body = b""
             finally:

@@ -49,6 +49,7 @@ import aiohttp
 from podmortem import startup_gc
 from podmortem.background import Background
 from podmortem.kube.connection import Connection, list_path
+from podmortem.kube.read_at_most import read_at_most
 from podmortem.kube.session import ApiSession
 from podmortem.operator.watching import backoff, list_page
 
@@ -469,6 +470,6 @@ async def _raise_for(response: aiohttp.ClientResponse) -> None:
     if response.status == 410:
         raise Gone()
     if response.status >= 400:
-        text = (await response.content.read(4096)).decode("utf-8", "replace")
+        text = (await read_at_most(response.content, 4096)).decode("utf-8", "replace")
         raise aiohttp.ClientResponseError(response.request_info, (), status=response.status,
                                           message=text[:300])
