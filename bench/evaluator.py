@@ -28,7 +28,12 @@ Methods:
   lean-dense    podmortem_runtime.insseg on the same dense int32 [P, N] input
   lean-sparse   podmortem_runtime.insseg on SparseMasks (what the PointGroup helper yields)
   floor         one streaming pass over the dense input (numpy count_nonzero row by row,
-                one thread): the memory-bandwidth floor for any dense method
+                one thread), for its memory and time in the table
+The dense goal's floors are timed in the lean-dense worker itself, after each scene's
+association, on the same mask: the fastest streaming read (numpy count_nonzero, or a
+compiled OR of each row's 64-bit words) on one thread and with the rows split over
+--threads threads, printed side by side. The goal is against the all-threads floor: the
+machine's memory floor with the threads the evaluator may use (issue 40).
 
 Usage:
   python bench/evaluator.py --quick            # small sizes, a few minutes
@@ -38,7 +43,8 @@ Usage:
 Pointcept's evaluator at N=1M, P=2,000 holds about 2 GB per scene on top of the 8 GB
 input; it is measured on --ref-budget-gb worth of held masks (at least one scene),
 and the table says how many scenes it ran. The lean dense pass runs on --threads
-numba threads (default 1, the floor's one thread).
+numba threads (default: the CPUs this process may run on, os.sched_getaffinity, as
+numba's own default), and the all-threads floor reads with as many.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -221,13 +228,85 @@ class PointceptEvaluator:
 
 
 class Floor:
-    """One pass over the dense input, as fast as numpy reads it; no AP."""
+    """One pass over the dense input, as fast as numpy reads it; no AP.
+
+    `associate` reads on the calling thread; `read_threads` splits the rows into one contiguous
+    run per thread (numpy's count_nonzero releases the GIL, so they read at once). `fastest` is
+    the floor the dense goal is held to: the fastest of these and a compiled OR of every row's
+    64-bit words (numba, rows split over as many threads), timed on the same mask in the same
+    process as the association it is compared with.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._pool = ThreadPoolExecutor(threads)
 
     def associate(self, classes: Any, scores: Any, masks: Any, *_: Any, **__: Any) -> int:
-        return sum(int(np.count_nonzero(masks[i])) for i in range(masks.shape[0]))
+        return self._rows(masks, 0, masks.shape[0])
+
+    def read_threads(self, masks: Any) -> int:
+        bounds = np.linspace(0, masks.shape[0], self.threads + 1).astype(int)
+        return sum(self._pool.map(lambda i: self._rows(masks, bounds[i], bounds[i + 1]), range(self.threads)))
+
+    @staticmethod
+    def _rows(masks: Any, lo: int, hi: int) -> int:
+        return sum(int(np.count_nonzero(masks[i])) for i in range(lo, hi))
 
     def average_precision(self, scenes: list[Any], **_: Any) -> dict[str, Any]:
         return {"all_ap": float("nan"), "all_ap_50%": float("nan"), "all_ap_25%": float("nan")}
+
+    def fastest(self, masks: Any, threads: int) -> float:
+        """Seconds of the fastest streaming read of ``masks`` on ``threads`` threads (1 or `threads`)."""
+        import numba
+
+        t0 = time.perf_counter()
+        if threads == 1:
+            self.associate(None, None, masks)
+        else:
+            self.read_threads(masks)
+        best = time.perf_counter() - t0
+        words = _words(masks)
+        if words is not None:
+            previous = numba.get_num_threads()
+            numba.set_num_threads(threads)
+            try:
+                t0 = time.perf_counter()
+                _or_rows(words)
+                best = min(best, time.perf_counter() - t0)
+            finally:
+                numba.set_num_threads(previous)
+        return best
+
+
+def _words(masks: Any) -> Any:
+    """``masks`` as ``[P, N * itemsize / 8]`` 64-bit words, or None where its rows are not whole words."""
+    if not masks.flags.c_contiguous or (masks.shape[1] * masks.itemsize) % 8 or masks.ctypes.data % 8:
+        return None
+    return masks.view(np.uint64)
+
+
+_OR_ROWS: Any = None
+
+
+def _or_rows(words: Any) -> Any:
+    """Every row's words ORed together, rows split over numba's threads (compiled on first use)."""
+    global _OR_ROWS
+    if _OR_ROWS is None:
+        import numba
+
+        @numba.njit(parallel=True, nogil=True)
+        def or_rows(words: Any) -> Any:  # pragma: no cover - compiled
+            out = np.zeros(words.shape[0], dtype=np.uint64)
+            for r in numba.prange(words.shape[0]):
+                acc = np.uint64(0)
+                for k in range(words.shape[1]):
+                    acc |= words[r, k]
+                out[r] = acc
+            return out
+
+        or_rows(np.zeros((2, 8), dtype=np.uint64))  # the compile, before anything is timed
+        _OR_ROWS = or_rows
+    return _OR_ROWS(words)
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -237,7 +316,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.method == "pointcept":
         impl = PointceptEvaluator()
     elif args.method == "floor":
-        impl = Floor()
+        impl = Floor(_threads())
     else:
         impl = insseg
         # One small scene first: compiles (or loads the cached kernel) and pays one-time
@@ -253,6 +332,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
                 class_names=SCANNET_NAMES,
                 segment_ignore_index=IGNORE,
             )
+    threads = _threads()
+    floor = Floor(threads) if args.method == "lean-dense" else None
+    if floor is not None:  # its compile and its threads, before the baseline as the evaluator's are
+        warm_masks = np.zeros((threads, 1000), dtype=np.int32)
+        floor.fastest(warm_masks, 1)
+        floor.fastest(warm_masks, threads)
     kw = {"class_names": SCANNET_NAMES, "segment_ignore_index": IGNORE}
     base = rss()
     held = []
@@ -262,6 +347,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     whole_peak = 0
     assoc_s = 0.0
     assoc_cpu_s = 0.0
+    assoc_each: list[float] = []
+    floor_one: list[float] = []
+    floor_all: list[float] = []
     for s in range(args.scenes):
         before = rss()
         scene = make_scene(1000 + s, args.n, args.p, args.gt, dense=args.method != "lean-sparse")
@@ -282,7 +370,11 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             )
         )
         assoc_s += time.perf_counter() - t0
+        assoc_each.append(time.perf_counter() - t0)
         assoc_cpu_s += time.process_time() - c0
+        if floor is not None:  # the floors on the same mask, in this process: the same load
+            floor_one.append(floor.fastest(scene["masks"], 1))
+            floor_all.append(floor.fastest(scene["masks"], threads))
         input_bytes = after - before
         scene_peaks.append(peak() - after)  # this scene's association alone, above everything held
         own_peak = max(own_peak, peak() - input_bytes - base)
@@ -310,7 +402,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "assoc_cpu_per_scene_s": assoc_cpu_s / args.scenes,
         "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
         "ap_s": ap_s,
-        "threads": os.environ.get("NUMBA_NUM_THREADS", str(os.cpu_count())),
+        "threads": threads,
+        "assoc_fastest_s": min(assoc_each),
+        "floor_one_s": min(floor_one, default=float("nan")),
+        "floor_all_s": min(floor_all, default=float("nan")),
         "all_ap": scores["all_ap"],
         "all_ap_50%": scores["all_ap_50%"],
         "all_ap_25%": scores["all_ap_25%"],
@@ -322,6 +417,11 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- driver ---------------------------------------------------------------------------------------
+
+
+def _threads() -> int:
+    """The threads the evaluator may use: NUMBA_NUM_THREADS, else the CPUs this process may run on."""
+    return int(os.environ.get("NUMBA_NUM_THREADS") or len(os.sched_getaffinity(0)))
 
 
 def _parse_config(text: str) -> tuple[int, int]:
@@ -396,7 +496,11 @@ def main() -> int:
         "scenes, at least 1 (default 4)",
     )
     parser.add_argument(
-        "--threads", type=int, default=1, help="NUMBA_NUM_THREADS for the lean dense pass (default 1)"
+        "--threads",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="NUMBA_NUM_THREADS for the lean dense pass and the all-threads floor "
+        "(default: the CPUs this process may run on)",
     )
     parser.add_argument("--methods", default="pointcept,lean-dense,lean-sparse,floor")
     parser.add_argument("--one-time", action="store_true", help="only the import and compile costs")
@@ -481,19 +585,30 @@ def main() -> int:
                 if method == "lean-sparse":
                     goals.append(_goal("lean-sparse association >= 20x faster at N=1M, P=2,000", speed, 20))
     print()
-    print("Dense association against one pass over the same input (floor: numpy, one thread):")
+    print("Dense association against the fastest streaming read of the same mask (numpy count_nonzero or a "
+          "compiled OR of its words), timed after each scene's association in the same worker; each the "
+          "fastest of its scenes, as a shared machine's load only ever slows a run:")
     for (n, p), results in summary:
-        floor, dense = results.get("floor"), results.get("lean-dense")
-        if floor is None or dense is None:
+        dense = results.get("lean-dense")
+        if dense is None:
             continue
-        ratio = dense["assoc_per_scene_s"] / floor["assoc_per_scene_s"]
+        one, every = dense["floor_one_s"], dense["floor_all_s"]
+        # The evaluator may use up to --threads threads: its floor is the fastest read with as many or fewer.
+        ratio = dense["assoc_fastest_s"] / min(one, every)
         print(
-            f"  N={n:>9,} P={p:>5} lean-dense {dense['assoc_per_scene_s']:.3f} s "
-            f"on {dense['threads']} thread(s), floor {floor['assoc_per_scene_s']:.3f} s: {ratio:.2f}x"
+            f"  N={n:>9,} P={p:>5} lean-dense {dense['assoc_fastest_s']:.3f} s on {dense['threads']} "
+            f"thread(s) (mean {dense['assoc_per_scene_s']:.3f} s); floor on 1 thread {one:.3f} s, on "
+            f"{dense['threads']} {every:.3f} s: {dense['assoc_fastest_s'] / one:.2f}x the one-thread floor, "
+            f"{dense['assoc_fastest_s'] / every:.2f}x the all-threads floor, {ratio:.2f}x the faster"
         )
         if (n, p) == (1_000_000, 2000):
             goals.append(
-                _goal("lean-dense within 1.5x of one pass at N=1M, P=2,000", ratio, 1.5, at_most=True)
+                _goal(
+                    "lean-dense within 1.5x of the fastest read on up to its threads at N=1M, P=2,000",
+                    ratio,
+                    1.5,
+                    at_most=True,
+                )
             )
     print()
     print("Per-scene own memory (peak above the input and all held before it), first / largest / last scene:")
