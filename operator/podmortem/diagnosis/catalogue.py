@@ -387,6 +387,16 @@ ENTRIES: tuple[Entry, ...] = (
           "pkg/scheduler/framework/preemption DisruptionTarget message",
           "%s: preempting to accommodate a higher priority pod", "1.26-1.33", "preempted",
           _f("plugin:word"), kind="pod", framework="kube-scheduler"),
+    Entry("scheduler-preempted-event", "Kubernetes scheduler",
+          "pkg/scheduler/framework/preemption prepareCandidate: the victim's Event (reason Preempted), "
+          "naming the preemptor by UID",
+          "Preempted by pod %v on node %v", "1.27-1.33", "preempted", _f("preemptor:word", "node:word"),
+          kind="pod", framework="kube-scheduler"),
+    Entry("scheduler-preempted-event-name", "Kubernetes scheduler",
+          "pkg/scheduler/framework/preemption (and core/generic_scheduler before 1.19): the victim's "
+          "Event naming the preemptor as namespace/name",
+          "Preempted by %v/%v on node %v", "1.15-1.26", "preempted",
+          _f("namespace:word", "name:word", "node:word"), kind="pod", framework="kube-scheduler"),
 )
 
 #: The entries by key.

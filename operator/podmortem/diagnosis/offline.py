@@ -134,6 +134,24 @@ def _mostly_keys(lines: Sequence[str]) -> bool:
     return 2 * sum(1 for line in lines if _API_LINE.match(line) or _BRACKETS.fullmatch(line)) > len(lines)
 
 
+#: Lines a describe ``Message:`` may have been wrapped into by a copy (the printer writes it on one).
+_MESSAGE_WRAPS = 3
+
+
+def _field_lines(part: Sequence[str]) -> int:
+    """Lines that are describe's fields, a ``Message:`` field's wrapped lines after it included."""
+    count = wraps = 0
+    for line in part:
+        key = known_key(line.strip())
+        if key is not None:
+            count += 1
+            wraps = _MESSAGE_WRAPS if line.strip().startswith("Message:") else 0
+        elif wraps:
+            count += 1
+            wraps -= 1
+    return count
+
+
 def fragment_kind(lines: Sequence[str]) -> Kind | None:
     """The kind of a part of a pod's status (pasted lines, as `pasted_lines` gives them), or None.
 
@@ -157,7 +175,7 @@ def fragment_kind(lines: Sequence[str]) -> Kind | None:
             return "describe"  # describe's Events alone, the kubelet's eviction among them
         phase = _DESCRIBE_PHASE.search(joined) and _DESCRIBE_REASON.search(joined)
         if _DESCRIBE_STATE.search(joined) or phase:
-            fields = sum(1 for line in part if known_key(line.strip()) is not None)
+            fields = _field_lines(part)
             # After other text, a whole state block (State, Reason, Exit Code...), not a quoted line.
             if 2 * fields > len(part) and (start == 0 or fields >= _FIELDS_AFTER_TEXT):
                 return "describe"

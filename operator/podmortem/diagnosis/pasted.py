@@ -23,6 +23,13 @@ PROMPT = re.compile(
 ELISION = re.compile(r"\s*(?:\.{3,}|…|\[(?:\.{3,}|…|snip)\]|\((?:\.{3,}|…)\)|<(?:snip|\.{3,}|…)>)\s*")
 YAML_FIRST = re.compile(r"(?:---|[A-Za-z][\w.-]*:(?:[ \t].*)?)$")
 DESCRIBE_NAME = re.compile(r"Name:[ \t]+\S")
+#: describe's pod fields glued on one line where a copy lost their line ends (the printer writes
+#: ``Status:``, ``Reason:`` and ``Message:`` on lines of their own, the phase and reason single
+#: words): "Status:   FailedReason:   EvictedMessage:  The node was low on resource: memory.".
+_GLUED_STATUS = re.compile(
+    r"(?P<indent>\s*)Status:\s+(?P<phase>Failed|Pending|Running|Succeeded|Unknown)"
+    r"Reason:\s+(?P<reason>[A-Z][A-Za-z]{0,63}?)(?:Message:\s+(?P<message>.*))?"
+)
 #: A DNS-1123 label: a container's or volume's name.
 DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
@@ -34,6 +41,13 @@ def pasted_lines(text: str) -> list[str]:
     for raw in text.splitlines():
         line = raw.expandtabs(8).rstrip()
         if not line.strip() or FENCE.match(line) or PROMPT.match(line) or ELISION.fullmatch(line):
+            continue
+        glued = _GLUED_STATUS.fullmatch(line) if "Reason:" in line else None
+        if glued is not None:
+            indent = glued["indent"]
+            out += [f"{indent}Status:  {glued['phase']}", f"{indent}Reason:  {glued['reason']}"]
+            if glued["message"] is not None:
+                out.append(f"{indent}Message:  {glued['message']}")
             continue
         out.append(line)
     return out

@@ -78,7 +78,7 @@ def _lone(line: str) -> tuple[str, str] | None:
     if found is None or found.entry.verdict is None:
         return None
     if found.entry.verdict == "preempted":
-        reason = "Preempted" if found.entry.key == "scheduler-preempted" else "Shutdown"
+        reason = "Shutdown" if found.entry.key == "kubelet-node-shutdown" else "Preempted"
     else:
         reason = "Evicted"
     return reason, text
