@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 
+from podmortem.background import Background
 from podmortem.diagnosis import sidecar_findings
 from podmortem.diagnosis.rediagnose import Evidence, rediagnose
 from podmortem.diagnosis.termination import Termination
@@ -77,6 +78,8 @@ class Reporter:
                                    log_url=log_url, log_store=log_store, projection_of=projection_of)
         self.follow_ups = FollowUps(agent=agent, settings=settings, reports=self.reports, writer=self.writer,
                                     targets=targets)
+        #: The Prometheus queries in flight, each awaited by its report or by its follow-up.
+        self.queries = Background("reporter-prometheus")
 
     @property
     def by_pod(self) -> dict[str, Outcome]:
@@ -131,7 +134,7 @@ class Reporter:
         start, end = prometheus.life_span(t.started_at, t.finished_at, now=datetime.now(UTC))
         prom_task: asyncio.Task[prometheus.WorkingSet] | None = None
         if self.settings.prometheus.url:
-            prom_task = asyncio.create_task(
+            prom_task = self.queries.start(
                 prometheus.query_working_set(
                     session=self.session,
                     settings=self.settings.prometheus,
@@ -139,8 +142,21 @@ class Reporter:
                     pod=t.pod,
                     start=start,
                     end=end,
-                )
+                ),
+                name=f"{t.namespace}/{t.pod}/{t.container}",
+                awaited=True,
             )
+        try:
+            return await self._report(t, target=target, facts=facts, seen_at=seen_at, prom_task=prom_task)
+        except asyncio.CancelledError:
+            # The report stops here (the operator stopping): so does its query, which nobody would
+            # await now. Another error leaves it to end within its own timeout.
+            if prom_task is not None:
+                prom_task.cancel()
+            raise
+
+    async def _report(self, t: Termination, *, target: Target, facts: PodLogFacts | None, seen_at: float,
+                      prom_task: asyncio.Task[prometheus.WorkingSet] | None) -> Outcome:
         evidence = await self.agent.evidence(node=t.node, pod_uid=t.pod_uid)
         errors: list[str] = []
         agent_error: str | None = None
@@ -262,3 +278,4 @@ class Reporter:
 
     async def stop(self) -> None:
         await self.follow_ups.stop()
+        await self.queries.close()
