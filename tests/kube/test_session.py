@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from tests.kube.rotation import rotate_unnoticed
 
 from podmortem.kube.api import KubeError
 from podmortem.kube.config import ClusterAccess
@@ -134,10 +135,8 @@ async def test_the_followers_transport_reads_a_rotated_token_afresh_at_the_401(
     async with pod_log_api.SessionTransport(ClusterAccess(server=url, token_file=token)) as transport:
         logs = pod_log_api.PodLogApi(transport, settings=FollowSettings())
         assert (await logs.read_pod(namespace="ns", name="p"))["path"] == "/api/v1/namespaces/ns/pods/p"
-        before = token.stat()
         scripted.token = "two"
-        token.write_text("two")
-        os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))  # nothing says it changed
+        rotate_unnoticed(token, "two")
         assert (await logs.read_pod(namespace="ns", name="q"))["path"] == "/api/v1/namespaces/ns/pods/q"
         response = await transport.get("/raw", query=[], client_timeout=aiohttp.ClientTimeout(total=5))
         response.release()

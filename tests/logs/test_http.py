@@ -11,6 +11,7 @@ from typing import Any
 import kmock
 import pytest
 from aiohttp import test_utils
+from tests.kube.rotation import access_with_rotated_token
 
 from podmortem.kube.config import ClusterAccess
 from podmortem.kube.session import ApiSession
@@ -263,17 +264,9 @@ async def test_a_review_refused_for_the_servers_own_rotated_token_goes_again_wit
     log_store: LogStore, make_client: Any, tmp_path: Path,
 ) -> None:
     """The log server's service-account token rotated: its review is not a 503 for the user."""
-    import os
-
     from aiohttp import web
 
-    token = tmp_path / "token"
-    token.write_text("old")
-    access = ClusterAccess(server="", token_file=token)
-    access.headers()  # read now: "old"
-    before = token.stat()
-    token.write_text("new")
-    os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))  # nothing says it changed
+    access = access_with_rotated_token(tmp_path)
 
     async def review(request: web.Request) -> web.Response:
         if request.headers.get("Authorization") != "Bearer new":

@@ -11,7 +11,6 @@ import asyncio
 import itertools
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.kube.rotation import access_with_rotated_token
 
 from podmortem.kube.config import ClusterAccess
 from podmortem.kube.connection import Connection
@@ -357,13 +357,7 @@ async def test_a_token_rotated_under_the_watch_is_read_afresh_at_the_401_with_no
     tmp_path: Path,
 ) -> None:
     """The kubelet swapped the projected token and the API server already refuses the old one."""
-    token = tmp_path / "token"
-    token.write_text("old")
-    access = ClusterAccess(server="", token_file=token)
-    access.headers()  # read now: "old"
-    before = token.stat()
-    token.write_text("new")
-    os.utime(token, ns=(before.st_atime_ns, before.st_mtime_ns))  # nothing says it changed
+    access = access_with_rotated_token(tmp_path)
     seen: list[str] = []
 
     async def pods(request: web.Request) -> web.StreamResponse:
