@@ -25,7 +25,7 @@ from tests.controlplane import _operator
 from tests.controlplane.cluster import ControlPlane
 from tests.logs.stored import run_sync
 
-from podmortem.kube import api as kube_api
+from podmortem.kube.api import COMPONENT, connect
 
 SCENARIO = "minimal-agent-off"
 #: The size the issue behind the cap saw: an annotation quoted whole, 360,317 characters.
@@ -65,7 +65,7 @@ def setup(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
 def post(setup: Setup, involved: dict[str, Any], *, message: str, reason: str = "OOMKilled") -> None:
     """``Kube.post_event`` as the operator's ServiceAccount (its RBAC is the chart's)."""
     async def go() -> None:
-        kube = await kube_api.connect(setup.operator_kubeconfig)
+        kube = await connect(setup.operator_kubeconfig)
         try:
             await kube.post_event(involved=involved, type_="Warning", reason=reason, message=message)
         finally:
@@ -80,11 +80,11 @@ def events_of(plane: ControlPlane, namespace: str, name: str, *, api: str = "cor
         out = plane.kubectl("get", "events", "-n", namespace, "-o", "json",
                             f"--field-selector=involvedObject.name={name}")
         items = json.loads(out)["items"]
-        return [e for e in items if e.get("reportingComponent") == kube_api.COMPONENT]
+        return [e for e in items if e.get("reportingComponent") == COMPONENT]
     path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events?fieldSelector=regarding.name={name}"
     body = plane.get(path)
     assert body is not None
-    return [e for e in body["items"] if e.get("reportingController") == kube_api.COMPONENT]
+    return [e for e in body["items"] if e.get("reportingController") == COMPONENT]
 
 
 def a_pod(plane: ControlPlane, namespace: str) -> dict[str, Any]:
@@ -126,20 +126,20 @@ def test_what_the_operator_posts_reads_back_as_intended(setup: Setup) -> None:
     assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
                                        "namespace": setup.namespace, "uid": meta["uid"]}
     assert (event["type"], event["reason"]) == ("Warning", "OOMKilled")
-    assert event["source"] == {"component": kube_api.COMPONENT}
-    assert event["reportingComponent"] == kube_api.COMPONENT
+    assert event["source"] == {"component": COMPONENT}
+    assert event["reportingComponent"] == COMPONENT
     assert event["count"] == 1 and event["firstTimestamp"] == event["lastTimestamp"]
     assert event.get("reportingInstance", "") == "" and event.get("eventTime") is None
     (new,) = events_of(setup.plane, setup.namespace, meta["name"], api="events.k8s.io")
     assert new["regarding"] == event["involvedObject"]
     assert (new["type"], new["reason"], new["note"]) == ("Warning", "OOMKilled", event["message"])
-    assert new["reportingController"] == kube_api.COMPONENT
-    assert new["deprecatedCount"] == 1 and new["deprecatedSource"] == {"component": kube_api.COMPONENT}
+    assert new["reportingController"] == COMPONENT
+    assert new["deprecatedCount"] == 1 and new["deprecatedSource"] == {"component": COMPONENT}
     assert "series" not in new
 
     described = setup.plane.kubectl("describe", "pod", meta["name"], "-n", setup.namespace)
     events = described[described.index("Events:"):]
-    assert "Warning  OOMKilled" in events and kube_api.COMPONENT in events, events
+    assert "Warning  OOMKilled" in events and COMPONENT in events, events
     assert "container main was OOM-killed at 1.0 GiB (limit 1 GiB)" in events, events
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import kmock
 import pytest
 
-from podmortem.kube import api as kube_mod
+from podmortem.kube.api import EVENT_MESSAGE_MAX_BYTES, Kube
 from podmortem.kube.config import ClusterAccess
 from podmortem.kube.session import ApiSession
 
@@ -34,12 +34,12 @@ async def posted(api: kmock.RawHandler) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-async def kube(api: kmock.RawHandler) -> AsyncIterator[kube_mod.Kube]:
+async def kube(api: kmock.RawHandler) -> AsyncIterator[Kube]:
     async with ApiSession(ClusterAccess(server=str(api.url).rstrip("/"))) as session:
-        yield kube_mod.Kube(api=session)
+        yield Kube(api=session)
 
 
-async def _post(kube: kube_mod.Kube, posted: list[dict[str, Any]], message: str) -> str:
+async def _post(kube: Kube, posted: list[dict[str, Any]], message: str) -> str:
     await kube.post_event(involved=INVOLVED, type_="Warning", reason="InvalidOption", message=message)
     text = posted[-1]["message"]
     assert isinstance(text, str)
@@ -47,7 +47,7 @@ async def _post(kube: kube_mod.Kube, posted: list[dict[str, Any]], message: str)
 
 
 async def test_a_huge_message_is_cut_at_a_word_within_1024_bytes(
-    kube: kube_mod.Kube, posted: list[dict[str, Any]]
+    kube: Kube, posted: list[dict[str, Any]]
 ) -> None:
     # The size the issue saw: a 240 KB annotation quoted whole, 360,317 characters.
     message = "podmortem.io/containers='" + "trainer, " * 40_035 + "' is invalid"
@@ -57,11 +57,11 @@ async def test_a_huge_message_is_cut_at_a_word_within_1024_bytes(
     kept = text.removesuffix("…")
     assert message.startswith(kept) and message[len(kept)] == " "  # the cut is at a word
     assert not kept.endswith(" ")
-    assert kube_mod.EVENT_MESSAGE_MAX_BYTES == 1024
+    assert EVENT_MESSAGE_MAX_BYTES == 1024
 
 
 async def test_a_message_of_wide_characters_is_counted_in_bytes_and_never_split(
-    kube: kube_mod.Kube, posted: list[dict[str, Any]]
+    kube: Kube, posted: list[dict[str, Any]]
 ) -> None:
     text = await _post(kube, posted, "Speicher über dem Limit: " + "ü" * 2000)
     assert len(text.encode()) <= 1024 and text.endswith("ü…") and "\ufffd" not in text
@@ -71,7 +71,7 @@ async def test_a_message_of_wide_characters_is_counted_in_bytes_and_never_split(
 
 
 async def test_the_pointer_to_the_report_at_the_end_is_kept(
-    kube: kube_mod.Kube, posted: list[dict[str, Any]]
+    kube: Kube, posted: list[dict[str, Any]]
 ) -> None:
     pointer = " (podmortem failure report in status.failureReport, page http://podmortem:8080/reports/ml/tj)"
     text = await _post(kube, posted, "train-0/trainer memcg-limit: " + "grew and grew " * 500 + pointer)
@@ -82,6 +82,6 @@ async def test_the_pointer_to_the_report_at_the_end_is_kept(
 
 @pytest.mark.parametrize("message", ["", "short", "x" * 1024, "ä" * 512])
 async def test_a_message_within_the_limit_is_posted_as_it_is(
-    kube: kube_mod.Kube, posted: list[dict[str, Any]], message: str
+    kube: Kube, posted: list[dict[str, Any]], message: str
 ) -> None:
     assert await _post(kube, posted, message) == message

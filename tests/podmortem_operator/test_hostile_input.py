@@ -14,7 +14,7 @@ import kmock
 import pytest
 from tests.logs.test_http import write
 
-from podmortem.kube import api as kube_mod
+from podmortem.kube.api import Kube
 from podmortem.kube.config import ClusterAccess
 from podmortem.kube.session import ApiSession
 from podmortem.logs.cursor import LogCursor
@@ -137,7 +137,7 @@ async def test_a_trainingjob_whose_status_is_nested_deep_is_404_not_500(
     api[f"GET {TJ}"] << body.encode()
     app = http.make_app(log_store=log_store, reviewer=OPEN)
     session = ApiSession(ClusterAccess(server=str(api.url).rstrip("/")))
-    report_page.add_routes(app, report_page.ReportFinder(kube=kube_mod.Kube(api=session), foreign=None))
+    report_page.add_routes(app, report_page.ReportFinder(kube=Kube(api=session), foreign=None))
     from aiohttp import test_utils
 
     client = test_utils.TestClient(test_utils.TestServer(app))

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from tests.logs.stored import run_sync
 
-from podmortem.kube import api as kube_mod
+from podmortem.kube.api import Kube, KubeError
 from podmortem.kube.config import ClusterAccess
 from podmortem.kube.session import ApiSession
 from podmortem.logs.storage import layout
@@ -52,7 +52,7 @@ def election(me: str) -> LeaderElectionSettings:
 async def _scenario(url: str) -> list[str]:
     seen: list[str] = []
     async with ApiSession(ClusterAccess(server=url)) as api:
-        kube = kube_mod.Kube(api=api, timeout_s=5.0)
+        kube = Kube(api=api, timeout_s=5.0)
         a, b = Elector(kube=kube, settings=election("a")), Elector(kube=kube, settings=election("b"))
         stop = asyncio.Event()
         assert await a.acquire(stop=stop)
@@ -84,7 +84,7 @@ def test_standby_takes_over_on_release_and_on_expiry(cluster: Harness) -> None:
     assert lease["spec"]["holderIdentity"] == "a" and lease["spec"]["leaseTransitions"] == 2
 
 
-class RacingKube(kube_mod.Kube):
+class RacingKube(Kube):
     """The operator's client, with a second writer that touches the Lease between our read and our
     conditional write when ``race_next`` is set: our write then carries a stale resourceVersion."""
 
@@ -103,7 +103,7 @@ class RacingKube(kube_mod.Kube):
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         try:
             return await super().merge_patch(path, patch)
-        except kube_mod.KubeError as exc:
+        except KubeError as exc:
             self.conflicts += exc.status == 409
             raise
 

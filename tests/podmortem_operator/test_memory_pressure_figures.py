@@ -12,7 +12,7 @@ import re
 from typing import Any, cast
 
 from podmortem import memory_line
-from podmortem.kube import api as kube_mod
+from podmortem.kube.api import Kube
 from podmortem.memory_line import projection
 from podmortem.memory_line import status as memory_status
 from podmortem.operator.status import MEMORY_PRESSURE, SUCCEEDED_REASON, StatusWriter, settle_on_success
@@ -94,7 +94,7 @@ class PatchingKube:
 
 def writer() -> tuple[StatusWriter, PatchingKube]:
     kube = PatchingKube()
-    return StatusWriter(kube=cast(kube_mod.Kube, kube)), kube
+    return StatusWriter(kube=cast(Kube, kube)), kube
 
 
 def pressure_condition(conditions: list[dict[str, Any]]) -> dict[str, Any]:

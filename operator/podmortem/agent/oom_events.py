@@ -198,10 +198,10 @@ class ApiPoster:
         self._api: Any = None
 
     async def __call__(self, path: str, body: dict[str, Any]) -> Any:
-        from podmortem.kube import api as kubeapi
+        from podmortem.kube.api import connect
 
         if self._api is None:
-            self._api = await kubeapi.connect(self.kubeconfig)
+            self._api = await connect(self.kubeconfig)
         return await self._api.create(path, body)
 
     async def close(self) -> None:

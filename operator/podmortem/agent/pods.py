@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 from podmortem.agent.oom_events import NodePod, node_pod
 from podmortem.cgroups import cgroupfs, paths
-from podmortem.kube import api as kubeapi
 from podmortem.kube import owners
+from podmortem.kube.api import KubeApi, connect
 from podmortem.kube.bodies import Body
 
 TRAINING_JOB_GROUP = "podmortem.io/"
@@ -155,7 +155,7 @@ class KubernetesPods:
         foreign_kinds: tuple[owners.ForeignKind, ...] = (),
         owner_cache_s: float = 60.0,
         kubeconfig: Path | None = None,
-        api: kubeapi.KubeApi | None = None,
+        api: KubeApi | None = None,
         clock: Callable[[], float] = time.monotonic,
         node_pod_labels: tuple[str, ...] | None = None,
     ) -> None:
@@ -187,7 +187,7 @@ class KubernetesPods:
 
     async def _connect(self) -> owners.OwnerResolver:
         if self._api is None:
-            self._api = await kubeapi.connect(self.kubeconfig)
+            self._api = await connect(self.kubeconfig)
         if self.owner_resolver is None:
             self.owner_resolver = owners.OwnerResolver(
                 api=self._api,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from podmortem.kube import api as kube
+from podmortem.kube.api import resource_path
 from podmortem.kube.bodies import Body
 from podmortem.operator import sidecar_injection
 from podmortem.operator.settings import (
@@ -53,7 +53,7 @@ class Target:
         return self.api_version.rpartition("/")[2]
 
     def path(self, subresource: str | None = None) -> str:
-        return kube.resource_path(
+        return resource_path(
             self.group, self.version, self.plural, self.namespace, self.name, subresource
         )
 
@@ -88,7 +88,7 @@ class Target:
 
 
 def trainingjob_path(namespace: str, name: str, subresource: str | None = None) -> str:
-    return kube.resource_path(
+    return resource_path(
         TRAININGJOB_GROUP, TRAININGJOB_VERSION, TRAININGJOB_PLURAL, namespace, name, subresource
     )
 

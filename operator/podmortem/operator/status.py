@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from podmortem.kube import api as kube_mod
+from podmortem.kube.api import Kube, KubeError, now_rfc3339
 from podmortem.operator.jobs import trainingjob_path
 
 #: The early warning's condition (see `podmortem.memory_line.projection`).
@@ -123,7 +123,7 @@ def merged(held: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
 class StatusWriter:
     """Serializes the status patches of TrainingJobs and owns what their status holds."""
 
-    def __init__(self, *, kube: kube_mod.Kube) -> None:
+    def __init__(self, *, kube: Kube) -> None:
         self.kube = kube
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._conditions: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -197,7 +197,7 @@ class StatusWriter:
             phase = held.get("phase")
             before = self._conditions.get(key, [])
             current = before
-            now = kube_mod.now_rfc3339()
+            now = now_rfc3339()
             for type_, status, reason, message in conditions:
                 current = set_condition(
                     current, type_=type_, status=status, reason=reason, message=message, now=now
@@ -212,7 +212,7 @@ class StatusWriter:
                 patched = await self.kube.merge_patch(
                     trainingjob_path(namespace, name, "status"), {"status": body}
                 )
-            except kube_mod.KubeError as exc:
+            except KubeError as exc:
                 if exc.status == 404:  # the TrainingJob is gone: so is what this writer held of it
                     self.forget(namespace=namespace, name=name)
                     return None

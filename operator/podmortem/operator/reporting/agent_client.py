@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pydantic
 
-from podmortem.kube import api as kube_mod
+from podmortem.kube.api import Kube, KubeError, resource_path
 from podmortem.kube.bodies import PodBody
 from podmortem.operator.settings import AgentAccessSettings
 from podmortem.reports.evidence import PodEvidence
@@ -39,7 +39,7 @@ class AgentClient:
     """Finds agents by node and fetches ``GET /v1/pods/{uid}/evidence`` with a bearer token."""
 
     def __init__(
-        self, *, kube: kube_mod.Kube, settings: AgentAccessSettings, session: aiohttp.ClientSession
+        self, *, kube: Kube, settings: AgentAccessSettings, session: aiohttp.ClientSession
     ) -> None:
         self.kube = kube
         self.settings = settings
@@ -58,7 +58,7 @@ class AgentClient:
         if cached is not None and time.monotonic() - cached[0] < ADDRESS_TTL_S:
             return cached[1]
         pods = await self.kube.list(
-            kube_mod.resource_path("", "v1", "pods", self.settings.namespace),
+            resource_path("", "v1", "pods", self.settings.namespace),
             label_selector=self.settings.label_selector,
             field_selector=f"spec.nodeName={node}",
         )
@@ -94,7 +94,7 @@ class AgentClient:
         except (aiohttp.ClientError, OSError) as exc:
             self.forget(node=node)
             return AgentUnavailable(node, f"the agent on node {node} is unreachable: {exc}")
-        except kube_mod.KubeError as exc:
+        except KubeError as exc:
             return AgentUnavailable(node, f"could not look up the agent pod on node {node}: {exc}")
 
     async def _fetch(self, *, node: str, pod_uid: str) -> PodEvidence | AgentUnavailable:

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from podmortem import memory_line
-from podmortem.kube import api as kube_mod
+from podmortem.kube.api import Kube, KubeError
 from podmortem.kube.bodies import Body
 from podmortem.logs.events import GapMarker
 from podmortem.logs.serving import auth, login_limits
@@ -103,7 +103,7 @@ class ForeignReports(Protocol):
 class ReportFinder:
     """Finds a job's stored report by namespace and name."""
 
-    def __init__(self, *, kube: kube_mod.Kube | None, foreign: ForeignReports | None) -> None:
+    def __init__(self, *, kube: Kube | None, foreign: ForeignReports | None) -> None:
         self.kube = kube
         self.foreign = foreign
 
@@ -404,7 +404,7 @@ async def _find(request: web.Request, namespace: str, job: str) -> Readable | we
         stored_bounds.checked(found.document)
     except Missing as exc:
         return web.Response(status=404, text=f"{exc}\n")
-    except kube_mod.KubeError as exc:
+    except KubeError as exc:
         return web.Response(status=503, text=f"the Kubernetes API did not answer: {exc}\n")
     except stored_bounds.Unreadable as exc:
         return web.Response(status=404, text=f"{unreadable}: {exc}\n")

@@ -30,7 +30,7 @@ from podmortem.background import Background
 from podmortem.diagnosis import sidecar_findings
 from podmortem.diagnosis.rediagnose import Evidence, rediagnose
 from podmortem.diagnosis.termination import Termination
-from podmortem.kube import api as kube_mod
+from podmortem.kube.api import Kube
 from podmortem.logs.storage.store import LogStore
 from podmortem.operator import metrics, sidecar_injection
 from podmortem.operator.followed_pods import PodLogFacts
@@ -55,7 +55,7 @@ class Reporter:
     def __init__(
         self,
         *,
-        kube: kube_mod.Kube,
+        kube: Kube,
         agent: AgentClient,
         session: aiohttp.ClientSession,
         settings: OperatorSettings,

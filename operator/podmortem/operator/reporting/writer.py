@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 
 from podmortem.diagnosis import job_section
-from podmortem.kube import api as kube_mod
+from podmortem.kube.api import Kube, KubeError
 from podmortem.logs.storage.store import LogStore
 from podmortem.memory_line.status import peak_of_limit
 from podmortem.operator import log_links, metrics
@@ -37,7 +37,7 @@ from podmortem.reports.timeline_model import Projection
 logger = logging.getLogger(__name__)
 
 #: What a write can fail with; each is named or logged, never raised to the watch.
-WRITE_ERRORS = (kube_mod.KubeError, aiohttp.ClientError, TimeoutError)
+WRITE_ERRORS = (KubeError, aiohttp.ClientError, TimeoutError)
 
 
 class ReportWriter:
@@ -46,7 +46,7 @@ class ReportWriter:
     def __init__(
         self,
         *,
-        kube: kube_mod.Kube,
+        kube: Kube,
         status: StatusWriter,
         settings: OperatorSettings,
         reports: Reports,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from podmortem import memory_line
-from podmortem.kube import api as kube_mod
+from podmortem.kube.api import Kube, KubeError
 from podmortem.memory_line import status as memory_status
 from podmortem.operator import job_pressure, metrics
 from podmortem.operator.followed_pods import PodLogFacts, log_status_fields
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 class EarlyWarning:
     """Memory lines of followed pods: the last one in the status, the pressure, the projection."""
 
-    def __init__(self, *, kube: kube_mod.Kube, status: StatusWriter, targets: Targets, log_url: str) -> None:
+    def __init__(self, *, kube: Kube, status: StatusWriter, targets: Targets, log_url: str) -> None:
         self.kube = kube
         self.status = status
         self.targets = targets
@@ -116,5 +116,5 @@ class EarlyWarning:
     async def _event(self, involved: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         try:
             await self.kube.post_event(involved=involved, type_=type_, reason=reason, message=message)
-        except (kube_mod.KubeError, OSError, TimeoutError) as exc:
+        except (KubeError, OSError, TimeoutError) as exc:
             logger.warning("posting event %s failed: %s", reason, exc)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from podmortem.kube import api as kube_mod
+from podmortem.kube.api import Kube, KubeError, resource_path
 from podmortem.kube.bodies import Body
 from podmortem.operator.settings import LeaderElectionSettings
 
@@ -164,7 +164,7 @@ def released(lease: Mapping[str, Any], *, me: str, wall: datetime) -> dict[str, 
 class Elector:
     """One candidate. ``acquire`` until leader, then ``keep`` until lost or stopped, then ``release``."""
 
-    def __init__(self, *, kube: kube_mod.Kube, settings: LeaderElectionSettings) -> None:
+    def __init__(self, *, kube: Kube, settings: LeaderElectionSettings) -> None:
         self.kube = kube
         self.settings = settings
         self.is_leader = False
@@ -172,10 +172,10 @@ class Elector:
         self.holder = ""
         self._observed: Observed | None = None
         self._lease: dict[str, Any] | None = None
-        self._path = kube_mod.resource_path(
+        self._path = resource_path(
             "coordination.k8s.io", "v1", "leases", settings.lease_namespace, settings.lease_name
         )
-        self._collection = kube_mod.resource_path(
+        self._collection = resource_path(
             "coordination.k8s.io", "v1", "leases", settings.lease_namespace
         )
 
@@ -219,7 +219,7 @@ class Elector:
                             decision.holder or "free")
             self.holder = s.identity
             return True
-        except kube_mod.KubeError as exc:
+        except KubeError as exc:
             level = logging.DEBUG if exc.status == 409 else logging.WARNING
             logger.log(level, "lease %s/%s: %s %s", s.lease_namespace, s.lease_name, exc.status, exc.reason)
             return False
@@ -292,7 +292,7 @@ class Elector:
                 await self.kube.merge_patch(self._path, _conditional(body))
                 s = self.settings
                 logger.info("released the lease %s/%s", s.lease_namespace, s.lease_name)
-        except (kube_mod.KubeError, OSError, TimeoutError) as exc:
+        except (KubeError, OSError, TimeoutError) as exc:
             logger.warning("releasing the lease failed (it expires on its own): %s", exc)
 
 

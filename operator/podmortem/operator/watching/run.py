@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from podmortem import open_files, serving_limits, startup_gc
 from podmortem.background import Background
 from podmortem.errors import PodmortemError
-from podmortem.kube import api as kube_mod
+from podmortem.kube.api import Kube
 from podmortem.kube.config import ClusterAccess
 from podmortem.kube.connection import Connection, Listable, list_path
 from podmortem.kube.session import ApiSession
@@ -273,7 +273,7 @@ async def run_operator(
         LogStore(settings.store_dir, settings=store_settings, registry=REGISTRY,
                  read_only=settings.leader_election is not None) as store,
     ):
-        kube = kube_mod.Kube(api=api_session, timeout_s=10.0)
+        kube = Kube(api=api_session, timeout_s=10.0)
         status = StatusWriter(kube=kube)
         agent = AgentClient(kube=kube, settings=settings.agent, session=session)
         targets = Targets()

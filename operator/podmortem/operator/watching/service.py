@@ -31,8 +31,8 @@ from typing import Any
 
 from podmortem.background import Background
 from podmortem.diagnosis import job_root_cause, job_section, termination
-from podmortem.kube import api as kube_mod
 from podmortem.kube import owners as kube_owners
+from podmortem.kube.api import Kube, KubeError, resource_path
 from podmortem.kube.bodies import Body, PodBody
 from podmortem.operator import jobs, log_links, watch_options
 from podmortem.operator.followed_pods import Following, log_status_fields
@@ -95,7 +95,7 @@ class OperatorService:
     def __init__(
         self,
         *,
-        kube: kube_mod.Kube,
+        kube: Kube,
         settings: OperatorSettings,
         following: Following | None,
         reporter: Reporter,
@@ -175,13 +175,13 @@ class OperatorService:
     async def _create_pod(self, body: Mapping[str, Any], known: WatchedTarget) -> None:
         target = known.target
         pod = jobs.build_pod(body, sidecar=self.settings.sidecar)
-        path = kube_mod.resource_path("", "v1", "pods", target.namespace)
+        path = resource_path("", "v1", "pods", target.namespace)
         try:
             created = await self.kube.create(path, pod)
-        except kube_mod.KubeError as exc:
+        except KubeError as exc:
             if exc.status == 409:
                 existing = await self.kube.get(
-                    kube_mod.resource_path("", "v1", "pods", target.namespace, Body(pod).name)
+                    resource_path("", "v1", "pods", target.namespace, Body(pod).name)
                 )
                 owner = jobs.trainingjob_owner(existing or {})
                 if owner is not None and owner[1] == target.uid:
@@ -499,7 +499,7 @@ class OperatorService:
         try:
             obj = pod if target.role == "pod" else await self.kube.get(target.path())
             located = StoredReport.locate(obj)
-        except (kube_mod.KubeError, ValueError, TypeError, AttributeError, RecursionError):
+        except (KubeError, ValueError, TypeError, AttributeError, RecursionError):
             # An annotation anyone can write is data: unreadable means "no report yet", never a crash.
             return None
         if located is None:
@@ -550,7 +550,7 @@ class OperatorService:
                     namespace=target.namespace, name=target.name, fields=fields, conditions=conditions
                 ):
                     patched += 1
-            except (kube_mod.KubeError, OSError, TimeoutError) as exc:
+            except (KubeError, OSError, TimeoutError) as exc:
                 logger.warning(
                     "refreshing the log status of %s/%s failed: %s", target.namespace, target.name, exc
                 )
@@ -570,7 +570,7 @@ class OperatorService:
     async def _event(self, involved: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         try:
             await self.kube.post_event(involved=involved, type_=type_, reason=reason, message=message)
-        except (kube_mod.KubeError, OSError, TimeoutError) as exc:
+        except (KubeError, OSError, TimeoutError) as exc:
             logger.warning("posting event %s failed: %s", reason, exc)
 
     async def stop(self) -> None:
