@@ -16,7 +16,7 @@ import itertools
 import json
 import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from aiohttp import web
@@ -104,8 +104,14 @@ async def open_watch(request: web.Request, query: dict[str, str], n: int) -> web
     return await stream(request, [], hold_s=3600)
 
 
+class ServesPods(Protocol):
+    """A scripted API server: its answer to every request for /api/v1/pods."""
+
+    async def pods(self, request: web.Request) -> web.StreamResponse: ...
+
+
 @contextlib.asynccontextmanager
-async def serving(script: Scripted) -> AsyncIterator[Connection]:
+async def serving(script: ServesPods) -> AsyncIterator[Connection]:
     app = web.Application()
     app.router.add_get("/api/v1/pods", script.pods)
     runner = web.AppRunner(app, shutdown_timeout=0.1)

@@ -16,9 +16,10 @@ import pytest
 from aiohttp import web
 
 from podmortem import startup_gc
-from podmortem.kube.config import ClusterAccess
 from podmortem.kube.connection import Connection
 from podmortem.operator.watching.pod_watch import PodWatches, PodWatchSettings
+
+from .test_pod_watch_backoff import serving
 
 pytestmark = pytest.mark.looptime
 
@@ -57,16 +58,8 @@ class Script:
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[Script, Connection]]:
     script = Script(0, [])
-    app = web.Application()
-    app.router.add_get("/api/v1/pods", script.pods)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield script, Connection(ClusterAccess(server=f"http://127.0.0.1:{runner.addresses[0][1]}"))
-    finally:
-        await runner.cleanup()
+    async with serving(script) as connection:
+        yield script, connection
 
 
 async def _nothing(body: Mapping[str, Any], deleted: bool) -> None:
