@@ -153,14 +153,15 @@ def own_latency_counts() -> tuple[float, float]:
 
 
 def idle_api_sockets(operator: OperatorThread, handles: runtime.Running) -> int:
-    """Idle keep-alive connections of the operator's API client (kubernetes_asyncio's aiohttp pool,
-    at most :data:`API_POOL` of them; each closes after its keep-alive timeout, 15-30 s idle)."""
+    """Idle keep-alive connections of the operator's API session (`kube.session.ApiSession`'s one
+    aiohttp connector; each closes after its keep-alive timeout, 15-30 s idle)."""
 
     async def count() -> int:
-        connector = handles.service.kube.api.rest_client.pool_manager.connector
-        assert connector is not None
-        # aiohttp's idle connections by key (a private attribute: fine for a bench)
-        return sum(len(idle) for idle in connector._conns.values())
+        # The session and aiohttp's idle connections by key are private attributes: fine for a bench.
+        session = handles.service.kube.api._session
+        if session is None or session.connector is None:
+            return 0
+        return sum(len(idle) for idle in session.connector._conns.values())
 
     return operator.call(count())
 
