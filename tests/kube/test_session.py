@@ -244,3 +244,41 @@ async def test_the_followers_requests_are_paced_by_their_transports_bucket(api: 
         await logs.read_pod(namespace="ns", name="a")
         await logs.read_pod(namespace="ns", name="b")
     assert limit.delay() == pytest.approx(1.0)  # the burst of two is spent: a third waits a second
+
+
+async def test_a_capped_session_holds_no_more_connections_than_its_cap() -> None:
+    """A burst of requests waits for a connection instead of opening (and then keeping) one each."""
+    import asyncio
+
+    peers: set[int] = set()
+    busy = 0
+    most = 0
+
+    async def slow(request: web.Request) -> web.Response:
+        nonlocal busy, most
+        assert request.transport is not None
+        peers.add(request.transport.get_extra_info("peername")[1])
+        busy += 1
+        most = max(most, busy)
+        await asyncio.sleep(0.05)
+        busy -= 1
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/slow", slow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        server = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        async with ApiSession(ClusterAccess(server=server), max_connections=2) as capped:
+            answers = await asyncio.gather(*(capped.request("GET", "/slow") for _ in range(8)))
+        assert answers == [{"ok": True}] * 8
+        assert most == 2 and len(peers) == 2, (most, peers)
+        peers.clear()
+        most = 0
+        async with ApiSession(ClusterAccess(server=server)) as uncapped:  # the default: no cap
+            await asyncio.gather(*(uncapped.request("GET", "/slow") for _ in range(8)))
+        assert most == 8 and len(peers) == 8
+    finally:
+        await runner.cleanup()

@@ -147,19 +147,21 @@ def proxy_for(access: ClusterAccess) -> str | None:
 
 
 def aiohttp_session(access: ClusterAccess, *, headers: bool = True, force_close: bool = False,
-                    **kwargs: Any) -> aiohttp.ClientSession:
+                    max_connections: int = 0, **kwargs: Any) -> aiohttp.ClientSession:
     """An aiohttp session that reaches ``access.server``: its TLS, ``tls-server-name`` and proxy,
     and (with ``headers``) the credentials as of now. Must be called on a running event loop.
 
     ``force_close``: no idle connection is kept for reuse, so every socket open belongs to a
-    request in flight (the log followers count theirs against the open-files limit)."""
+    request in flight (the log followers count theirs against the open-files limit).
+    ``max_connections``: connections open at once, idle ones included (0: no cap)."""
     import aiohttp
 
     middlewares: tuple[Any, ...] = ()
     if access.tls_server_name:
         middlewares = (functools.partial(_name_the_server, server_hostname=access.tls_server_name),)
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, ssl=access.ssl_context or False, force_close=force_close),
+        connector=aiohttp.TCPConnector(limit=max_connections, ssl=access.ssl_context or False,
+                                       force_close=force_close),
         headers=access.headers() if headers else None,
         proxy=proxy_for(access),
         middlewares=middlewares,

@@ -53,18 +53,21 @@ class ApiSession:
 
     ``limit``: the requests' pace (None: none), shareable between sessions that share one budget.
     ``force_close``: no idle connection is kept, so each socket open is a request's (the log
-    followers count theirs). ``auto_decompress``: as aiohttp's (a log stream is read raw).
+    followers count theirs). ``max_connections``: connections open at once, idle ones included
+    (0: no cap); a request beyond it waits for one. ``auto_decompress``: as aiohttp's (a log
+    stream is read raw).
     """
 
     def __init__(self, connection: Connection | ClusterAccess, *, limit: TokenBucket | None = None,
                  max_body_bytes: int = MAX_BODY_BYTES, timeout_s: float = TIMEOUT_S,
-                 force_close: bool = False, auto_decompress: bool = True) -> None:
+                 force_close: bool = False, auto_decompress: bool = True, max_connections: int = 0) -> None:
         self.connection = connection if isinstance(connection, Connection) else Connection(connection)
         self.limit = limit
         self.max_body_bytes = max_body_bytes
         self.timeout_s = timeout_s
         self._force_close = force_close
         self._auto_decompress = auto_decompress
+        self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         #: The connection settings the session was made for (`_reach`).
         self._made_for: tuple[object, ...] | None = None
@@ -91,7 +94,8 @@ class ApiSession:
             # streams on the old session are cut, and their owners resume them, as after any cut.
             await self.close()
             self._session = clients.aiohttp_session(access, headers=False, force_close=self._force_close,
-                                                    auto_decompress=self._auto_decompress)
+                                                    auto_decompress=self._auto_decompress,
+                                                    max_connections=self._max_connections)
             self._made_for = made_for
         return self._session
 

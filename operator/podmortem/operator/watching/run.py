@@ -92,6 +92,10 @@ class KopfStuck(PodmortemError, RuntimeError):
     operator stops without it and exits non-zero, rather than hang until the kubelet's SIGKILL."""
 
 
+#: Connections to the API server the operator's writes and reads hold at once (the client it had
+#: before pooled 100): a burst of reports waits for one instead of opening, then keeping, one each.
+API_CONNECTIONS = 100
+
 #: Seconds kopf gets to finish once it is stopping (a signal, our stop, or its own failure, which
 #: all run its cleanup): it waits 5 s for its tasks itself, then cancels them. Seen on a real API
 #: server: a watch kopf was re-authenticating when a 403 made kopf give up never ended, and the
@@ -261,8 +265,9 @@ async def run_operator(
                 "no limit" if descriptors.connections is None else f"{descriptors.connections:,}",
                 f"{descriptors.segments:,}", f"{descriptors.reserved:,}")
     async with (
-        # The reports, statuses, Events, the Lease and the log server's reviews.
-        ApiSession(connection) as api_session,
+        # The reports, statuses, Events, the Lease and the log server's reviews: at most
+        # API_CONNECTIONS at once, so a burst of reports keeps that many sockets, not one each.
+        ApiSession(connection, max_connections=API_CONNECTIONS) as api_session,
         # Log follows hold their connection for hours: they get a session of their own, without
         # a cap on connections, so status writes never queue behind them.
         pod_log_api.SessionTransport(
