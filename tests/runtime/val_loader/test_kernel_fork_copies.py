@@ -121,7 +121,8 @@ def test_a_limit_between_the_peaks_kills_only_fresh_fork(
             assert len(run.memory_lines) == 3
 
 
-LATE_ARGS = ("--heap-mib", "600", "--evals", "3", "--workers", "2", "--items", "12", "--late")
+LATE_HEAP_MIB = 600
+LATE_ARGS = ("--heap-mib", str(LATE_HEAP_MIB), "--evals", "3", "--workers", "2", "--items", "12", "--late")
 LATE_ARGS += ("--trainer-mmap-threshold", str(128 * 1024))
 
 
@@ -146,6 +147,13 @@ def test_a_loader_built_after_the_heap_grew_gets_no_copies() -> None:
         assert result.returncode == 0, f"{result.variant}: {result.stderr}"
     chosen = [line for line in auto.lines if line.startswith("policy ")]
     assert chosen and chosen[0].startswith("policy forkserver:"), chosen
-    assert fresh.cgroup_peak_bytes is not None and auto.cgroup_peak_bytes is not None
-    ratio = auto.cgroup_peak_bytes / fresh.cgroup_peak_bytes
-    assert ratio <= 0.8, f"auto peaked at {ratio:.2f}x fresh fork ({auto.memory_lines[-1]})"
+    # Anonymous memory alone (no page cache, which differs from machine to machine), and a margin in
+    # heap, not a ratio: the fork server's workers each import torch (~180 MiB PSS), so "auto" saves
+    # the heap's second copy less their cost. Measured: 310 MiB below fresh fork here (0.79x), 298 on
+    # CI (0.80x, which failed the 0.8 ratio this test had); forking from the grown trainer saved about
+    # 90 MiB (0.94x). A third of the final heap lies between.
+    gap = fresh.anon_peak_bytes - auto.anon_peak_bytes
+    assert gap > LATE_HEAP_MIB * MIB // 3, (
+        f"auto peaked {gap / MIB:.0f} MiB below fresh fork ({fresh.anon_peak_bytes / MIB:.0f} vs "
+        f"{auto.anon_peak_bytes / MIB:.0f} MiB anonymous; {auto.memory_lines[-1]})"
+    )
