@@ -56,11 +56,14 @@ WAVE_PODS = 200
 SETTLE_S = 5.0
 
 
-def freeze_young() -> int:
-    """Collect the young generations, then freeze every tracked object: how many are frozen."""
+def freeze_young() -> None:
+    """Collect the young generations, then freeze every tracked object.
+
+    It does not count what is frozen: ``gc.get_freeze_count`` walks the whole permanent generation,
+    38 ms at 10,000 pods' 2 million objects, a stall of its own on the loop.
+    """
     gc.collect(1)
     gc.freeze()
-    return gc.get_freeze_count()
 
 
 class Freezer:
@@ -70,7 +73,7 @@ class Freezer:
     """
 
     def __init__(self, *, wave: int = WAVE_PODS, settle_s: float = SETTLE_S,
-                 freeze: Callable[[], int] = freeze_young) -> None:
+                 freeze: Callable[[], object] = freeze_young) -> None:
         self._wave = wave
         self._settle_s = settle_s
         self._freeze = freeze

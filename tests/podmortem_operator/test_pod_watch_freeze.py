@@ -109,7 +109,22 @@ async def test_each_wave_of_new_pods_from_the_watch_is_frozen(served: tuple[Scri
 def test_only_a_process_that_froze_its_start_up_gets_a_pod_freezer() -> None:
     assert startup_gc.pod_freezer() is None  # a test run leaves its collector alone
     try:
-        assert startup_gc.freeze_young() > 1_000
+        startup_gc.freeze_young()
+        assert gc.get_freeze_count() > 1_000
         assert isinstance(startup_gc.pod_freezer(), startup_gc.Freezer)
     finally:
+        gc.unfreeze()
+
+
+def test_a_freeze_does_not_count_the_frozen_objects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counting walks the whole permanent generation (every pod's objects): a stall per freeze."""
+    def counted() -> int:
+        raise AssertionError("gc.get_freeze_count walks every frozen object")
+
+    try:
+        monkeypatch.setattr(gc, "get_freeze_count", counted)
+        startup_gc.freeze_young()
+    finally:
+        monkeypatch.undo()
+        assert gc.get_freeze_count() > 1_000
         gc.unfreeze()
