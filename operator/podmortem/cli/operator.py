@@ -20,6 +20,7 @@ from typing import Any
 
 from podmortem.cli import options as o
 from podmortem.cli.server_limit_options import server_limit_options
+from podmortem.kube.label_selector import LabelSelector
 from podmortem.kube.owners import ForeignKind
 from podmortem.logs.settings import HttpSettings
 from podmortem.logs.tls import ServerCertificate
@@ -249,6 +250,26 @@ FOREIGN_KINDS = o.Option(
 )
 
 
+
+def _label_selector(text: str) -> LabelSelector:
+    from podmortem.kube.label_selector import parse
+
+    return parse(text)
+
+
+FOLLOW_SELECTOR = o.Option(
+    ("--follow-selector",), "PODMORTEM_FOLLOW_SELECTOR", _label_selector, None,
+    "follow and report every pod whose labels match this Kubernetes label selector (app=trainer,"
+    "tier in (gpu,tpu),!canary), opted in or not, as if annotated podmortem.io/watch: \"true\"; "
+    "with --follow-namespace, only in those namespaces", "SELECTOR", shown_default="none",
+)
+FOLLOW_NAMESPACES = o.Option(
+    ("--follow-namespace",), "PODMORTEM_FOLLOW_NAMESPACES", o.dns_labels(), "",
+    "follow and report the pods of this namespace that --follow-selector matches (every pod of it "
+    "without a selector; repeatable; the variable is comma-separated)", "NS",
+    shown_default="every watched namespace", action="append", dest_name="follow_namespaces",
+)
+
 def _resources(text: str) -> dict[str, Any]:
     """A core/v1 ResourceRequirements as JSON (the chart's ``toJson .Values.sidecar.resources``)."""
     import json
@@ -351,7 +372,8 @@ OPTIONS: tuple[o.Option[Any], ...] = (
     LOG_BASE_URL,
     STATUS_REFRESH, LEADER_ELECTION, LEASE, LEASE_NAMESPACE, IDENTITY, LEASE_DURATION, RENEW_DEADLINE,
     RETRY_PERIOD, METRICS_PORT, HEALTH_PORT, EARLY_WARNING_EPOCHS, MEMORY_WARNING_RATIO, STATUS_MAX_BYTES,
-    ANNOTATION_MAX_BYTES, FOREIGN_KINDS, SIDECAR, SIDECAR_IMAGE, SIDECAR_PULL_POLICY, SIDECAR_RESOURCES,
+    ANNOTATION_MAX_BYTES, FOREIGN_KINDS, FOLLOW_SELECTOR, FOLLOW_NAMESPACES,
+    SIDECAR, SIDECAR_IMAGE, SIDECAR_PULL_POLICY, SIDECAR_RESOURCES,
     SIDECAR_COMM, WEBHOOK_PORT, WEBHOOK_TLS_CERT, WEBHOOK_TLS_KEY, WEBHOOK_EXCLUDE, API_QPS, API_BURST,
     *HTTP_LIMITS.all, *WEBHOOK_LIMITS.all, *PROBE_LIMITS.all,
     LOG_LEVEL,
@@ -439,6 +461,19 @@ def _webhook(v: o.Values, sidecar: s.SidecarInjectionSettings) -> s.WebhookSetti
                              connections=WEBHOOK_LIMITS.read(v))
 
 
+def _follow_selector(v: o.Values) -> s.FollowSelectorSettings | None:
+    selector, namespaces = v.optional(FOLLOW_SELECTOR), v.value(FOLLOW_NAMESPACES)
+    if selector is None and not namespaces:
+        return None
+    watched = v.value(NAMESPACES)
+    unseen = [ns for ns in namespaces if watched and ns not in watched]
+    if unseen:
+        raise v.conflict(f"{', '.join(unseen)} not watched: their pods are never seen; watch them too",
+                         FOLLOW_NAMESPACES, NAMESPACES)
+    return s.FollowSelectorSettings(selector=selector if selector is not None else LabelSelector(),
+                                    namespaces=namespaces)
+
+
 def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
     """The settings from the command line and the environment.
 
@@ -465,6 +500,7 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
     if sidecar.trainingjobs and not sidecar.image:
         raise v.conflict("the sidecar needs its image", SIDECAR, SIDECAR_IMAGE)
     webhook = _webhook(v, sidecar)
+    follow = _follow_selector(v)
     try:
         return s.OperatorSettings(
             log_retention_s=age if age is not None else _D.log_retention_s,
@@ -512,6 +548,7 @@ def settings_from(args: argparse.Namespace) -> s.OperatorSettings:
             namespaces=v.value(NAMESPACES),
             sidecar=sidecar,
             webhook=webhook,
+            follow_selector=follow,
         )
     except o.SettingError:
         raise

@@ -16,7 +16,7 @@ objects, are watched by ``pod_watch`` instead (kopf's per-event cost).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -102,3 +102,18 @@ def maybe_followed(body: Mapping[str, Any]) -> bool:
         or owners.WATCH_ANNOTATION in pod.annotations
         or jobs.TRAININGJOB_UID_LABEL in pod.labels
     )
+
+
+def pod_filter(settings: OperatorSettings) -> Callable[[Mapping[str, Any]], bool]:
+    """`maybe_followed`, widened to the pods the follow selector picks (which may have neither owners nor
+    the annotation). Client-side: the pod watch cannot ask the API server for these alone, since the
+    annotated pods and the jobs' pods must still come (a label selector cannot say "or")."""
+    selector = settings.follow_selector
+    if selector is None:
+        return maybe_followed
+
+    def accept(body: Mapping[str, Any]) -> bool:
+        pod = Body(body)
+        return maybe_followed(body) or selector.selects(pod.namespace, pod.labels)
+
+    return accept

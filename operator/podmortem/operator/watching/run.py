@@ -327,7 +327,7 @@ async def run_operator(
             await service.on_pod(body, deleted=deleted)
 
         pod_watches = PodWatches(connection=connection, namespaces=settings.namespaces, handler=on_pod,
-                                 accept=registry_mod.maybe_followed, freezer=startup_gc.pod_freezer())
+                                 accept=registry_mod.pod_filter(settings), freezer=startup_gc.pod_freezer())
         elector = None
         if settings.leader_election is not None:
             elector = Elector(kube=kube, settings=settings.leader_election)

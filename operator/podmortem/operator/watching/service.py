@@ -302,7 +302,11 @@ class OperatorService:
                 await self.on_trainingjob(tj)
                 return self.targets.owners.get(owner[1])
             return None
-        if watch_options.is_watched(body.annotations):
+        selector = self.settings.follow_selector
+        if watch_options.is_watched(body.annotations) or (
+            selector is not None and selector.selects(body.namespace, body.labels)
+        ):
+            # A pod the follow selector picks is followed as if annotated; its own annotations still apply.
             options, problems = watch_options.from_annotations(body.annotations, defaults=self.defaults)
             known = WatchedTarget(target=Target.of(pod, role="pod", plural="pods", options=options))
             await announce(
