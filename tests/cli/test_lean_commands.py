@@ -40,3 +40,27 @@ def test_the_whole_cli_still_lists_every_command() -> None:
         assert name in out, name
     side = subprocess.run([*cli, "sidecar", "--help"], capture_output=True, text=True, check=True).stdout
     assert "--termination-log" in side
+
+
+LOGS_PROBE = """
+import sys
+from podmortem.cli import main
+sys.argv = ["podmortem", "logs", "--help"]
+try:
+    main.main()
+except SystemExit:
+    pass
+loaded = sorted(m for m in sys.modules if m.startswith("podmortem") or m == "importlib.metadata")
+print("\\n".join(loaded), file=sys.stderr)
+"""
+
+
+def test_podmortem_logs_starts_without_the_other_commands_or_an_entry_point_scan() -> None:
+    """`podmortem logs` starts once per look at a log: its start-up is part of every run's time."""
+    done = subprocess.run([sys.executable, "-c", LOGS_PROBE], capture_output=True, text=True, check=True)
+    loaded = set(done.stderr.split())
+    assert "podmortem.cli.logs" in loaded
+    assert "--follow" in done.stdout
+    others = {f"podmortem.cli.{name}" for name in ("diagnose", "report", "operator", "agent", "sidecar")}
+    assert not loaded & others, loaded & others
+    assert "importlib.metadata" not in loaded
