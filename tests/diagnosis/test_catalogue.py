@@ -29,10 +29,17 @@ def _size() -> st.SearchStrategy[tuple[str, int]]:
         text = f"{whole}.{cents:02d}{' ' if space else ''}{unit}"
         return text, catalogue.size_bytes(text)
 
+    def numpy_like(units: float, unit: str) -> tuple[str, int]:
+        # numpy's _ArrayMemoryError._size_to_string: three significant figures that keep their point
+        # ("100. MiB", "7.45 GiB"), all the digits from 1000 up.
+        text = f"{units:#.3g} {unit}" if round(units) < 1000 else f"{units:#.0f} {unit}"
+        return text, catalogue.size_bytes(text)
+
     spelled = st.builds(torch_like, st.integers(0, 1023), st.integers(0, 99), st.sampled_from(_UNITS),
                         st.booleans())
     counted = st.integers(0, 10**12).map(lambda n: (f"{n} bytes", n))
-    return st.one_of(spelled, counted)
+    numpy = st.builds(numpy_like, st.floats(1, 1023.9), st.sampled_from(_UNITS[1:]))
+    return st.one_of(spelled, counted, numpy)
 
 
 #: Numbers the printing code prints signed (``%hd``, an exit code); the others are counts or ids.
@@ -115,6 +122,15 @@ def test_entries_are_facts_with_a_source_and_a_known_verdict() -> None:
         assert e.project and e.source and e.versions and e.format, e.key
         assert e.verdict is None or e.verdict in codes.VERDICTS, e.key
         assert e.kind in ("kernel", "training", "pod"), e.key
+        # An entry read in its source says where; one that was not says nothing it did not read.
+        assert bool(e.read_at) == e.verified, e.key
+
+
+def test_numpy_keeps_a_bare_point_in_its_sizes() -> None:
+    found = catalogue.find("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 100. MiB for an "
+                           "array with shape (13107200,) and data type float64")
+    assert found is not None and found.entry.key == "numpy-unable-to-allocate"
+    assert found.number("size") == 100 * 2**20
 
 
 @pytest.mark.parametrize("text", [
