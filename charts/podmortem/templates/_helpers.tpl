@@ -262,3 +262,17 @@ items: (dict "env" "HTTP" "limits" .Values.serverLimits.logApi).
 - name: PODMORTEM_{{ .env }}_MAX_CONNECTIONS_PER_PEER
   value: {{ int64 .limits.maxConnectionsPerPeer | quote }}
 {{- end }}
+
+{{/*
+The follow selector's namespaces, comma-separated; each must be watched (the operator never sees the
+pods of a namespace it does not watch, and would refuse the setting at start).
+*/}}
+{{- define "podmortem.followNamespaces" -}}
+{{- $watched := .Values.watchNamespaces -}}
+{{- range .Values.followSelector.namespaces -}}
+{{- if and $watched (not (has . $watched)) -}}
+{{- fail (printf "followSelector.namespaces: %s is not in watchNamespaces (%s): its pods are never seen" . (join ", " $watched)) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," .Values.followSelector.namespaces -}}
+{{- end -}}
