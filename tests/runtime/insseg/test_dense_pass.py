@@ -111,9 +111,9 @@ def _direct_table(rng: np.random.Generator, n_cols: int) -> ColumnCodes:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("n_cols", [1, 3, 7, 8, 9, 31, 33, 255, 256, 257, 1029, 2053])
+@pytest.mark.parametrize("n_cols", [1, 3, 7, 8, 9, 31, 33, 255, 256, 257, 1029, 2047, 2053, 4097, 6151])
 def test_word_pass_equals_nonzero_for_every_dtype_and_width(dtype: Any, n_cols: int) -> None:
-    """Widths around the word (8 B) and the block (512 B): rows start and end inside words and blocks."""
+    """Widths around the word (8 B) and the block (2 KiB): rows start and end inside words and blocks."""
     rng = np.random.default_rng(n_cols)
     masks = _masks(rng, dtype, 7, n_cols, 0.05)
     masks[0, -1] = _special(dtype)[-1]  # a member in the very last element of a row...
