@@ -376,11 +376,14 @@ class StreamParser:
         last_ts = timestamps.parse_ns(last_stamp)
         # Lines at the end of the block sharing the last timestamp (usually one; a burst may share).
         trailing = 1
-        probe = last_stamp + (b" " if space >= 0 else b"\n")
+        width = len(last_stamp)
         while trailing < count:
             end = start - 1
             start = _last_line_start(block, end)
-            if not block.startswith(probe, start) and block[start:end] != last_stamp:
+            # The same stamp: the line starts with it, and it ends there (a space, or an empty line
+            # sent without one: either form may follow the other).
+            if not block.startswith(last_stamp, start) or (
+                    start + width != end and block[start + width] != 0x20):
                 break
             trailing += 1
         if trailing == count:
