@@ -69,6 +69,8 @@ def test_every_chart_variable_reaches_the_settings(monkeypatch: pytest.MonkeyPat
         "PODMORTEM_OOM_METRIC_POD_LABELS": "app,team",
         "PODMORTEM_HTTP_HEADER_TIMEOUT_SECONDS": "4",
         "PODMORTEM_HTTP_MAX_CONNECTIONS_PER_PEER": "16",
+        "PODMORTEM_FOLLOW_SELECTOR": "app=trainer,!canary",
+        "PODMORTEM_FOLLOW_NAMESPACES": "team-a",
     }
     assert set(env) >= _chart_env_names()
     for name, value in env.items():
@@ -89,6 +91,9 @@ def test_every_chart_variable_reaches_the_settings(monkeypatch: pytest.MonkeyPat
     assert (s.oom_events, s.oom_event_interval_s, s.oom_events_per_minute) == (True, 30.0, 12)
     assert s.oom_metric_pod_labels == ("app", "team")
     assert (s.connections.header_timeout_s, s.connections.max_connections_per_peer) == (4.0, 16)
+    assert s.follow_selector is not None and s.follow_selector.namespaces == ("team-a",)
+    assert s.follow_selector.selects("team-a", {"app": "trainer"})
+    assert not s.follow_selector.selects("team-a", {"app": "trainer", "canary": "1"})
     # The command line wins over the environment.
     s = cli_agent.settings_from(
         _args("--kernel-log-source", "auto", "--port", "7000", "--foreign-kinds", "[]")
@@ -102,6 +107,7 @@ def test_defaults_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     s = cli_agent.settings_from(_args("--node-name", "n"))
     assert (s.kernel_log_source, s.listen_port, s.metrics_port) == ("auto", 8090, 9090)
     assert (s.poll_interval_s, s.ring_size, s.token_path, s.namespaces) == (10.0, 360, None, ())
+    assert s.follow_selector is None
     assert [str(k) for k in s.foreign_kinds] == [
         "jobs.batch", "pytorchjobs.kubeflow.org", "jobsets.jobset.x-k8s.io"
     ]

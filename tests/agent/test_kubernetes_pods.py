@@ -22,6 +22,7 @@ from tests.agent import trees
 from podmortem.agent import pods
 from podmortem.cgroups import cgroupfs
 from podmortem.kube import owners
+from podmortem.kube.label_selector import PodSelector, parse
 from podmortem_demo.emulated.apiserver import KubernetesApi, write_kubeconfig
 
 NODE = "node-1"
@@ -353,3 +354,23 @@ async def test_every_pod_of_the_node_is_kept_for_oom_events_marked_or_not(cluste
     finally:
         await source.close()
         await plain_only.close()
+
+
+async def test_pods_the_follow_selector_picks_are_sampled_annotated_or_not(cluster: Cluster) -> None:
+    """The operator's follow selector, given to the agent: the pods it reports by label get samples."""
+    picked = await cluster.pod("ml", "trainer-0")
+    await cluster.pod("ml", "web-0")
+    await cluster.pod("other", "trainer-1")
+    await cluster.pod("ml", "trainer-2", node="node-2")
+    for ns, name in (("ml", "trainer-0"), ("other", "trainer-1"), ("ml", "trainer-2")):
+        labels = {"metadata": {"labels": {"app": "trainer"}}}
+        await cluster.patch(f"/api/v1/namespaces/{ns}/pods/{name}", labels)
+    annotated = await cluster.pod("ml", "annotated", annotations={WATCH: "true"})
+    follow = PodSelector(selector=parse("app=trainer"), namespaces=("ml",))
+    source, without = _source(cluster, follow_selector=follow), _source(cluster)
+    try:
+        assert set(await source.current()) == {picked, annotated}
+        assert set(await without.current()) == {annotated}
+    finally:
+        await source.close()
+        await without.close()

@@ -12,6 +12,7 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 
+from podmortem.cli import agent as agent_cli
 from podmortem.cli import operator as operator_cli
 from podmortem.cli.main import build_parser
 from podmortem.operator.settings import OperatorSettings
@@ -30,6 +31,9 @@ def operator_settings(rendered: _render.Rendered, monkeypatch: pytest.MonkeyPatc
 
 def test_off_by_default(default_rendered: _render.Rendered, monkeypatch: pytest.MonkeyPatch) -> None:
     assert operator_settings(default_rendered, monkeypatch).follow_selector is None
+    agent_env = _render.env_of(default_rendered.one("DaemonSet", "agent")["spec"]["template"]["spec"]
+                               ["containers"][0])
+    assert (agent_env["PODMORTEM_FOLLOW_SELECTOR"], agent_env["PODMORTEM_FOLLOW_NAMESPACES"]) == ("", "")
 
 
 @pytest.mark.parametrize("values", [
@@ -54,6 +58,12 @@ def test_the_deployment_carries_it_and_the_operator_reads_it(
         assert not follow.selects(in_namespace, {"app": "web"})
     if "namespaces" in given:
         assert not follow.selects("elsewhere", trainer)
+    # The agent samples the same pods, so that their reports have samples and kernel records.
+    agent_env = _render.env_of(rendered.one("DaemonSet", "agent")["spec"]["template"]["spec"]
+                               ["containers"][0])
+    for name, value in {**agent_env, "PODMORTEM_NODE_NAME": "node-1"}.items():
+        monkeypatch.setenv(name, value)
+    assert agent_cli.settings_from(build_parser().parse_args(["agent"])).follow_selector == follow
 
 
 def test_a_namespace_that_is_not_watched_fails_the_render(chart: helm.Chart) -> None:

@@ -9,9 +9,9 @@ from typing import Any, cast
 import pytest
 
 from podmortem.kube.api import Kube
-from podmortem.kube.label_selector import parse
+from podmortem.kube.label_selector import PodSelector, parse
 from podmortem.operator.reporting.reporter import Reporter
-from podmortem.operator.settings import FollowSelectorSettings, OperatorSettings
+from podmortem.operator.settings import OperatorSettings
 from podmortem.operator.status import StatusWriter
 from podmortem.operator.targets import Targets
 from podmortem.operator.watching.early_warning import EarlyWarning
@@ -33,7 +33,7 @@ class FakeKube:
         self.events.append((reason, message))
 
 
-def service(follow: FollowSelectorSettings | None) -> tuple[OperatorService, FakeKube]:
+def service(follow: PodSelector | None) -> tuple[OperatorService, FakeKube]:
     fake = FakeKube()
     kube = cast(Kube, fake)
     targets = Targets()
@@ -58,7 +58,7 @@ def pod(name: str, *, namespace: str = "team-a", labels: dict[str, str] | None =
             "spec": {"containers": [{"name": "trainer"}]}}
 
 
-SELECTED = FollowSelectorSettings(selector=parse("app=trainer,tier in (gpu,tpu)"), namespaces=("team-a",))
+SELECTED = PodSelector(selector=parse("app=trainer,tier in (gpu,tpu)"), namespaces=("team-a",))
 
 
 async def test_a_matching_pod_is_followed_as_a_bare_pod_with_default_options() -> None:
@@ -81,7 +81,7 @@ async def test_a_matching_pod_in_another_namespace_is_not_followed() -> None:
 
 
 async def test_no_namespaces_means_every_watched_one() -> None:
-    svc, _ = service(FollowSelectorSettings(selector=parse("app=trainer")))
+    svc, _ = service(PodSelector(selector=parse("app=trainer")))
     assert await svc.resolve(pod("p", namespace="anywhere", labels={"app": "trainer"})) is not None
 
 
@@ -116,7 +116,7 @@ def test_the_pod_watch_lets_selected_pods_through_and_only_those() -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     with harness(tmp_path_factory.mktemp("follow-selector")) as h:
         h.add_agent_pod()
-        follow = FollowSelectorSettings(selector=parse("app=trainer"), namespaces=("default",))
+        follow = PodSelector(selector=parse("app=trainer"), namespaces=("default",))
         h.start_operator(h.settings(log_http_auth=False, follow_selector=follow))
         yield h
         assert h.operator_error is None, h.operator_error

@@ -69,6 +69,7 @@ def build_agent(
             owner_cache_s=settings.owner_cache_s,
             kubeconfig=settings.kubeconfig,
             node_pod_labels=settings.oom_metric_pod_labels if settings.oom_events else None,
+            follow_selector=settings.follow_selector,
         )
     metrics = AgentMetrics(registry if registry is not None else CollectorRegistry())
     oom_events = None

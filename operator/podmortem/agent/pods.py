@@ -26,6 +26,7 @@ from podmortem.cgroups import cgroupfs, paths
 from podmortem.kube import owners
 from podmortem.kube.api import KubeApi, connect
 from podmortem.kube.bodies import Body
+from podmortem.kube.label_selector import PodSelector
 
 TRAINING_JOB_GROUP = "podmortem.io/"
 TRAINING_JOB_KIND = "TrainingJob"
@@ -158,9 +159,11 @@ class KubernetesPods:
         api: KubeApi | None = None,
         clock: Callable[[], float] = time.monotonic,
         node_pod_labels: tuple[str, ...] | None = None,
+        follow_selector: PodSelector | None = None,
     ) -> None:
         """``node_pod_labels``: keep every pod of the node in `node_pods`, with these labels (the OOM
-        Events of `oom_events`); None keeps none."""
+        Events of `oom_events`); None keeps none. ``follow_selector``: pods it selects are sampled too,
+        annotated or not."""
         if not node_name:
             raise ValueError(
                 "the Kubernetes pod source needs the node name (--node-name / PODMORTEM_NODE_NAME)"
@@ -182,6 +185,7 @@ class KubernetesPods:
         self.clock = clock
         self.owner_resolver: owners.OwnerResolver | None = None
         self.node_pod_labels = node_pod_labels
+        self.follow_selector = follow_selector
         #: Every pod of this node the last listing saw, marked or not (with ``node_pod_labels``).
         self.node_pods: dict[str, NodePod] = {}
 
@@ -208,6 +212,9 @@ class KubernetesPods:
     async def _why_watched(self, item: Mapping[str, Any], resolver: owners.OwnerResolver) -> str | None:
         if is_watched(item, watch_annotation=self.watch_annotation):
             return "annotated or owned by a TrainingJob"
+        body = Body(item)
+        if self.follow_selector is not None and self.follow_selector.selects(body.namespace, body.labels):
+            return "selected by the follow selector"
         owner = await resolver.watching_owner(item)
         return f"owner {owner} is annotated" if owner is not None else None
 

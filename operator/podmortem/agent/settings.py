@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from podmortem.connection_limits import ServerLimits
+from podmortem.kube.label_selector import PodSelector
 from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, WATCH_ANNOTATION, ForeignKind
 
 KernelLogSource = Literal["auto", "kmsg", "syslog", "off"]
@@ -127,6 +128,11 @@ class AgentSettings:
     #: Namespaces whose pods are listed; empty = all (one cluster-wide list). With a list, the chart
     #: grants the agent RBAC only in those namespaces, so each is listed on its own.
     namespaces: tuple[str, ...] = ()
+
+    #: Pods sampled because of their namespace and labels, opted in or not: the operator's follow
+    #: selector (the chart's ``followSelector``), so that the pods it follows and reports by label
+    #: have samples and kernel records in their reports as annotated ones do. None: off.
+    follow_selector: PodSelector | None = None
 
     #: Kubeconfig for the API server; None = the pod's service account, else ``$KUBECONFIG`` or
     #: ``~/.kube/config`` (running the agent by hand on a node).

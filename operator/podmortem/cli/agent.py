@@ -25,6 +25,7 @@ from podmortem.connection_limits import ServerLimits
 
 if TYPE_CHECKING:
     from podmortem.agent.settings import AgentSettings
+    from podmortem.kube.label_selector import LabelSelector
     from podmortem.kube.owners import ForeignKind
 
 EXIT_OK = 0
@@ -63,6 +64,24 @@ NAMESPACES = o.Option(
     "comma-separated namespaces whose pods are listed, one list call each (the chart's RBAC then "
     "exists only there); empty = all namespaces", "NS,...", shown_default="all",
 )
+def _label_selector(text: str) -> LabelSelector:
+    from podmortem.kube.label_selector import parse
+
+    return parse(text)
+
+
+FOLLOW_SELECTOR = o.Option(
+    ("--follow-selector",), "PODMORTEM_FOLLOW_SELECTOR", _label_selector, None,
+    "also sample every pod whose labels match this Kubernetes label selector, annotated or not: the "
+    "operator's --follow-selector (the chart's followSelector), so the pods it reports by label "
+    "have samples and kernel records", "SELECTOR", shown_default="none",
+)
+FOLLOW_NAMESPACES = o.Option(
+    ("--follow-namespaces",), "PODMORTEM_FOLLOW_NAMESPACES", o.dns_labels(), "",
+    "comma-separated namespaces --follow-selector picks from (every pod of them without a "
+    "selector); empty = all", "NS,...", shown_default="all",
+)
+
 FOREIGN_KINDS = o.Option(
     ("--foreign-kinds",), "PODMORTEM_FOREIGN_KINDS", o.foreign_kinds(_foreign_kinds), None,
     'kinds whose annotated objects (podmortem.io/watch: "true") get their pods sampled: JSON '
@@ -188,7 +207,7 @@ OPTIONS: tuple[o.Option[Any], ...] = (
     NODE_NAME, NAMESPACES, FOREIGN_KINDS, INTERVAL, RING_SIZE, STATE_DIR, TOKEN_FILE, PROC_ROOT, CGROUP_ROOT,
     KERNEL_LOG_SOURCE, KMSG_PATH, SYSLOG_POLL, POD_REFRESH, OWNER_CACHE, KUBECONFIG, HOST, PORT, METRICS_PORT,
     STATIC_PODS, POD_NAME, POD_NAMESPACE, LOG_LEVEL, *HTTP_LIMITS.all, OOM_EVENTS, OOM_EVENT_INTERVAL,
-    OOM_EVENTS_PER_MINUTE, OOM_METRIC_POD_LABELS,
+    OOM_EVENTS_PER_MINUTE, OOM_METRIC_POD_LABELS, FOLLOW_SELECTOR, FOLLOW_NAMESPACES,
 )
 
 DESCRIPTION = """\
@@ -291,6 +310,16 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
         oom_metric_pod_labels=_label_keys(v),
         static_pods=static,
     )
+    follow, follow_namespaces = v.optional(FOLLOW_SELECTOR), v.value(FOLLOW_NAMESPACES)
+    unseen = [ns for ns in follow_namespaces if values["namespaces"] and ns not in values["namespaces"]]
+    if unseen:
+        raise v.conflict(f"{', '.join(unseen)} not listed: their pods are never seen; list them too",
+                         FOLLOW_NAMESPACES, NAMESPACES)
+    if follow is not None or follow_namespaces:
+        from podmortem.kube.label_selector import LabelSelector, PodSelector
+
+        values["follow_selector"] = PodSelector(selector=follow if follow is not None else LabelSelector(),
+                                                namespaces=follow_namespaces)
     kinds = v.optional(FOREIGN_KINDS)  # last: reading kinds imports the Kubernetes client
     values["foreign_kinds"] = _foreign_kinds("") if kinds is None else kinds
     proc_root, cgroup_root = v.optional(PROC_ROOT), v.optional(CGROUP_ROOT)

@@ -20,7 +20,7 @@ from typing import Any
 
 from podmortem.cli import options as o
 from podmortem.cli.server_limit_options import server_limit_options
-from podmortem.kube.label_selector import LabelSelector
+from podmortem.kube.label_selector import LabelSelector, PodSelector
 from podmortem.kube.owners import ForeignKind
 from podmortem.logs.settings import HttpSettings
 from podmortem.logs.tls import ServerCertificate
@@ -461,7 +461,7 @@ def _webhook(v: o.Values, sidecar: s.SidecarInjectionSettings) -> s.WebhookSetti
                              connections=WEBHOOK_LIMITS.read(v))
 
 
-def _follow_selector(v: o.Values) -> s.FollowSelectorSettings | None:
+def _follow_selector(v: o.Values) -> PodSelector | None:
     selector, namespaces = v.optional(FOLLOW_SELECTOR), v.value(FOLLOW_NAMESPACES)
     if selector is None and not namespaces:
         return None
@@ -470,8 +470,7 @@ def _follow_selector(v: o.Values) -> s.FollowSelectorSettings | None:
     if unseen:
         raise v.conflict(f"{', '.join(unseen)} not watched: their pods are never seen; watch them too",
                          FOLLOW_NAMESPACES, NAMESPACES)
-    return s.FollowSelectorSettings(selector=selector if selector is not None else LabelSelector(),
-                                    namespaces=namespaces)
+    return PodSelector(selector=selector if selector is not None else LabelSelector(), namespaces=namespaces)
 
 
 def settings_from(args: argparse.Namespace) -> s.OperatorSettings:

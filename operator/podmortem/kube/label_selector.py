@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 #: Characters of a selector. It comes from configuration, not from users of the cluster, but a bound
@@ -142,6 +142,20 @@ class LabelSelector:
 
     def __str__(self) -> str:
         return ",".join(str(r) for r in self.requirements)
+
+
+@dataclass(frozen=True)
+class PodSelector:
+    """Pods by namespace and labels, as a pod list in each of ``namespaces`` with a ``labelSelector``
+    would give them (the operator's and the agent's follow selector)."""
+
+    #: The empty selector matches every pod.
+    selector: LabelSelector = field(default_factory=LabelSelector)
+    #: Empty: every namespace.
+    namespaces: tuple[str, ...] = ()
+
+    def selects(self, namespace: str, labels: Mapping[str, str] | None) -> bool:
+        return (not self.namespaces or namespace in self.namespaces) and self.selector.matches(labels)
 
 
 # --- lexer --------------------------------------------------------------------------------------------

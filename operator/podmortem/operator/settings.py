@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from podmortem.connection_limits import ServerLimits
-from podmortem.kube.label_selector import LabelSelector
+from podmortem.kube.label_selector import PodSelector
 from podmortem.kube.owners import DEFAULT_FOREIGN_KINDS, ForeignKind
 from podmortem.logs.settings import FollowSettings, HttpSettings
 
@@ -206,24 +206,6 @@ class WebhookSettings:
 
 
 @dataclass(frozen=True)
-class FollowSelectorSettings:
-    """Pods followed and reported without opting in: those in ``namespaces`` whose labels match
-    ``selector`` (docs/operator.md, "Following pods by label").
-
-    Each such pod is followed as if annotated ``podmortem.io/watch: "true"``, with the operator's
-    default options; its own ``podmortem.io/`` annotations still apply.
-    """
-
-    #: Kubernetes label selector (`podmortem.kube.label_selector`); the empty one matches every pod.
-    selector: LabelSelector = field(default_factory=LabelSelector)
-    #: Namespaces whose pods are looked at; empty: every namespace the operator watches.
-    namespaces: tuple[str, ...] = ()
-
-    def selects(self, namespace: str, labels: Mapping[str, str] | None) -> bool:
-        return (not self.namespaces or namespace in self.namespaces) and self.selector.matches(labels)
-
-
-@dataclass(frozen=True)
 class OperatorSettings:
     """The operator's settings; see ``podmortem operator --help`` for the flags that set them."""
 
@@ -302,10 +284,11 @@ class OperatorSettings:
     sidecar: SidecarInjectionSettings = field(default_factory=SidecarInjectionSettings)
     #: The admission webhook; None: not served.
     webhook: WebhookSettings | None = None
-    #: Pods followed and reported because of their namespace and labels, opted in or not; None: only
-    #: TrainingJobs' pods, annotated pods and the pods of annotated jobs are. Off by default: following
-    #: a pod costs a log connection and store space, which nobody asked for.
-    follow_selector: FollowSelectorSettings | None = None
+    #: Pods followed and reported because of their namespace and labels, opted in or not, as if annotated
+    #: ``podmortem.io/watch: "true"`` (default options, the pod's own ``podmortem.io/`` annotations on top;
+    #: docs/operator.md, "Following pods by label"). None: only TrainingJobs' pods, annotated pods and the
+    #: pods of annotated jobs are. Off by default: following a pod costs a log connection and store space.
+    follow_selector: PodSelector | None = None
 
     def __post_init__(self) -> None:
         if self.early_warning_epochs < 1:
