@@ -201,3 +201,14 @@ def test_any_text_is_read_or_refused_with_a_selector_error(text: str) -> None:
     except SelectorError:
         return
     assert str(parse(str(parsed))) == str(parsed)  # what is read renders to text that reads the same
+
+
+def test_a_pod_selector_needs_the_namespace_and_the_labels() -> None:
+    picked = ls.PodSelector(selector=parse("app=trainer"), namespaces=("ml", "vision"))
+    assert picked.selects("ml", {"app": "trainer"}) and picked.selects("vision", {"app": "trainer"})
+    assert not picked.selects("web", {"app": "trainer"})
+    assert not picked.selects("ml", {"app": "web"}) and not picked.selects("ml", None)
+    anywhere = ls.PodSelector(selector=parse("app=trainer"))
+    assert anywhere.selects("web", {"app": "trainer"})
+    whole_namespace = ls.PodSelector(namespaces=("ml",))
+    assert whole_namespace.selects("ml", None) and not whole_namespace.selects("web", None)
