@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from podmortem.diagnosis import catalogue
+from podmortem.cli import diagnose_inputs
+from podmortem.diagnosis import catalogue, pod_events, training_log
 from podmortem.reports import codes
 
 #: Characters of generated words and texts: no "-" or ":", so that no field spells another message's
@@ -149,3 +150,109 @@ def test_the_first_message_in_a_line_wins() -> None:
                            "anon-rss:1kB, file-rss:0kB, shmem-rss:0kB")
     assert found is not None and found.entry.key == "kernel-killed-memcg"
     assert found.number("pid") == 7 and found.start == 0
+
+
+#: A value the recogniser needs to see as the printing code would print it (not any word): TensorFlow
+#: names a device by its full name, and a GPU OOM is one only on a GPU.
+_AS_PRINTED: dict[tuple[str, str], st.SearchStrategy[tuple[str, int | None]]] = {
+    ("tf-oom-tensor", "device"): st.integers(0, 15).map(
+        lambda n: (f"/job:localhost/replica:0/task:0/device:GPU:{n}", None)),
+    ("tf-oom-tensor", "allocator"): st.integers(0, 15).map(lambda n: (f"GPU_{n}_bfc", None)),
+}
+
+
+@st.composite
+def _printed(draw: st.DrawFn, entry: catalogue.Entry) -> tuple[str, dict[str, int]]:
+    printed: list[str] = []
+    numbers: dict[str, int] = {}
+    for f in entry.fields:
+        text, number = draw(_AS_PRINTED.get((entry.key, f.name), _value(f.kind, f.name)))
+        printed.append(text)
+        if number is not None:
+            numbers[f.name] = number
+    return _render(entry, printed), numbers
+
+
+def _by_verdict(*verdicts: str) -> list[catalogue.Entry]:
+    return [e for e in catalogue.ENTRIES if e.verdict in verdicts]
+
+
+_SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
+                     suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("entry", _by_verdict("cuda-oom"), ids=lambda e: e.key)
+def test_every_gpu_oom_is_read_as_one_naming_its_framework_with_its_numbers(entry: catalogue.Entry) -> None:
+    @_SETTINGS
+    @given(message=_printed(entry), prefix=_PREFIXES)
+    def check(message: tuple[str, dict[str, int]], prefix: str) -> None:
+        text, numbers = message
+        assume(catalogue.find(prefix) is None)
+        oom = training_log.cuda_oom(["step 7 loss 0.25", prefix + text])
+        assert oom is not None, prefix + text
+        assert oom.framework == entry.framework, (oom.framework, prefix + text)
+        for name in ("tried", "total", "free", "allocated", "device"):
+            if name in numbers:
+                assert getattr(oom, name) == numbers[name], (name, prefix + text)
+
+    check()
+
+
+@pytest.mark.parametrize("entry", _by_verdict("sigkill-not-oom"), ids=lambda e: e.key)
+def test_every_reported_sigkill_is_read_with_its_pid(entry: catalogue.Entry) -> None:
+    @_SETTINGS
+    @given(message=_printed(entry), prefix=_PREFIXES)
+    def check(message: tuple[str, dict[str, int]], prefix: str) -> None:
+        text, numbers = message
+        assume(catalogue.find(prefix) is None)
+        kill = training_log.shell_kill(["epoch 2", prefix + text])
+        assert kill is not None, prefix + text
+        if kill.source == entry.key:
+            assert kill.pid == numbers.get("pid"), prefix + text
+
+    check()
+
+
+@pytest.mark.parametrize("entry", _by_verdict("segfault"), ids=lambda e: e.key)
+def test_every_reported_segfault_is_read(entry: catalogue.Entry) -> None:
+    @_SETTINGS
+    @given(message=_printed(entry), prefix=_PREFIXES)
+    def check(message: tuple[str, dict[str, int]], prefix: str) -> None:
+        text, _numbers = message
+        assume(catalogue.find(prefix) is None)
+        lines = ["epoch 2", prefix + text]
+        read = training_log.worker_segfault(lines) if entry.key.startswith("torch-") else \
+            training_log.shell_segfault(lines)
+        assert read is not None and text.rstrip(".") in read, prefix + text
+
+    check()
+
+
+@pytest.mark.parametrize("entry", [e for e in catalogue.ENTRIES if e.kind == "pod" and e.verdict],
+                         ids=lambda e: e.key)
+def test_every_pod_message_pasted_alone_tells_the_pods_end(entry: catalogue.Entry) -> None:
+    @_SETTINGS
+    @given(message=_printed(entry), prefix=_PREFIXES)
+    def check(message: tuple[str, dict[str, int]], prefix: str) -> None:
+        text, _numbers = message
+        assume(catalogue.find(prefix) is None)
+        line = prefix + text
+        assert pod_events.kind_of([line]), line
+        (pod,) = pod_events.pods_from_events([line])
+        status = pod["status"]
+        told = status.get("message") or status["conditions"][0]["message"]
+        assert text.rstrip(". ") in told, line
+
+    check()
+
+
+@pytest.mark.parametrize("entry", [e for e in catalogue.KERNEL if e.verdict], ids=lambda e: e.key)
+def test_every_kernel_verdict_line_makes_its_text_kernel_text(entry: catalogue.Entry) -> None:
+    @_SETTINGS
+    @given(message=_printed(entry), prefix=_PREFIXES)
+    def check(message: tuple[str, dict[str, int]], prefix: str) -> None:
+        text, _numbers = message
+        assume(catalogue.find(prefix) is None)
+        assert diagnose_inputs.kernel_shaped(f"note\n{prefix}{text}\n".encode()), prefix + text
+
+    check()

@@ -42,6 +42,8 @@ _KIND_PATTERNS: dict[str, str] = {
     #: Free text at the end of the message: the rest of the line.
     "rest": r".{0,4096}",
 }
+#: The pattern of a printed size (`_KIND_PATTERNS`'s "size"), for recognisers that read the same sizes.
+SIZE_PATTERN = _KIND_PATTERNS["size"]
 _SIZE_UNITS = {
     "B": 1, "BYTES": 1, "KB": 1024, "KIB": 1024, "MB": 1024**2, "MIB": 1024**2, "GB": 1024**3,
     "GIB": 1024**3, "TB": 1024**4, "TIB": 1024**4, "PB": 1024**5, "PIB": 1024**5, "EB": 1024**6,

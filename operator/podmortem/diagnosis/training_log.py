@@ -21,29 +21,14 @@ from podmortem.diagnosis import catalogue
 #: and ``stderr: `` (some launchers) are not part of the message.
 _PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]: ?|stderr: |stdout: )+")
 
-_SIZE = r"(?:\d+(?:\.\d+)?\s*(?:[KMGTP]i?B|bytes|B))"
-_UNITS = {
-    "B": 1,
-    "BYTES": 1,
-    "KB": 1024,
-    "KIB": 1024,
-    "MB": 1024**2,
-    "MIB": 1024**2,
-    "GB": 1024**3,
-    "GIB": 1024**3,
-    "TB": 1024**4,
-    "TIB": 1024**4,
-    "PB": 1024**5,
-    "PIB": 1024**5,
-}
+#: A size as the catalogued messages print it (torch's "20.00 MiB", TensorFlow's "6.88GiB", XLA's "8000000000
+#: bytes", NumPy's "100. MiB"): the catalogue's own pattern, bounded.
+_SIZE = rf"(?:{catalogue.SIZE_PATTERN})"
 
 
 def size_bytes(text: str) -> int:
     """``"30.29 GiB"`` -> bytes, rounded half up (torch prints binary units; ``0 bytes`` for nothing)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*", text)
-    if m is None:
-        raise ValueError(f"not a size: {text!r}")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()] + 0.5)
+    return catalogue.size_bytes(text)
 
 
 def strip_prefix(line: str) -> str:
@@ -90,8 +75,10 @@ _OOM_NEW = re.compile(
 _OOM_OLD = re.compile(
     rf"CUDA out of memory\. Tried to allocate (?P<tried>{_SIZE}) \(GPU (?P<dev>\d+); (?P<total>{_SIZE}) "
     rf"total capacity; (?P<allocated>{_SIZE}) already allocated; (?P<free>{_SIZE}) free;"
-    rf"(?: (?P<max>{_SIZE}) max allowed;)? (?:(?P<reserved>{_SIZE}) reserved in total by PyTorch|"
-    rf"(?P<cached>{_SIZE}) cached)\)"
+    # What follows "free;" may be cut off (a truncated line, a log viewer's column): the numbers
+    # before it are the message's all the same.
+    rf"(?:(?: (?P<max>{_SIZE}) max allowed;)? (?:(?P<reserved>{_SIZE}) reserved in total by PyTorch|"
+    rf"(?P<cached>{_SIZE}) cached)\))?"
 )
 _OOM_BARE = re.compile(rf"CUDA out of memory\. Tried to allocate (?P<tried>{_SIZE})")
 _IN_USE = re.compile(rf"this process has (?P<v>{_SIZE}) memory in use")
@@ -237,14 +224,16 @@ def _other_gpu_oom(lines: Sequence[str], at: int) -> CudaOom | None:
                 tried = bfc.number("tried")
                 break
     index = _GPU_INDEX.search(where)
+    numbered = any(f.name == "device" and f.kind == "int" for f in found.entry.fields)
+    device = found.number("device") if numbered else (int(index.group(1)) if index is not None else None)
     return CudaOom(
         line=strip_prefix(raw[found.start:]).strip(),
-        device=int(index.group(1)) if index is not None else None,
+        device=device,
         tried=tried,
-        total=None,
-        free=None,
+        total=found.number("total"),
+        free=found.number("free"),
         process_in_use=None,
-        allocated=None,
+        allocated=found.number("allocated"),
         reserved_unallocated=None,
         form=found.entry.key,
         framework=found.entry.framework,
@@ -272,8 +261,9 @@ class ShellKill:
 
 _SIGKILL_REPORTS = tuple(e for e in catalogue.ENTRIES if e.verdict == "sigkill-not-oom")
 _SEGV_WORKER = (catalogue.BY_KEY["torch-dataloader-segv"],)
-#: A shell's job report of a process that died of SIGSEGV: bash's and dash's strsignal() words, zsh's own.
-_SEGV_SHELL = tuple(catalogue.BY_KEY[k] for k in ("shell-segfault", "zsh-segfault", "zsh-segfault-pid"))
+#: A shell's job report of a process that died of SIGSEGV: bash's and dash's strsignal() words, zsh's own;
+#: every catalogued segfault report but the DataLoader's, which is a worker's.
+_SEGV_SHELL = tuple(e for e in catalogue.ENTRIES if e.verdict == "segfault" and e not in _SEGV_WORKER)
 
 
 def shell_kill(lines: Sequence[str]) -> ShellKill | None:
