@@ -13,8 +13,11 @@ Speed matters here (a training job can log a million short lines a second),
 so lines travel in :class:`LineBatch` blocks: one ``bytes`` of complete lines
 as the API sent them. Per-line Python work happens only while a reconnect
 replays lines that were already delivered; after the first new line, a block
-costs a few C-level scans (``rfind``, ``count``, one regex substitution to
-strip timestamps for printing), whatever its number of lines.
+costs a few C-level scans (``find``, ``rfind``, ``count``) and at most one copy,
+and the cursor parses one stamp (the last line's) and compares the few before it
+that share it. Printing without timestamps (:func:`strip_timestamps`) is the
+one step with work per line: an object per line, about three quarters of the
+path's time for short lines (docs/benchmarks.md, ``bench/logs_throughput.py``).
 """
 
 from __future__ import annotations
@@ -221,6 +224,7 @@ class StreamParser:
         """Take the next chunk; return the complete new lines it finishes, if any."""
         self.bytes_seen += len(data)
         head = b""
+        start = 0  # where the chunk's own complete lines begin
         if self._parts or self._dropped:
             nl = data.find(b"\n")
             if nl < 0:
@@ -228,35 +232,37 @@ class StreamParser:
                 return None
             self._extend_partial(data[:nl])
             head = self.held + self._take_partial()  # already capped: never cut twice
-            data = data[nl + 1:]
+            start = nl + 1
         elif self.held:
             head = self.held
         self.held = b""
-        cut = data.rfind(b"\n")
+        cut = data.rfind(b"\n", start)
         if cut < 0:
-            self._extend_partial(data)
+            self._extend_partial(data[start:])
             block = head
         else:
             end = cut + 1
-            if end == len(data):
-                block = data
-            else:
-                block = data[:end]
+            if end < len(data):
                 self._extend_partial(data[end:])
-            if len(block) > self.max_line_bytes:
-                block = self._cap_lines(block)
-            if head:
-                block = head + block
+            # The block is copied once at most, whatever the cut: a chunk is mostly lines.
+            if end - start > self.max_line_bytes:
+                block = head + self._cap_lines(data[start:end])
+            elif head:
+                block = b"".join((head, memoryview(data)[start:end]))
+            elif start or end < len(data):
+                block = data[start:end]
+            else:
+                block = data
         if not block:
             return None
         if self.replaying:
-            start = self._skip_replayed(block)
-            if start is None:
+            first_new = self._skip_replayed(block)
+            if first_new is None:
                 return None
-            if start == len(block):
+            if first_new == len(block):
                 return None
-            if start:
-                block = block[start:]
+            if first_new:
+                block = block[first_new:]
         return self._advance(block)
 
     def _cap_lines(self, block: bytes) -> bytes:
