@@ -42,7 +42,7 @@ class Script:
         if request.query.get("watch") != "true":
             start = int(request.query.get("continue") or 0)
             self.pages += 1
-            end = min(start + 2, self.listed)
+            end = min(start + int(request.query.get("limit") or 2), self.listed)
             meta = {"continue": str(end)} if end < self.listed else {"resourceVersion": "10"}
             return web.json_response({"metadata": meta, "items": [_pod(f"l{i}") for i in range(start, end)]})
         self.watching = True

@@ -68,6 +68,11 @@ class FollowSettings:
     #: followers' share of the open-files limit (``podmortem.open_files.budget``), set by the
     #: operator at start-up. Past it, followers wait for one another. None: no limit.
     max_connections: int | None = None
+    #: Requests waiting for their answer's headers at once, at most (a connection being opened, a
+    #: request sent): every one of them can complete in the same event-loop iteration, and an operator
+    #: starting over 10,000 pods had thousands do so, a stall of seconds. Past it, requests wait for one
+    #: another; the streams once open are not counted. None: no limit.
+    max_setups: int | None = 32
 
     def __post_init__(self) -> None:
         for name in ("read_timeout_s", "connect_timeout_s", "pod_read_timeout_s"):
@@ -90,6 +95,8 @@ class FollowSettings:
                              f"{self.api_qps} and {self.api_burst}")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, or None, got {self.max_connections}")
+        if self.max_setups is not None and self.max_setups < 1:
+            raise ValueError(f"max_setups must be at least 1, or None, got {self.max_setups}")
         if self.start_attempts is not None and self.start_attempts < 1:
             raise ValueError(f"start_attempts must be at least 1, or None, got {self.start_attempts}")
 

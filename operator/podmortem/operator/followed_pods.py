@@ -31,6 +31,7 @@ from podmortem.logs.following.pod_log_api import PodLogApi
 from podmortem.logs.following.sinks import LogSink
 from podmortem.logs.lines import LineBatch
 from podmortem.logs.settings import FollowSettings
+from podmortem.loop_pacer import LoopPacer
 from podmortem.operator import log_links, metrics
 from podmortem.reports import log_tail
 
@@ -125,6 +126,10 @@ class LineTail:
 MemoryLineHook = Callable[[PodLogFacts, str, int, bytes], Awaitable[None]]
 #: Makes the durable sink of one pod: (namespace, pod, pod_uid) -> LogSink.
 SinkFactory = Callable[[str, str, str], Awaitable[LogSink]]
+#: Followers that start (make their sink, build their state, ask for their first stream) in one
+#: event-loop iteration, at most: about a millisecond each, so a list of 10,000 pods does not make
+#: one iteration of seconds. The streams' connections are bounded apart (``FollowSettings.max_setups``).
+STARTS_PER_TURN = 16
 
 
 class WatchingSink:
@@ -195,6 +200,7 @@ class Following:
         settings: FollowSettings,
         on_memory_line: MemoryLineHook | None = None,
         release: Callable[[str, str], object] | None = None,
+        starts_per_turn: int = STARTS_PER_TURN,
     ) -> None:
         self.api = api
         self.make_sink = make_sink
@@ -210,6 +216,8 @@ class Following:
         #: Runs the follower tasks: named per pod, failures logged, all cancelled and awaited at `stop`.
         self._background = Background("follow")
         self._stopping = False
+        #: Lets the followers' starts on `STARTS_PER_TURN` per loop iteration (`_run`).
+        self._starts = LoopPacer(starts_per_turn)
 
     def facts(self, pod_uid: str) -> PodLogFacts | None:
         return self._facts.get(pod_uid)
@@ -269,6 +277,7 @@ class Following:
     async def _run(self, facts: PodLogFacts, containers: Sequence[str] | None) -> None:
         waits = 0
         first = True
+        await self._starts.turn()
         while True:
             try:
                 inner = await self.make_sink(facts.namespace, facts.pod, facts.pod_uid)

@@ -15,6 +15,7 @@ lightest one per stream (one shared connector, no per-request configuration obje
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
@@ -116,9 +117,15 @@ class PodLogApi:
         #: once (None: no limit).
         self.slots = (ConnectionSlots(settings.max_connections)
                       if settings.max_connections is not None else None)
+        #: Requests between their connection's opening and their answer's headers, at most
+        #: ``max_setups`` at once (None: no limit): they complete a few per loop iteration, not all in one.
+        self._setups = asyncio.Semaphore(settings.max_setups) if settings.max_setups is not None else None
 
     def _slot(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self.slots.held() if self.slots is not None else contextlib.nullcontext()
+
+    def _setup(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        return self._setups if self._setups is not None else contextlib.nullcontext()
 
     async def _call(
         self, path: str, *, namespace: str, name: str,
@@ -126,7 +133,8 @@ class PodLogApi:
     ) -> aiohttp.ClientResponse:
         path = path.format(namespace=quote(namespace, safe=""), name=quote(name, safe=""))
         try:
-            response = await self._transport.get(path, query=query, client_timeout=client_timeout)
+            async with self._setup():
+                response = await self._transport.get(path, query=query, client_timeout=client_timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise errors.ApiUnavailable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from exc
         if response.status != 200:

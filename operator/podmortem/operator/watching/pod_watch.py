@@ -73,6 +73,10 @@ _KNOWN_OVERHEAD = 200
 #: not remembered.
 _MAX_UID = 64
 _MAX_NAME = 253
+#: Pods handed to handlers in one event-loop iteration, at most: a list page of 500 pods arrives at
+#: once, and each handler call starts in the next iteration (a pod's handling, its follower's start:
+#: a fraction of a millisecond each), so the list yields to the loop between groups of this many.
+HAND_OUTS_PER_TURN = 32
 
 Handler = Callable[[Mapping[str, Any], bool], Awaitable[None]]
 Filter = Callable[[Mapping[str, Any]], bool]
@@ -231,6 +235,8 @@ class PodWatch:
         self._known_bytes = 0
         self._known_full_logged = False
         self._why = ""
+        #: Hand-outs since the watch last yielded to the loop (`_paced`).
+        self._unpaced = 0
 
     async def run(self) -> None:
         """List and watch until cancelled; every failure backs off (:mod:`.backoff`) and resumes."""
@@ -306,6 +312,15 @@ class PodWatch:
             listed.add(uid)
         await self.objects.room(size, MAX_HELD_BYTES)
         self.objects.submit(uid, obj, deleted, size=size)
+        await self._paced()
+
+    async def _paced(self) -> None:
+        """Yield to the loop after every `HAND_OUTS_PER_TURN` hand-outs: their handlers run in the next
+        iteration, that many at a time, with whatever else is ready."""
+        self._unpaced += 1
+        if self._unpaced >= HAND_OUTS_PER_TURN:
+            self._unpaced = 0
+            await asyncio.sleep(0)
 
     def _remember(self, uid: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -349,6 +364,7 @@ class PodWatch:
                 body["status"] = {"phase": phase}
             await self.objects.room(_KNOWN_OVERHEAD, MAX_HELD_BYTES)
             self.objects.submit(uid, body, True, size=_KNOWN_OVERHEAD)
+            await self._paced()
 
     async def _list(self, api: ApiSession) -> str:
         """Hand out every pod, page by page, then the pods gone since: the list's resourceVersion."""
