@@ -90,31 +90,38 @@ def _scan_words(
     mapped: bool,
     elems: Any,
 ) -> None:  # pragma: no cover - compiled
-    """Words ``[w_lo, w_hi)`` one at a time; a nonzero word is taken apart into its elements.
+    """The members among words ``[w_lo, w_hi)`` (a nonzero block), added to ``hist``.
 
-    Direct codes are added in runs: neighbouring members mostly share a code (one GT's
+    Mapped columns go word by word (a zero word is skipped), each member through its
+    (code, count) pairs. Direct codes go element by element over the block, which is in
+    L1 now, and are added in runs: neighbouring members mostly share a code (one GT's
     points), and adding one to the same bin member after member makes each add wait
-    for the previous one's store to reach its load (measured: the scan then cost a
-    fifth of the whole read); a run counted in a register is added once.
+    for the previous one's store; a run counted in a register is added once. Measured on
+    a 4 GB scene, CPU seconds of both threads above the block ORs alone: 0.035 s word by
+    word, 0.020 s element by element.
     """
+    if mapped:
+        for k in range(w_lo, w_hi):
+            if words[k] & word_mask:
+                first = head + k * per_word
+                _scan_elements(
+                    elems, first, first + per_word, base, elem_mask, hist, codes, col_ptr, counts, mapped
+                )
+        return
+    members = elems[head + w_lo * per_word : head + w_hi * per_word]
+    cols = codes[head + w_lo * per_word - base : head + w_hi * per_word - base]
     last = -1
     run = 0
-    for k in range(w_lo, w_hi):
-        if words[k] & word_mask:
-            first = head + k * per_word
-            for e in range(first, first + per_word):
-                if elems[e] & elem_mask:
-                    if mapped:
-                        _add(hist, e - base, codes, col_ptr, counts, mapped)
-                    else:
-                        code = np.int64(codes[e - base])
-                        if code == last:
-                            run += 1
-                        else:
-                            if run:
-                                hist[last] += run
-                            last = code
-                            run = 1
+    for i in range(members.shape[0]):
+        if members[i] & elem_mask:
+            code = np.int64(cols[i])
+            if code == last:
+                run += 1
+            else:
+                if run:
+                    hist[last] += run
+                last = code
+                run = 1
     if run:
         hist[last] += run
 
