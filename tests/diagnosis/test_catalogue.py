@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from podmortem.cli import diagnose_inputs
 from podmortem.diagnosis import catalogue, pod_events, training_log
+from podmortem.kernel import log_lines, oom_parser
 from podmortem.reports import codes
 
 #: Characters of generated words and texts: no "-" or ":", so that no field spells another message's
@@ -161,12 +162,23 @@ _AS_PRINTED: dict[tuple[str, str], st.SearchStrategy[tuple[str, int | None]]] = 
 }
 
 
+#: The kernel's fields within what the kernel can print: a comm of at most 15 characters (TASK_COMM_LEN),
+#: a pid of at most PID_MAX_LIMIT, an oom_score_adj within OOM_SCORE_ADJ_MIN..MAX.
+_KERNEL_VALUES: dict[str, st.SearchStrategy[tuple[str, int | None]]] = {
+    "comm": st.text(_WORD, min_size=1, max_size=15).map(lambda w: (w, None)),
+    "pid": st.integers(1, 4_194_304).map(lambda n: (str(n), n)),
+    "oom_score_adj": st.integers(-1000, 1000).map(lambda n: (str(n), n)),
+}
+
+
 @st.composite
 def _printed(draw: st.DrawFn, entry: catalogue.Entry) -> tuple[str, dict[str, int]]:
     printed: list[str] = []
     numbers: dict[str, int] = {}
     for f in entry.fields:
-        text, number = draw(_AS_PRINTED.get((entry.key, f.name), _value(f.kind, f.name)))
+        kernel = _KERNEL_VALUES.get(f.name) if entry.kind == "kernel" else None
+        value = _AS_PRINTED.get((entry.key, f.name), _value(f.kind, f.name) if kernel is None else kernel)
+        text, number = draw(value)
         printed.append(text)
         if number is not None:
             numbers[f.name] = number
@@ -254,5 +266,41 @@ def test_every_kernel_verdict_line_makes_its_text_kernel_text(entry: catalogue.E
         text, _numbers = message
         assume(catalogue.find(prefix) is None)
         assert diagnose_inputs.kernel_shaped(f"note\n{prefix}{text}\n".encode()), prefix + text
+
+    check()
+
+
+_KILL_LINES = [catalogue.BY_KEY[k] for k in (
+    "kernel-killed-global", "kernel-killed-memcg", "kernel-killed-4x", "kernel-kill-choice-global",
+    "kernel-kill-choice-memcg")]
+_HEADERS = [catalogue.BY_KEY[k] for k in ("kernel-oom-header", "kernel-oom-header-nodemask",
+                                          "kernel-oom-header-3x")]
+
+
+@pytest.mark.parametrize("header", _HEADERS, ids=lambda e: e.key)
+@pytest.mark.parametrize("entry", _KILL_LINES, ids=lambda e: e.key)
+def test_every_kill_line_behind_any_prefix_is_a_record_with_its_victim(
+    entry: catalogue.Entry, header: catalogue.Entry
+) -> None:
+    @_SETTINGS
+    @given(head=_printed(header), message=_printed(entry), prefix=_PREFIXES)
+    def check(head: tuple[str, dict[str, int]], message: tuple[str, dict[str, int]], prefix: str) -> None:
+        text, numbers = message
+        assume(catalogue.find(prefix) is None)
+        # As tests/kernel/test_metamorphic.py: a prefix that is a log's own or a paste's mark is read as
+        # one, and one that makes the line another program's quoting the kernel is no record's.
+        alone = log_lines.split(prefix + "x", None)
+        assume(alone is not None and alone.fmt == "plain" and alone.msg == (prefix + "x").strip())
+        assume(not log_lines.quotes_kernel(prefix))
+        records = oom_parser.parse_lines([prefix + head[0], prefix + text])
+        assert len(records) == 1, (prefix + head[0], prefix + text)
+        (record,) = records
+        if "choice" in entry.key:
+            assert record.chosen is not None and record.chosen.pid == numbers["pid"], prefix + text
+        else:
+            (killed,) = record.killed
+            assert (killed.pid, killed.anon_rss_kb) == (numbers["pid"], numbers["anon_rss_kb"]), prefix + text
+        if entry.verdict is not None:
+            assert record.scope == ("global" if entry.verdict == "global-oom" else "memcg"), prefix + text
 
     check()
