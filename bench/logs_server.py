@@ -1,7 +1,8 @@
 """Serve emulated pods with logs, for the log benchmarks (in its own process, so it is measured apart).
 
 Default: one pod ``bench`` whose container wrote N lines and terminated (the
-throughput bench). With ``--pods K --running``: pods ``bench-0..K-1``, each
+throughput bench), and a pod ``tiny`` whose container wrote one line and terminated (each tool's
+start-up and end, with no stream to speak of). With ``--pods K --running``: pods ``bench-0..K-1``, each
 with N lines and still running, so follows stay open and idle (the scale bench).
 Writes a kubeconfig, prints the API URL, and serves until killed.
 """
@@ -26,6 +27,10 @@ async def serve(*, lines: int, kubeconfig: Path, pods: int, running: bool) -> No
                 main.write(min(step, lines - start))
             if not running:
                 main.terminate(0)
+        if pods == 1 and not running:
+            tiny = api.add_pod("tiny", max_burst=16, max_step_ns=200_000).containers["main"]
+            tiny.write(1)
+            tiny.terminate(0)
         kubeconfig_for(url, kubeconfig)
         print(url, flush=True)
         await asyncio.Event().wait()
