@@ -114,7 +114,7 @@ def _scan_words(
     run = 0
     for i in range(members.shape[0]):
         if members[i] & elem_mask:
-            code = np.int64(cols[i])
+            code = int(cols[i])
             if code == last:
                 run += 1
             else:
