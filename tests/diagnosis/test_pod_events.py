@@ -47,12 +47,23 @@ def _verdicts(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> 
      "ephemeral-storage-eviction"),
     ("The node was low on resource: memory. Container trainer was using 30Gi, which exceeds its request of "
      "8Gi.\n", "eviction"),
+    # The kubelet's own limits on local storage (pkg/kubelet/eviction/helpers.go), each message alone.
+    ('Container trainer exceeded its local ephemeral storage limit "20Gi". \n', "ephemeral-storage-eviction"),
+    ('Usage of EmptyDir volume "dshm" exceeds the limit "8Gi". \n', "ephemeral-storage-eviction"),
+    ("Pod ephemeral local storage usage exceeds the total limit of containers 40Gi. \n",
+     "ephemeral-storage-eviction"),
 ])
 def test_each_pasted_form_gives_the_pods_verdict(
     tmp_path: Path, text: str, verdict: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert offline.sniff(text) == "describe"
     assert _verdicts(tmp_path, text, capsys) == [verdict]
+
+
+def test_a_message_naming_its_container_names_it_whichever_message_it_is() -> None:
+    (pod,) = pod_events.pods_from_events(
+        ['Container trainer-2 exceeded its local ephemeral storage limit "20Gi". '])
+    assert pod["spec"]["containers"] == [{"name": "trainer-2"}]
 
 
 def test_the_events_table_names_the_pod_and_container() -> None:

@@ -45,8 +45,12 @@ _DESCRIBE_ROW = re.compile(
     r"(?P<source>\S.{0,120}?)\s{2,}(?P<message>\S.*)"
 )
 _MESSAGE_FIELD = re.compile(r"\s*Message:\s+(?P<message>\S.*)")
-_CONTAINER = re.compile(r"\bContainer (?P<name>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?) was using ")
 _POD_MESSAGES = tuple(e for e in catalogue.ENTRIES if e.kind == "pod")
+#: The kubelet's messages that name the container they are about (``Container X was using ...``,
+#: ``Container X exceeded its local ephemeral storage limit ...``), as catalogued.
+_CONTAINER_MESSAGES = tuple(e for e in _POD_MESSAGES if any(f.name == "container" for f in e.fields))
+#: A container's name is a DNS label.
+_CONTAINER_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 #: A paste this short can be one row or one message; longer texts are logs that may quote them.
 LONE_LINES = 12
 #: An event's message is at most 1 KiB (client-go's recorder and events.k8s.io's note limit); a line
@@ -108,9 +112,10 @@ def pods_from_events(lines: Sequence[str]) -> list[dict[str, Any]]:
         else:
             status["conditions"] = [{"type": "DisruptionTarget", "status": "True",
                                      "reason": _DISRUPTIONS[reason], "message": message}]
-        container = _CONTAINER.search(message)
-        if container is not None and not pod["spec"]["containers"]:
-            pod["spec"]["containers"].append({"name": container["name"]})
+        named = catalogue.find(message, _CONTAINER_MESSAGES)
+        container = named.fields["container"] if named is not None else ""
+        if _CONTAINER_NAME.fullmatch(container) and not pod["spec"]["containers"]:
+            pod["spec"]["containers"].append({"name": container})
     return list(pods.values())
 
 
