@@ -414,6 +414,13 @@ ENTRIES: tuple[Entry, ...] = (
           framework="DeepSpeed", verified=True,
           read_at="deepspeedai/DeepSpeed deepspeed/launcher/launch.py as stored (file ids 29205039335, "
                   "305604312)"),
+    Entry("accelerate-no-batch-size", "HF accelerate",
+          "src/accelerate/utils/memory.py find_executable_batch_size: the batch size halved on each "
+          "out-of-memory error (should_reduce_batch_size: CUDA's, cuDNN's, and the CPU allocator's words) "
+          "until none is left",
+          "No executable batch size found, reached zero.", "0.5-1.x", "cuda-oom", framework="HF accelerate",
+          verified=True, read_at="huggingface/accelerate src/accelerate/utils/memory.py as stored (file ids "
+                                 "19874799507, 38287226)"),
     # -- the CUDA runtime, cuBLAS, cuDNN (the text after PyTorch's "CUDA error: ") ------------------
     Entry("cuda-runtime-oom", "PyTorch / CUDA runtime",
           "c10/cuda/CUDAException.cpp c10_cuda_check_implementation: \"CUDA error: \" + "
