@@ -180,6 +180,10 @@ _TORCH = "PyTorch"
 _OOM_KILL_4X = "torvalds/linux@c797bc88 mm/oom_kill.c"
 _MEMCONTROL = "mm/memcontrol.c as stored (file ids 2480715, 5479647: mem_cgroup_print_oom_*)"
 _DL_CPP = "pytorch torch/csrc/DataLoader.cpp as stored (file id 31280903)"
+#: zsh's job report: printjob() writes "zsh: " (the current job) or "[N]  + " and, with jobs -l, the pid,
+#: then sigmsg() padded, then the job's text; sigmsg's words come from Src/signames2.awk.
+_ZSH_JOBS = ("zsh-users/zsh@01ae64c0 Src/jobs.c printjob() and zsh-users/zsh@04a89199 Src/signames2.awk "
+             "(KILL: \"killed\", SEGV: \"segmentation fault\")")
 _HELPERS_GO = ("kubernetes pkg/kubelet/eviction/helpers.go as stored (file ids 36239374, 46230366259; the "
                "1.27+ wording quoted from master by file id 60868225381)")
 
@@ -524,7 +528,8 @@ ENTRIES: tuple[Entry, ...] = (
           _f("shell:word", "line_no:int", "pid:int", "command:rest"), framework="bash", verified=True,
           read_at="bash jobs.c as stored (file id 40372456155)"),
     Entry("zsh-killed", "zsh", "Src/jobs.c printjob (sigmsg(SIGKILL) = \"killed\")",
-          "zsh: killed %s", "zsh 4-5", "sigkill-not-oom", _f("command:rest"), framework="zsh"),
+          "zsh: killed %s", "zsh 4-5", "sigkill-not-oom", _f("command:rest"), framework="zsh", verified=True,
+          read_at=_ZSH_JOBS),
     Entry("shell-killed", "bash/dash",
           "bash jobs.c notify_of_job_status (a foreground job): fprintf(stderr, \"%s\", "
           "j_strsignal(termsig)); "
@@ -538,10 +543,12 @@ ENTRIES: tuple[Entry, ...] = (
           read_at="bash jobs.c as stored (file id 40372456155)"),
     Entry("zsh-segfault", "zsh",
           "Src/jobs.c printjob (sigmsg(SIGSEGV) = \"segmentation fault\", Src/signames2.awk)",
-          "zsh: segmentation fault %s", "zsh 4-5", "segfault", _f("command:rest"), framework="zsh"),
+          "zsh: segmentation fault %s", "zsh 4-5", "segfault", _f("command:rest"), framework="zsh",
+          verified=True, read_at=_ZSH_JOBS),
     Entry("zsh-segfault-pid", "zsh",
           "Src/jobs.c printjob, long form (a job's pid before its status: jobs -l, LONG_LIST_JOBS)",
-          "%d segmentation fault %s", "zsh 4-5", "segfault", _f("pid:int", "command:rest"), framework="zsh"),
+          "%d segmentation fault %s", "zsh 4-5", "segfault", _f("pid:int", "command:rest"), framework="zsh",
+          verified=True, read_at=_ZSH_JOBS),
     # -- the kubelet --------------------------------------------------------------------------------
     Entry("kubelet-eviction-node-low", "Kubernetes kubelet",
           "pkg/kubelet/eviction/helpers.go nodeLowMessageFmt",
