@@ -505,8 +505,12 @@ ENTRIES: tuple[Entry, ...] = (
           "Unable to allocate {} for an array with shape {} and data type {}", "1.17-2.x",
           "python-exception", _f("size:size", "shape:text", "dtype:word"), framework="NumPy", verified=True,
           read_at="numpy _exceptions.py as stored (file id 1021840626)"),
-    Entry("python-memory-error", "CPython", "Objects/exceptions.c MemoryError (traceback's last line)",
-          "MemoryError", "3.x", "python-exception", whole=True, framework="Python"),
+    Entry("python-memory-error", "CPython",
+          "Lib/traceback.py _format_final_exc_line: an exception whose str() is empty is printed as its "
+          "type's name alone (\"%s\\n\" % etype); a MemoryError raised by the interpreter carries no message",
+          "MemoryError", "3.x", "python-exception", whole=True, framework="Python", verified=True,
+          read_at="cpython Lib/traceback.py _format_final_exc_line as stored (file ids 26854876713, "
+                  "231710812)"),
     Entry("libstdcxx-bad-alloc", "libstdc++",
           "libsupc++/vterminate.cc __verbose_terminate_handler: fputs(\"terminate called after throwing an "
           "instance of '\") + the demangled type + \"'\\n\"",
