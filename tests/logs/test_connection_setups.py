@@ -12,8 +12,9 @@ from typing import Any, ClassVar
 
 import aiohttp
 import pytest
+from tests.loop_iterations import Iterations
 
-from podmortem.logs.following.pod_log_api import PodLogApi
+from podmortem.logs.following.pod_log_api import OPENS_PER_TURN, PodLogApi
 from podmortem.logs.settings import FollowSettings
 
 
@@ -74,6 +75,23 @@ async def test_open_streams_hold_no_set_up_slot() -> None:
             api.open_log(namespace="ns", name=f"p{i}", container="main", follow=True)) for i in range(10)]
         assert bodies == [b"the stream"] * 10  # ten streams open at once with two set-up slots
     assert transport.answered == 10
+
+
+async def test_answered_streams_go_on_to_their_first_read_a_few_per_iteration() -> None:
+    transport = HeldTransport()
+    transport.go.set()  # every answer at once
+    api = PodLogApi(transport, settings=FollowSettings())
+    iterations = Iterations()
+    iterations.start()
+
+    async def first_read(i: int) -> None:
+        async with api.open_log(namespace="ns", name=f"p{i}", container="main", follow=True):
+            iterations.mark()
+
+    await asyncio.gather(*(first_read(i) for i in range(4 * OPENS_PER_TURN)))
+    iterations.stop()
+    assert sum(iterations.marks.values()) == 4 * OPENS_PER_TURN
+    assert iterations.most_in_one == OPENS_PER_TURN
 
 
 async def test_no_bound_when_none() -> None:

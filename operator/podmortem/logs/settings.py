@@ -72,7 +72,7 @@ class FollowSettings:
     #: request sent): every one of them can complete in the same event-loop iteration, and an operator
     #: starting over 10,000 pods had thousands do so, a stall of seconds. Past it, requests wait for one
     #: another; the streams once open are not counted. None: no limit.
-    max_setups: int | None = 16
+    max_setups: int | None = 64
 
     def __post_init__(self) -> None:
         for name in ("read_timeout_s", "connect_timeout_s", "pod_read_timeout_s"):

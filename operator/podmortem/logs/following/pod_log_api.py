@@ -30,6 +30,7 @@ from podmortem.kube.session import ApiSession
 from podmortem.logs import errors
 from podmortem.logs.following.connection_slots import ConnectionSlots
 from podmortem.logs.settings import FollowSettings
+from podmortem.loop_pacer import LoopPacer
 
 if TYPE_CHECKING:
     from podmortem.kube.config import ClusterAccess
@@ -38,6 +39,10 @@ _LOG_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/log"
 _POD_PATH = "/api/v1/namespaces/{namespace}/pods/{name}"
 #: Enough of an error body to say what went wrong, never a whole log.
 _ERROR_BODY_LIMIT = 4096
+#: Streams that go on to their first read in one event-loop iteration once their answer came, at most:
+#: a stream's first read stores its lines (the pod's first write makes its directories), about a
+#: millisecond, and answers to many requests can come in the same iteration.
+OPENS_PER_TURN = 16
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -120,6 +125,8 @@ class PodLogApi:
         #: Requests between their connection's opening and their answer's headers, at most
         #: ``max_setups`` at once (None: no limit): they complete a few per loop iteration, not all in one.
         self._setups = asyncio.Semaphore(settings.max_setups) if settings.max_setups is not None else None
+        #: Lets answered streams on to their first read `OPENS_PER_TURN` per loop iteration.
+        self._opened = LoopPacer(OPENS_PER_TURN)
 
     def _slot(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self.slots.held() if self.slots is not None else contextlib.nullcontext()
@@ -197,6 +204,7 @@ class PodLogApi:
             response = await self._call(_LOG_PATH, namespace=namespace, name=name, query=query,
                                         client_timeout=timeout, what=what)
             try:
+                await self._opened.turn()
                 yield response.content
             finally:
                 # A follow stream never ends by itself: close the connection rather than drain it.
