@@ -68,6 +68,9 @@ class LoopLag:
         self.longest = 0.0
         #: When the longest stall ended, in seconds from `start`.
         self.longest_at = 0.0
+        #: CPU seconds the loop's thread used over the longest stall: the rest of it the thread did not
+        #: run (waiting for a core on a loaded machine, or for the GIL another thread held).
+        self.longest_cpu = 0.0
         self._future: concurrent.futures.Future[None] | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -82,8 +85,9 @@ class LoopLag:
     async def _probe(self) -> None:
         started = time.perf_counter()
         while True:
-            before, counted = time.perf_counter(), self.on
+            before, cpu_before, counted = time.perf_counter(), time.thread_time(), self.on
             await asyncio.sleep(self.TICK_S)
             now = time.perf_counter()
             if counted and self.on and now - before - self.TICK_S > self.longest:
                 self.longest, self.longest_at = now - before - self.TICK_S, now - started
+                self.longest_cpu = time.thread_time() - cpu_before
