@@ -85,12 +85,17 @@ def reference(lines: list[bytes], cursor: LogCursor, *, stamps: bool, tag: bytes
     return b"".join(out)
 
 
-def chunked(data: bytes, cuts: list[int], cursor: LogCursor, *, stamps: bool, tag: bytes) -> bytes:
-    """The chunk path: the parser fed the chunks, the stdout sink writing what it returns."""
+def chunked(data: bytes, cuts: list[int], cursor: LogCursor, *, stamps: bool, tag: bytes, split: bool
+            ) -> bytes:
+    """The chunk path: the parser fed the chunks, the stdout sink writing what it returns.
+
+    ``split``: the parser counts lines by splitting blocks and hands the split to the sink (what the
+    follower asks for when the sink prints without stamps), else by a count of newlines.
+    """
     async def run() -> bytes:
         out = io.BytesIO()
         sink = StdoutSink(out, timestamps=stamps, prefix=(lambda _c: tag) if tag else False)
-        parser = StreamParser(container="c", cursor=cursor, max_line_bytes=CAP)
+        parser = StreamParser(container="c", cursor=cursor, max_line_bytes=CAP, split_lines=split)
         prev = 0
         for cut in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
             batch = parser.feed(data[prev:cut])
@@ -114,7 +119,7 @@ def state(cursor: LogCursor) -> tuple[object, ...]:
     return cursor.last_ts_ns, cursor.count_at_last, cursor.delivered, cursor.last_line_crc
 
 
-options = st.tuples(st.booleans(), st.sampled_from([b"", b"pod c ", b"\x1b[31mpod\x1b[0m "]))
+options = st.tuples(st.booleans(), st.sampled_from([b"", b"pod c ", b"\x1b[31mpod\x1b[0m "]), st.booleans())
 
 
 @settings(max_examples=100, deadline=None)
@@ -122,14 +127,15 @@ options = st.tuples(st.booleans(), st.sampled_from([b"", b"pod c ", b"\x1b[31mpo
        partial=st.binary(max_size=200).map(lambda b: b.replace(b"\n", b"")), how=options)
 # Two empty lines of one instant, with and without the separating space: both count at that instant.
 @example(lines=[b"2024-05-01T12:00:00.000000000Z ", b"2024-05-01T12:00:00.000000000Z"], cuts=[],
-         partial=b"", how=(False, b""))
+         partial=b"", how=(False, b"", False))
 def test_one_stream_in_any_chunks_prints_and_counts_as_line_at_a_time(
-    lines: list[bytes], cuts: list[int], partial: bytes, how: tuple[bool, bytes],
+    lines: list[bytes], cuts: list[int], partial: bytes, how: tuple[bool, bytes, bool],
 ) -> None:
-    stamps, tag = how
+    stamps, tag, split = how
     data = b"".join(line + b"\n" for line in lines) + partial  # an unfinished last line: never printed
     fast, slow = LogCursor(), LogCursor()
-    assert chunked(data, cuts, fast, stamps=stamps, tag=tag) == reference(lines, slow, stamps=stamps, tag=tag)
+    printed = chunked(data, cuts, fast, stamps=stamps, tag=tag, split=split)
+    assert printed == reference(lines, slow, stamps=stamps, tag=tag)
     assert state(fast) == state(slow)
 
 
@@ -137,16 +143,16 @@ def test_one_stream_in_any_chunks_prints_and_counts_as_line_at_a_time(
 @given(lines=logs(), stop=st.integers(min_value=0, max_value=10**5),
        cuts=st.lists(st.integers(min_value=0, max_value=10**5), max_size=12), how=options)
 def test_a_stream_cut_anywhere_and_resumed_prints_every_line_once_as_line_at_a_time(
-    lines: list[bytes], stop: int, cuts: list[int], how: tuple[bool, bytes],
+    lines: list[bytes], stop: int, cuts: list[int], how: tuple[bool, bytes, bool],
 ) -> None:
-    stamps, tag = how
+    stamps, tag, split = how
     data = b"".join(line + b"\n" for line in lines)
     stop %= len(data) + 1
     fast, slow = LogCursor(), LogCursor()
-    printed = chunked(data[:stop], cuts, fast, stamps=stamps, tag=tag)
+    printed = chunked(data[:stop], cuts, fast, stamps=stamps, tag=tag, split=split)
     # The apiserver resumes from the cursor's second, rounded down: the rest of that second comes again.
     since = fast.last_ts_ns // NS * NS if fast.last_ts_ns is not None else 0
     replay = b"".join(line + b"\n" for line in lines if ts_of(line) >= since)
-    printed += chunked(replay, cuts, fast, stamps=stamps, tag=tag)
+    printed += chunked(replay, cuts, fast, stamps=stamps, tag=tag, split=split)
     assert printed == reference(lines, slow, stamps=stamps, tag=tag)
     assert state(fast) == state(slow)

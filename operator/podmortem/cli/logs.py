@@ -445,7 +445,8 @@ async def _read_previous(args: argparse.Namespace, access: ClusterAccess, api: A
     try:
         async with api.open_log(namespace=request.namespace, name=pod, container=container, follow=False,
                                 previous=True, since_time=request.since, tail_lines=request.tail) as body:
-            parser = lines.StreamParser(container=container, cursor=LogCursor())
+            parser = lines.StreamParser(container=container, cursor=LogCursor(),
+                                        split_lines=printer.splits_lines)
             while data := await body.readany():
                 batch = parser.feed(data)
                 if batch is not None:

@@ -424,7 +424,8 @@ class ContainerFollower:
         if first and not self._moved_on:
             since = since or self.start_since_time
             tail = self.start_tail_lines if self.start_tail_lines is not None else tail
-        parser = lines.StreamParser(container=self.container, cursor=cursor)
+        parser = lines.StreamParser(container=self.container, cursor=cursor,
+                                    split_lines=getattr(self.sink, "splits_lines", False))
         # The kubelet serves whatever instance runs now (or ran before it): maybe not the cursor's.
         saved = cursor.copy()
         loop = asyncio.get_running_loop()

@@ -30,6 +30,10 @@ class LogSink(Protocol):
 
     A durable sink must persist ``cursor`` atomically with ``lines``: a restart
     then resumes from the stored cursor and neither loses nor repeats a line.
+
+    A sink may also have a ``splits_lines`` attribute (read with ``getattr``, False if missing): True
+    when it splits every batch into lines (printing without stamps), so that the parser counts a
+    block's lines with that split instead of a scan of its own (``StreamParser.split_lines``).
     """
 
     async def load_cursor(self, container: str) -> LogCursor | None: ...
@@ -62,6 +66,8 @@ class StdoutSink:
         #: callable gives for the container (``podmortem logs``: ``pod container``, maybe coloured).
         self.prefix = prefix
         self._err = err if err is not None else sys.stderr
+        #: Printing without stamps splits every batch into lines (see `LogSink`).
+        self.splits_lines = not timestamps
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._scheduled = False
@@ -125,6 +131,7 @@ class TeeSink:
     def __init__(self, store_sink: Any, printer: StdoutSink) -> None:
         self._store = store_sink
         self._printer = printer
+        self.splits_lines = printer.splits_lines
 
     async def load_cursor(self, container: str) -> LogCursor | None:
         cursor: LogCursor | None = await self._store.load_cursor(container)
