@@ -75,7 +75,9 @@ async def once(stamps):
     with open(os.devnull, "wb") as out:
         sink = StdoutSink(out, timestamps=stamps, prefix=False)
         cursor = LogCursor()
-        parser = StreamParser(container="main", cursor=cursor)
+        # As the follower asks for it (an older checkout's parser may not take it).
+        ask = {"split_lines": sink.splits_lines} if hasattr(sink, "splits_lines") else {}
+        parser = StreamParser(container="main", cursor=cursor, **ask)
         started = time.process_time()
         for chunk in chunks:
             batch = parser.feed(chunk)
