@@ -557,7 +557,27 @@ class ControlPlane:
             return True if set(names) <= ok else None
 
         self._wait(ready, what=f"{count} kwok node(s) Ready", component="kwok", timeout=60)
+        for n in names:
+            self._give_hostname(n)
         return names
+
+    def _give_hostname(self, node: str) -> None:
+        """Write the node's ``Hostname`` address beside kwok's ``InternalIP``, as a kubelet reports both.
+
+        kwok (run without ``--node-name``) gives a node only an ``InternalIP``; its node-initialize
+        stage, played again whenever the node is not Ready (its lease lapsed: kwok was down, or
+        starved of CPU, for the node monitor's grace period), then writes an empty ``addresses``
+        list, and the API server can no longer reach the node: every pod log request answers 500
+        ("no preferred addresses found") until a later heartbeat writes the address back, up to
+        10 minutes later. With both addresses the stage leaves the list alone.
+        """
+        code, answer = self.request(
+            "PATCH", f"/api/v1/nodes/{node}/status",
+            {"status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                                      {"type": "Hostname", "address": node}]}},
+            content_type="application/strategic-merge-patch+json")
+        if code != 200:
+            raise ControlPlaneError(f"writing the addresses of node {node}: {code} {answer}")
 
     def pod_log_file(self, namespace: str, pod: str, container: str, *, previous: bool = False) -> Path:
         """The file kwok serves as this container's log (``--previous``: the earlier instance's).
