@@ -16,8 +16,10 @@ replays lines that were already delivered; after the first new line, a block
 costs a few C-level scans (``find``, ``rfind``, ``count``) and at most one copy,
 and the cursor parses one stamp (the last line's) and compares the few before it
 that share it. Printing without timestamps (:func:`strip_timestamps`) is the
-one step with work per line: an object per line, about three quarters of the
-path's time for short lines (docs/benchmarks.md, ``bench/logs_throughput.py``).
+one step with work per line: an object per line, most of the path's time for
+short lines (docs/benchmarks.md, ``bench/logs_throughput.py``); for such a sink
+the parser counts lines with the split the strip then reuses
+(:attr:`StreamParser.split_lines`).
 """
 
 from __future__ import annotations
