@@ -491,6 +491,20 @@ class CuttingProxy:
         await asyncio.gather(pump(client_r, up_w), pump(up_r, client_w))
 
 
+def reconnects(operator: Operator) -> dict[str, float]:
+    """The operator's follower reconnects so far, by reason (those that happened), from its ``/metrics``
+    (for a failure's message: why the follower stored nothing); empty when the metrics cannot be read."""
+    status, body = ep.http_get(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10)
+    prefix = 'podmortem_logs_reconnects_total{reason="'
+    found: dict[str, float] = {}
+    for line in body.splitlines() if status == 200 else []:
+        if line.startswith(prefix):
+            reason, _, value = line[len(prefix):].partition('"} ')
+            if float(value):
+                found[reason] = float(value)
+    return found
+
+
 def metric(port: int, name: str) -> float:
     """The sum of one metric's samples on the operator's ``/metrics``."""
     status, body = ep.http_get(f"http://127.0.0.1:{port}/metrics", timeout=10)

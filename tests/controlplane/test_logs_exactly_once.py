@@ -50,6 +50,17 @@ class Run:
     proxy: _logs.CuttingProxy
 
 
+def wait_storing(run: Run, probe: Callable[[], bool | None], *, what: str) -> None:
+    """Wait for the operator to store lines; on a timeout, say what the operator and the control
+    plane logged (kept in the test's folder), not only that it timed out."""
+    try:
+        run.plane.wait(probe, what=what, timeout=RESUME_TIMEOUT_S)
+    except AssertionError as exc:
+        _logs.copy_logs_on_failure(run.plane, run.operator.folder)
+        raise AssertionError(f"{exc}; follower reconnects by reason: {_logs.reconnects(run.operator)}\n"
+                             f"--- operator ---\n{run.operator.output()[-4000:]}") from None
+
+
 def kwok_killed(run: Run) -> None:
     run.plane.kill("kwok")
     time.sleep(DOWN_S)
@@ -73,8 +84,8 @@ def connections_cut(run: Run) -> None:
     for _ in range(3):
         assert run.proxy.cut() > 0, "no connection of the operator's to cut"
         stored = len(run.operator.stored(run.namespace, POD))
-        run.plane.wait(lambda n=stored: len(run.operator.stored(run.namespace, POD)) > n + 50 or None,
-                       what="the operator resumed after the cut", timeout=RESUME_TIMEOUT_S)
+        wait_storing(run, lambda n=stored: len(run.operator.stored(run.namespace, POD)) > n + 50 or None,
+                     what="the operator resumed after the cut")
     dropped = _logs.metric(run.operator.metrics_port, "podmortem_logs_duplicate_lines_dropped_total")
     # The resumes replayed part of a second (sinceTime is whole seconds) and the cursor dropped it.
     assert dropped > before, "no reconnect replayed a stored line: sinceTime was not exercised"
@@ -118,17 +129,18 @@ def test_every_line_is_stored_once_in_order(control_plane: ControlPlane, namespa
     operator = _logs.Operator(kubeconfig, namespace, tmp_path)
     first = _logs.start_pod(plane, namespace, POD)
     writer = _logs.LineWriter(first, burst=4, interval_s=0.02)
+    run = Run(plane, namespace, operator, writer, proxy)
     try:
         with writer:
             operator.start()
-            plane.wait(lambda: len(operator.stored(namespace, POD)) >= SETTLE_LINES or None,
-                       what="the operator storing the pod's lines", timeout=RESUME_TIMEOUT_S)
-            FAULTS[fault](Run(plane, namespace, operator, writer, proxy))
+            wait_storing(run, lambda: len(operator.stored(namespace, POD)) >= SETTLE_LINES or None,
+                         what="the operator storing the pod's lines")
+            FAULTS[fault](run)
             after = writer.written
             latest = len(writer.instances) - 1
-            plane.wait(lambda: len(operator.stored(namespace, POD, previous=False)) > (
-                           after + SETTLE_LINES if latest == 0 else SETTLE_LINES) or None,
-                       what="the operator storing lines written after the fault", timeout=RESUME_TIMEOUT_S)
+            wait_storing(run, lambda: len(operator.stored(namespace, POD, previous=False)) > (
+                             after + SETTLE_LINES if latest == 0 else SETTLE_LINES) or None,
+                         what="the operator storing lines written after the fault")
         results = _logs.wait_stored(operator, namespace, POD, writer.instances, timeout=RESUME_TIMEOUT_S,
                                     alive=lambda: operator.process is not None and operator.process.alive())
         print(f"{fault}: " + "; ".join(f"instance {k}: {c.summary()}" for k, c in enumerate(results)))
