@@ -187,6 +187,33 @@ _ZSH_JOBS = ("zsh-users/zsh@01ae64c0 Src/jobs.c printjob() and zsh-users/zsh@04a
 _HELPERS_GO = ("kubernetes pkg/kubelet/eviction/helpers.go as stored (file ids 36239374, 46230366259; the "
                "1.27+ wording quoted from master by file id 60868225381)")
 
+#: strsignal()'s words for SIGKILL and SIGSEGV in glibc's translations (bash and dash print them for a job
+#: killed by a signal, in the user's locale: "已杀死" under zh_CN.UTF-8), as compiled in glibc 2.36's libc.mo.
+_GLIBC_SIGNAL_WORDS: tuple[tuple[str, str, str | None], ...] = (
+    ("zh_CN", "已杀死", "段错误"),
+    ("zh_TW", "強制結束", "程式記憶體區段錯誤"),
+    ("ja", "強制終了", None),  # ja keeps "Segmentation fault"
+    ("ko", "죽었음", "세그멘테이션 오류"),
+    ("de", "Getötet", "Speicherzugriffsfehler"),
+    ("fr", "Processus arrêté", "Erreur de segmentation"),
+    ("es", "Terminado (killed)", "Violación de segmento"),
+    ("it", "Ucciso", "Errore di segmentazione"),
+    ("pt_BR", "Morto", "Falha de segmentação"),
+    ("ru", "Убито", "Ошибка сегментирования"),
+)
+_GLIBC_PO = "glibc 2.36 po/{}.po as compiled (/usr/share/locale/{}/LC_MESSAGES/libc.mo, Debian 12's locales)"
+_LOCALIZED_SIGNAL_REPORTS: tuple[Entry, ...] = tuple(
+    Entry(f"shell-{what}-{locale}", "bash/dash",
+          f"bash jobs.c notify_of_job_status: j_strsignal({signal}), strsignal() translated by glibc for the "
+          f"{locale} locale",
+          words, "bash 3-5, dash 0.5; glibc 2.x", verdict, whole=True, framework="shell", verified=True,
+          read_at=_GLIBC_PO.format(locale, locale))
+    for locale, killed, segv in _GLIBC_SIGNAL_WORDS
+    for what, signal, words, verdict in (("killed", "SIGKILL", killed, "sigkill-not-oom"),
+                                         ("segfault", "SIGSEGV", segv, "segfault"))
+    if words is not None
+)
+
 ENTRIES: tuple[Entry, ...] = (
     # -- the kernel: mm/oom_kill.c ----------------------------------------------------------------
     Entry("kernel-oom-header", _KERNEL, "mm/oom_kill.c dump_header()",
@@ -453,6 +480,12 @@ ENTRIES: tuple[Entry, ...] = (
           _f("shape:text", "dtype:word", "device:word", "allocator:word"), framework="TensorFlow",
           verified=True,
           read_at="tensorflow/core/framework/op_kernel.cc as stored (file ids 32180775, 13758762556)"),
+    Entry("tf-oom-tensor-shape-only", "TensorFlow",
+          "tensorflow/core/framework/op_kernel.cc OpKernelContext::allocate_tensor before the type, device "
+          "and allocator were added to the message: errors::ResourceExhausted(\"OOM when allocating tensor "
+          "with shape\", shape.DebugString())",
+          "OOM when allocating tensor with shape[{}]", "1.0-1.4", None, _f("shape:text"),
+          framework="TensorFlow"),
     Entry("tf-bfc-ran-out", "TensorFlow",
           "tensorflow/core/common_runtime/bfc_allocator.cc BFCAllocator::AllocateRawInternal",
           "Allocator ({}) ran out of memory trying to allocate {}", "1.x-2.x (XLA's tsl BFC allocator too)",
@@ -498,6 +531,13 @@ ENTRIES: tuple[Entry, ...] = (
           "cuMemAllocAsync failed to allocate %d: %sCUDA_ERROR_OUT_OF_MEMORY",
           "TF 2.5-2.8, jaxlib 0.1.7x-0.3", "cuda-oom", _f("tried:int", "status:text"), framework="JAX/XLA",
           verified=True, read_at="gpu_cudamallocasync_allocator.cc as stored (file id 117264191)"),
+    Entry("xla-failed-to-allocate-request", "XLA",
+          "xla/stream_executor/stream_executor_memory_allocator.cc StreamExecutorMemoryAllocator::Allocate: "
+          "absl::ResourceExhaustedError(absl::StrFormat(\"Failed to allocate request for %s (%uB) on device "
+          "ordinal %d\", tsl::strings::HumanReadableNumBytes(size), size, device_ordinal))",
+          "Failed to allocate request for %s (%uB) on device ordinal %d", "jaxlib 0.4", "cuda-oom",
+          _f("human:size", "tried:int", "device:int"), framework="JAX/XLA", verified=True,
+          read_at="stream_executor_memory_allocator.cc as stored (file id 682210614)"),
     # -- Python, NumPy, libstdc++ -------------------------------------------------------------------
     Entry("numpy-unable-to-allocate", "NumPy",
           "numpy/core/_exceptions.py (numpy/_core from 2.0) _ArrayMemoryError.__str__, the size by "
@@ -553,6 +593,18 @@ ENTRIES: tuple[Entry, ...] = (
           "Src/jobs.c printjob, long form (a job's pid before its status: jobs -l, LONG_LIST_JOBS)",
           "%d segmentation fault %s", "zsh 4-5", "segfault", _f("pid:int", "command:rest"), framework="zsh",
           verified=True, read_at=_ZSH_JOBS),
+    *_LOCALIZED_SIGNAL_REPORTS,
+    # -- Slurm --------------------------------------------------------------------------------------
+    Entry("slurm-oom-kill-event", "Slurm",
+          "src/plugins/task/cgroup/task_cgroup_memory.c task_cgroup_memory_check_oom: error(\"Detected "
+          "%\"PRIu64\" oom-kill event(s) in step %s cgroup.\", oom_kill_count, step_str), written by "
+          "slurmstepd as \"slurmstepd: error: ...\"; later versions print the step as %ps "
+          "(\"StepId=191.batch\") and add \" Some of your processes may have been killed by the cgroup "
+          "out-of-memory handler.\"",
+          "Detected %lu oom-kill event(s) in %s", "Slurm 17.11-24.x", "memcg-limit",
+          _f("events:int", "step:rest"), framework="Slurm", verified=True,
+          read_at="SchedMD/slurm src/plugins/task/cgroup/task_cgroup_memory.c as stored "
+                  "(file id 23365283024)"),
     # -- the kubelet --------------------------------------------------------------------------------
     Entry("kubelet-eviction-node-low", "Kubernetes kubelet",
           "pkg/kubelet/eviction/helpers.go nodeLowMessageFmt",

@@ -259,6 +259,29 @@ def child_sigkill(*, exit_code: int | None, facts: LogFacts) -> Finding | None:
     )
 
 
+def batch_cgroup_oom(*, exit_code: int | None, facts: LogFacts) -> Finding | None:
+    """A batch system's report that the kernel's OOM killer acted in the job's memory cgroup (Slurm's
+    ``Detected N oom-kill event(s)``): the job hit its memory limit, whatever the shell then says
+    (``Killed``) of the process it ran."""
+    line = facts.cgroup_oom
+    if line is None:
+        return None
+    return Finding(
+        code="memcg-limit",
+        severity=Severity.CRITICAL,
+        message=(
+            f"The job's memory cgroup hit its limit and the kernel's OOM killer killed a process in it: "
+            f"'{line[:200]}'. The kernel's own record (which process, how much memory) is in the node's "
+            "kernel log."
+        ),
+        evidence={"exit_code": exit_code, "line": line[:300], "source": "batch-system"},
+        action=(
+            "Raise the job's memory request (Slurm: --mem or --mem-per-cpu) to its peak use, or lower that "
+            "peak (DataLoader workers, batch size, data held in memory); the node's dmesg names the process."
+        ),
+    )
+
+
 def shell_sigkill(*, exit_code: int | None, facts: LogFacts) -> Finding | None:
     """A shell's job report ``Killed`` (bash, dash, ``zsh: killed``) or a DataLoader worker ``killed by
     signal: Killed``: the process got SIGKILL, and with no kernel record its cause is not known.

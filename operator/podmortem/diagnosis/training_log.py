@@ -209,7 +209,9 @@ def _other_gpu_oom(lines: Sequence[str], at: int) -> CudaOom | None:
         # message goes on in the next line ("... Resource exhausted: Out " / "of memory while ...").
         raw = raw + lines[at + 1].lstrip()
         found = catalogue.find(raw, _OTHER_GPU_OOM)
-    if found is None or _NOT_A_FAILURE in raw:
+    if found is None:
+        return _shape_only_oom(lines, at)
+    if _NOT_A_FAILURE in raw:
         return None
     fields = found.fields
     where = fields.get("device", "") + " " + fields.get("allocator", "")
@@ -240,6 +242,31 @@ def _other_gpu_oom(lines: Sequence[str], at: int) -> CudaOom | None:
     )
 
 
+_SHAPE_ONLY = (catalogue.BY_KEY["tf-oom-tensor-shape-only"],)
+_BFC_RAN_OUT = (catalogue.BY_KEY["tf-bfc-ran-out"],)
+#: How far from TensorFlow's op_kernel line its BFC allocator's lines are looked for (they come before it,
+#: and again after it when the op is retried).
+_BFC_NEAR = 50
+
+
+def _shape_only_oom(lines: Sequence[str], at: int) -> CudaOom | None:
+    """TensorFlow 1.0-1.4's ``OOM when allocating tensor with shape[...]``, which names no device: a GPU's
+    when a BFC allocator of a GPU (``Allocator (GPU_0_bfc) ran out of memory``) speaks beside it. The
+    allocator's size is not taken as the request: it may be another tensor's (a retry's, the next op's)."""
+    found = catalogue.find(lines[at], _SHAPE_ONLY)
+    if found is None:
+        return None
+    for near in (*lines[at + 1:at + 1 + _BFC_NEAR], *reversed(lines[max(0, at - _BFC_NEAR):at])):
+        bfc = catalogue.find(near, _BFC_RAN_OUT) if "ran out of memory" in near else None
+        index = _GPU_INDEX.search(bfc.fields["allocator"]) if bfc is not None else None
+        if bfc is not None and index is not None:
+            return CudaOom(line=strip_prefix(lines[at][found.start:]).strip(), device=int(index.group(1)),
+                           tried=None, total=None, free=None, process_in_use=None,
+                           allocated=None, reserved_unallocated=None, form=found.entry.key,
+                           framework=found.entry.framework)
+    return None
+
+
 @dataclass(frozen=True)
 class ShellKill:
     """A process reported killed by SIGKILL by whoever waited for it: the shell's job report
@@ -266,19 +293,38 @@ _SEGV_WORKER = (catalogue.BY_KEY["torch-dataloader-segv"],)
 _SEGV_SHELL = tuple(e for e in catalogue.ENTRIES if e.verdict == "segfault" and e not in _SEGV_WORKER)
 
 
+#: The literal words every SIGKILL report holds (``Killed``, ``killed``, glibc's translations of
+#: strsignal's): a line with none of them is not looked at further.
+_SIGKILL_WORDS = tuple({e.anchor for e in _SIGKILL_REPORTS})
+
+
 def shell_kill(lines: Sequence[str]) -> ShellKill | None:
     """The last report of a process killed by SIGKILL (`ShellKill`) in ``lines``, unless a traceback
-    follows it: then the process that went on to raise it was not the one killed."""
+    follows it: then the process that went on to raise it was not the one killed. A traceback chained
+    to an earlier one ("The above exception was the direct cause of the following exception") is
+    that earlier story going on: PyTorch raises the DataLoader's ``killed by signal: Killed`` as a
+    ``RuntimeError`` in the main process, and a trainer's handler re-raises it."""
+    after_traceback = False
     for raw in reversed(lines):
         if _TRACEBACK in raw:
-            return None
-        if "illed" not in raw:
+            after_traceback = True
+            continue
+        if after_traceback and strip_prefix(raw).strip() in _CHAINED:
+            after_traceback = False
+            continue
+        if not any(word in raw for word in _SIGKILL_WORDS):
             continue
         found = catalogue.find(raw, _SIGKILL_REPORTS)
         if found is not None:
+            if after_traceback:
+                return None
             return ShellKill(line=raw[found.start:].strip().strip("\"'")[:300], source=found.entry.key,
                              pid=found.number("pid"))
     return None
+
+
+#: The literal words every shell's SIGSEGV report holds (English and glibc's translations).
+_SEGV_WORDS = tuple({e.anchor for e in _SEGV_SHELL})
 
 
 def shell_segfault(lines: Sequence[str]) -> str | None:
@@ -287,7 +333,9 @@ def shell_segfault(lines: Sequence[str]) -> str | None:
     for raw in reversed(lines):
         if _TRACEBACK in raw:
             return None
-        if "egmentation fault" in raw and (found := catalogue.find(raw, _SEGV_SHELL)) is not None:
+        if not any(word in raw for word in _SEGV_WORDS):
+            continue
+        if (found := catalogue.find(raw, _SEGV_SHELL)) is not None:
             return raw[found.start:].strip()[:300]
     return None
 
@@ -296,6 +344,20 @@ def worker_segfault(lines: Sequence[str]) -> str | None:
     """PyTorch's word that a DataLoader worker died of SIGSEGV, the last such line."""
     for raw in reversed(lines):
         if "Segmentation fault" in raw and (found := catalogue.find(raw, _SEGV_WORKER)) is not None:
+            return raw[found.start:].strip()[:300]
+    return None
+
+
+_CGROUP_OOM_EVENTS = tuple(e for e in catalogue.ENTRIES
+                           if e.verdict == "memcg-limit" and e.kind == "training")
+
+
+def cgroup_oom_event(lines: Sequence[str]) -> str | None:
+    """A batch system's word that the kernel's OOM killer acted in the job's memory cgroup (Slurm's
+    ``slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup``), the last such
+    line: the shell's ``Killed`` beside it is that kill seen from the job script."""
+    for raw in reversed(lines):
+        if "oom-kill event" in raw and (found := catalogue.find(raw, _CGROUP_OOM_EVENTS)) is not None:
             return raw[found.start:].strip()[:300]
     return None
 
@@ -333,24 +395,57 @@ def python_exception(lines: Sequence[str]) -> PythonException | None:
     found: list[str] = []
     in_traceback = False
     chained = False
+    #: IPython's traceback names its exception in its header, and its frames are not indented.
+    ipython_name = ""
     for raw in lines:
         line = strip_prefix(raw)
         stripped = line.strip()
         if stripped == _TRACEBACK:
-            in_traceback = True
+            in_traceback, ipython_name = True, ""
+            continue
+        if stripped.endswith(_IPYTHON_TRACEBACK) and (head := _IPYTHON_HEAD.match(stripped)) is not None:
+            in_traceback, ipython_name = True, head.group(1)
             continue
         if stripped in _CHAINED:
             chained = bool(found)
             continue
         if not in_traceback or not stripped or line[:1] in (" ", "\t") or stripped.startswith(("^", "~")):
             continue  # outside a traceback, or a frame, a code line, carets
+        if ipython_name and stripped != ipython_name and not stripped.startswith(ipython_name + ":"):
+            continue  # an IPython frame ("<ipython-input-3-...> in <module>", "----> 3 x = f()")
         if not chained:
             found.clear()
         found.append(stripped)
         in_traceback = chained = False
+        ipython_name = ""
     if not found:
-        return None
+        return _exception_line(lines)
     return PythonException(line=found[-1], chain=tuple(found[:-1]))
+
+
+#: IPython's ``VerboseTB`` header: the exception's type name, then "Traceback (most recent call last)"
+#: right-justified to 75 columns (IPython/core/ultratb.py); its last line is ``etype: evalue``.
+_IPYTHON_TRACEBACK = "Traceback (most recent call last)"
+_IPYTHON_HEAD = re.compile(r"([A-Za-z_][\w.]{0,200}) {2,80}Traceback \(most recent call last\)$")
+#: Messages that only an exception carries (NumPy's ``_ArrayMemoryError``'s): seen without their traceback
+#: (cut off, or pasted alone), the line ``module.Type: message`` is still the exception's last line.
+_EXCEPTION_MESSAGES = tuple(e for e in catalogue.ENTRIES if e.verdict == "python-exception" and not e.whole)
+#: What ``traceback.format_exception_only`` writes before the message: the type's qualified name and ": ".
+_EXCEPTION_TYPE = re.compile(r"(?:^|[^\w.])([A-Za-z_][\w.]{0,200}): $")
+
+
+def _exception_line(lines: Sequence[str]) -> PythonException | None:
+    """The last ``Type: message`` line whose message is one an exception carries (`_EXCEPTION_MESSAGES`),
+    where no traceback header came before it."""
+    for raw in reversed(lines):
+        found = catalogue.find(raw, _EXCEPTION_MESSAGES)
+        if found is None:
+            continue
+        before = raw[max(0, found.start - 204):found.start]
+        named = _EXCEPTION_TYPE.search(before)
+        if named is not None:
+            return PythonException(line=raw[found.start - len(named.group(1)) - 2:].strip())
+    return None
 
 
 @dataclass(frozen=True)
@@ -650,6 +745,8 @@ class LogFacts:
     worker_segfault: str | None = None
     #: A shell's report of the process it ran killed by SIGSEGV.
     shell_segfault: str | None = None
+    #: A batch system's report of an OOM kill in the job's memory cgroup (`cgroup_oom_event`).
+    cgroup_oom: str | None = None
 
 
 def read(lines: Sequence[str]) -> LogFacts:
@@ -666,4 +763,5 @@ def read(lines: Sequence[str]) -> LogFacts:
         shell_kill=shell_kill(lines),
         worker_segfault=worker_segfault(lines),
         shell_segfault=shell_segfault(lines),
+        cgroup_oom=cgroup_oom_event(lines),
     )

@@ -156,7 +156,8 @@ def _log_causes(t: Termination, told: training_log.LogFacts) -> list[Finding]:
     oom = exit_causes.cuda_oom(told)
     if oom:
         return oom
-    for rule in (exit_causes.shm_full(exit_code=t.exit_code, facts=told, shm=t.shm),
+    for rule in (exit_causes.batch_cgroup_oom(exit_code=t.exit_code, facts=told),
+                 exit_causes.shm_full(exit_code=t.exit_code, facts=told, shm=t.shm),
                  exit_causes.segfault(exit_code=t.exit_code, facts=told),
                  exit_causes.child_sigkill(exit_code=t.exit_code, facts=told),
                  exit_causes.shell_sigkill(exit_code=t.exit_code, facts=told)):
