@@ -99,7 +99,10 @@ def sniff(text: str) -> Kind | None:
     if body.startswith(("{", "[")):
         return "pod" if _JSON_POD.search(text) else None
     lines = pasted_lines(body[: 64 * 1024])
-    return _whole_kind(lines, body) or fragment_kind(lines[:_SNIFF_LINES])
+    kind = _whole_kind(lines, body) or fragment_kind(lines[:_SNIFF_LINES])
+    if kind is None and _fenced_state(body[: 64 * 1024]):
+        return "describe"
+    return kind
 
 
 def whole_kind(text: str) -> Kind | None:
@@ -150,6 +153,36 @@ def _field_lines(part: Sequence[str]) -> int:
             count += 1
             wraps -= 1
     return count
+
+
+def _terminated_block(part: Sequence[str]) -> bool:
+    """``part`` is a terminated state alone: its ``State:``/``Last State:  Terminated`` line, then its
+    ``Reason:``, and only the state's fields after them."""
+    return (len(part) >= 2 and _field_lines(part) == len(part) and _TERMINATED_LINE.match(part[0]) is not None
+            and part[1].strip().startswith("Reason:"))
+
+
+#: A Markdown code fence's line (``` or ~~~, a language after it), at any indentation.
+_FENCE = re.compile(r"\s{0,16}(?:```|~~~)[\w+-]{0,32}\s*")
+
+
+def _fenced_state(body: str) -> bool:
+    """A Markdown code block that holds a terminated state alone (`_terminated_block`): a person's paste
+    of describe's ``Last State:  Terminated`` / ``Reason:  OOMKilled`` set apart from their prose. A log
+    that prints such lines among its own is no fenced block of them."""
+    block: list[str] | None = None
+    for line in body.splitlines()[:_SNIFF_LINES]:
+        if _FENCE.fullmatch(line):
+            if block is not None and _terminated_block(block):
+                return True
+            block = None if block is not None else []
+        elif block is not None and line.strip():
+            block.append(line)
+    return False
+
+
+#: describe's line of a terminated state: ``State:  Terminated``, ``Last State:  Terminated``.
+_TERMINATED_LINE = re.compile(r"\s*(?:Last (?:Termination )?)?State:\s+Terminated\s*$")
 
 
 def fragment_kind(lines: Sequence[str]) -> Kind | None:

@@ -178,10 +178,13 @@ class _Reading:
 
 def _describe_one(lines: Sequence[tuple[int, str]]) -> dict[str, Any]:
     d = _Describe()
-    fields = [indent for indent, body in lines if _FIELD.fullmatch(body)]
-    # Indentation lost: every line at the margin or one space in. Then only the printer's field
-    # names and their order tell where a line belongs.
-    flat = max(fields, default=0) <= 1
+    # The printer's own fields: a line of prose ending in a colon before a pasted part is no field.
+    fields = [indent for indent, body in lines if _FIELD.fullmatch(body) and known_key(body) is not None] or \
+        [indent for indent, body in lines if _FIELD.fullmatch(body)]
+    # Indentation lost: every line at the margin or one space in, or all at one depth (a part pasted
+    # into a list item or a Markdown fence, its own indentation flattened). Then only the printer's
+    # field names and their order tell where a line belongs.
+    flat = max(fields, default=0) <= 1 or (len(fields) > 1 and max(fields) == min(fields))
     base = min(fields, default=0)
     r = _Reading()
     for indent, body in lines:

@@ -44,6 +44,14 @@ _DESCRIBE_ROW = re.compile(
     r"\s*(?P<type>Normal|Warning)\s{2,}(?P<reason>[A-Za-z]{2,64})\s{2,}(?P<age>\S.{0,40}?)\s{2,}"
     r"(?P<source>\S.{0,120}?)\s{2,}(?P<message>\S.*)"
 )
+#: ``kubectl get events`` row whose header was cut off (a ``-w`` listing's excerpt, a grep): ``[NAMESPACE]
+#: LAST SEEN  TYPE  REASON  kind/name  MESSAGE``, cells apart by two spaces or more (the tab writer's
+#: padding is at least three).
+_GET_ROW = re.compile(
+    r"\s*(?:(?P<namespace>[a-z0-9][a-z0-9-]{0,62})\s{2,})?(?P<age>[<>\w]{1,20})\s{2,}"
+    r"(?P<type>Normal|Warning)\s{2,}(?P<reason>[A-Za-z]{2,64})\s{2,}"
+    r"(?P<kind>[a-z][a-z.]{0,62})/(?P<name>\S{1,253})\s{2,}(?P<message>\S.*)"
+)
 _MESSAGE_FIELD = re.compile(r"\s*Message:\s+(?P<message>\S.*)")
 _POD_MESSAGES = tuple(e for e in catalogue.ENTRIES if e.kind == "pod")
 #: The kubelet's messages that name the container they are about (``Container X was using ...``,
@@ -63,6 +71,8 @@ def kind_of(lines: Sequence[str]) -> bool:
     if not lines:
         return False
     if any(_HEADER.match(line.strip()) for line in lines[:3]):
+        return True
+    if _headerless(lines):
         return True
     if len(lines) > LONE_LINES:
         return False
@@ -94,6 +104,8 @@ def pods_from_events(lines: Sequence[str]) -> list[dict[str, Any]]:
     header = next((i for i, line in enumerate(lines[:3]) if _HEADER.match(line.strip())), None)
     if header is not None:
         events = _table(lines[header], lines[header + 1:])
+    elif rows := _headerless(lines):
+        events = rows
     elif len(lines) <= LONE_LINES:
         events = [("", "", reason, message) for line in lines if (read := _lone(line)) is not None
                   for reason, message in [read]]
@@ -117,6 +129,16 @@ def pods_from_events(lines: Sequence[str]) -> list[dict[str, Any]]:
         if _CONTAINER_NAME.fullmatch(container) and not pod["spec"]["containers"]:
             pod["spec"]["containers"].append({"name": container})
     return list(pods.values())
+
+
+def _headerless(lines: Sequence[str]) -> list[tuple[str, str, str, str]]:
+    """The pod events of ``kubectl get events`` rows without their header, when more than half the
+    lines are such rows and one of them is of a reason that ends a pod (`_KNOWN`); else none."""
+    rows = [m for line in lines if len(line) <= LINE_MAX and (m := _GET_ROW.fullmatch(line.rstrip()))]
+    if 2 * len(rows) <= len(lines) or not any(m["reason"] in _KNOWN for m in rows):
+        return []
+    return [(m["namespace"] or "", m["name"], m["reason"], m["message"].strip()) for m in rows
+            if m["kind"] == "pod"]
 
 
 def _pod(namespace: str, name: str) -> dict[str, Any]:

@@ -105,7 +105,11 @@ def find(pod: Mapping[str, Any]) -> list[Termination]:
     pod_reason = status.get("reason")
     found: list[Termination] = []
     base = _pod_fields(pod)
-    for cs in body.statuses:
+    # An init container that failed (killed at its limit, or exited non-zero) stopped the pod from
+    # starting: its end is the pod's. A native sidecar (an init container with restartPolicy Always)
+    # is stopped with the pod by SIGTERM, and its end says nothing of its own.
+    sidecars = {c.get("name") for c in body.init_containers if c.get("restartPolicy") == "Always"}
+    for cs in (*(c for c in body.init_statuses if c.name not in sidecars), *body.statuses):
         for term in cs.terminations():
             code, reason = term.exit_code, term.reason or None
             if code not in (None, 0) or reason == "OOMKilled" or pod_reason == "Evicted":
