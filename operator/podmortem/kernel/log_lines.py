@@ -784,6 +784,28 @@ _MD_ESCAPE = re.compile(r"\\([_\[\]*<>`#|~])")
 _MD_KERNEL_ESCAPE = re.compile(r"(?:gfp|oom|score|total|pgtables|anon|file|shmem|mems)\\_")
 
 
+def join_continued(lines: Iterable[str]) -> Iterator[str]:
+    """Lines broken with a trailing backslash (a shell's line continuation, which people use to fold a
+    long kernel line in a note or a slide) joined again, the next line's indentation dropped. Only an
+    indented next line continues: Markdown's hard line break is a trailing backslash too, and there the
+    next line is a line of its own at the margin. A joined line is bounded by `MAX_LINE`."""
+    pending = ""
+    for raw in lines:
+        if pending:
+            if raw[:1] in (" ", "\t"):
+                raw = pending + raw.lstrip(" \t")
+            else:
+                yield pending + "\\\n"
+            pending = ""
+        line = raw.rstrip("\r\n")
+        if line.endswith("\\") and len(line) < MAX_LINE:
+            pending = line[:-1]
+            continue
+        yield raw
+    if pending:
+        yield pending + "\\"
+
+
 def unescape_markdown(lines: Iterable[str]) -> Iterator[str]:
     """Lines of text that went through Markdown escaping, its backslash escapes taken out.
 

@@ -898,7 +898,7 @@ def parse_lines(lines: Iterable[str]) -> list[OomKillRecord]:
     parser = OomParser(join_wraps=True)
     events = EventKills()
     with _collector_paused():
-        for line in log_lines.unescape_markdown(log_lines.unquote_printable(lines)):
+        for line in log_lines.join_continued(log_lines.unescape_markdown(log_lines.unquote_printable(lines))):
             events.see(line)
             parser.feed(line)
         records = parser.finish()
