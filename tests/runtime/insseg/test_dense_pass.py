@@ -8,6 +8,8 @@ boundary, odd addresses and strides (the per-element path), and float bit patter
 
 from __future__ import annotations
 
+import platform
+import re
 from typing import Any
 
 import numba
@@ -224,3 +226,33 @@ def test_thread_setting_caps_the_pass_and_leaves_numba_as_it_was(monkeypatch: py
         for name in scene.__dataclass_fields__:
             np.testing.assert_array_equal(getattr(scene, name), getattr(scenes[0], name), err_msg=name)
     assert scenes[0].n_pred == 8
+
+
+def _has_avx2() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx2" in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not _has_avx2(), reason="x86 AVX2 code")
+def test_block_or_compiles_to_vector_ors_from_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass reads at the floor's speed only if each block's OR is a vector loop over memory.
+
+    Two ways it compiled slower, with the same answers: a constant-length block fully
+    unrolled into one chain of scalar ``or``s, and words loaded through gathers where
+    LLVM could not rule out a negative (wrapped) index. Compiled here without the cache,
+    whose code cannot be inspected.
+    """
+    fresh = numba.njit(parallel=True, nogil=True)(_numba._count_words.py_func)
+    monkeypatch.setattr(_numba, "_count_words", fresh)
+    rng = np.random.default_rng(5)
+    masks = _masks(rng, np.int32, 4, 3000, 0.05)
+    table = _direct_table(rng, 3000)
+    rows = np.arange(4, dtype=np.int64)
+    got = _numba.count_rows(masks, rows, table, N_BINS)
+    np.testing.assert_array_equal(got, _expected(masks, rows, table))
+    asm = fresh.inspect_asm(fresh.signatures[0])
+    assert re.search(r"\bvpor[dq]?\s+-?\d*\(%\w+,%\w+,8\), %[yz]mm", asm), "no vector OR of words from memory"
+    assert "gather" not in asm
