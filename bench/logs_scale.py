@@ -10,11 +10,10 @@ has delivered its container's first lines and sits idle, then measures:
 * idle CPU: this process's CPU seconds over an idle window, as a share of one
   core (the emulated server's own polling runs in its process, not counted).
 
-Both transports are measured: ``SessionTransport`` (plain aiohttp, as the CLI
-uses) and kubernetes_asyncio's ``ApiClient`` (``kube.dedicated_api_client``,
-as the operator should use for logs). Target: < 64 KiB per stream.
+Through ``SessionTransport`` (plain aiohttp on the operator's ``ApiSession``, as the
+CLI and the operator both follow logs). Target: < 64 KiB per stream.
 
-Usage: python bench/logs_scale.py [--quick] [--streams N] [--idle S] [--transport session|api-client|both]
+Usage: python bench/logs_scale.py [--quick] [--streams N] [--idle S]
 """
 
 from __future__ import annotations
@@ -36,10 +35,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from podmortem.kube import config as kubeconfig
-from podmortem.logs import kube
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import GapMarker, LogEnd, LogLine
 from podmortem.logs.following import follower
+from podmortem.logs.following.pod_log_api import PodLogApi, SessionTransport
 from podmortem.logs.metrics import LogMetrics
 from podmortem.logs.settings import FollowSettings
 
@@ -72,20 +71,12 @@ def rss_bytes() -> int:
 
 @contextlib.asynccontextmanager
 async def pod_api(kind: str, access: kubeconfig.ClusterAccess,
-                  settings: FollowSettings) -> AsyncIterator[kube.PodLogApi]:
-    if kind == "session":
-        async with kube.SessionTransport(access) as transport:
-            yield kube.PodLogApi(transport, settings=settings)
-        return
-    from kubernetes_asyncio import client
-
-    configuration = client.Configuration(host=access.server)
-    configuration.api_key = {"BearerToken": "bench"}
-    async with kube.dedicated_api_client(configuration) as api_client:
-        yield kube.PodLogApi(api_client, settings=settings)
+                  settings: FollowSettings) -> AsyncIterator[PodLogApi]:
+    async with SessionTransport(access) as transport:
+        yield PodLogApi(transport, settings=settings)
 
 
-async def open_follows(api: kube.PodLogApi, n: int, settings: FollowSettings,
+async def open_follows(api: PodLogApi, n: int, settings: FollowSettings,
                        metrics: LogMetrics) -> tuple[list[asyncio.Task[Any]], list[CountingSink]]:
     sinks = [CountingSink() for _ in range(n)]
     tasks = [
@@ -168,19 +159,10 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=None, help="idle window in seconds (default 30)")
     parser.add_argument("--read-timeout", type=float, default=FollowSettings.read_timeout_s,
                         help="follower read timeout in seconds (default: the production default)")
-    parser.add_argument("--transport", choices=["session", "api-client", "both"], default="both")
     ns = parser.parse_args()
     n = ns.streams or (200 if ns.quick else 1000)
     idle = ns.idle or (5.0 if ns.quick else 30.0)
-    if ns.transport == "both":
-        # One process per transport: memory freed by the first would hide the second's RSS growth.
-        for kind in ("session", "api-client"):
-            args = ["--streams", str(n), "--idle", str(idle), "--read-timeout", str(ns.read_timeout)]
-            code = subprocess.run([sys.executable, __file__, *args, "--transport", kind], check=False)
-            if code.returncode:
-                sys.exit(code.returncode)
-        return
-    kinds = [ns.transport]
+    kinds = ["session"]
     with tempfile.TemporaryDirectory(prefix="podmortem-scale-") as tmp:
         kubeconfig_path = Path(tmp) / "kubeconfig"
         server = subprocess.Popen(

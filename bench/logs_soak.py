@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry
 
 from podmortem.kube import config as kubeconfig
-from podmortem.logs import kube
 from podmortem.logs.cursor import LogCursor
 from podmortem.logs.events import EndReason, GapMarker, GapReason, LogEnd, LogLine
 from podmortem.logs.following import follower
+from podmortem.logs.following.pod_log_api import PodLogApi, SessionTransport
 from podmortem.logs.lines import LineBatch
 from podmortem.logs.metrics import LogMetrics
 from podmortem.logs.settings import FollowSettings
@@ -145,7 +145,7 @@ async def live_writer(run: PodRun, rng: random.Random) -> None:
         await asyncio.sleep(rng.choice([0.001, 0.01, 0.3]))
 
 
-async def follow_one(run: PodRun, api: kube.PodLogApi, metrics: LogMetrics, rng: random.Random) -> None:
+async def follow_one(run: PodRun, api: PodLogApi, metrics: LogMetrics, rng: random.Random) -> None:
     main = run.main
     rotate = main.rotate
 
@@ -280,8 +280,8 @@ async def soak(*, seed: int, total_lines: int, total_faults: int, pods: int) -> 
                 for _ in range(per_pod_faults // 5)]
             runs.append(PodRun(pod=pod, target_lines=total_lines // pods, schedule=schedule,
                                pod_read_faults=reads))
-        async with kube.SessionTransport(access) as transport:
-            pod_api = kube.PodLogApi(transport, settings=SETTINGS)
+        async with SessionTransport(access) as transport:
+            pod_api = PodLogApi(transport, settings=SETTINGS)
             gate = asyncio.Semaphore(CONCURRENT_PODS)
 
             async def one(run: PodRun) -> None:
