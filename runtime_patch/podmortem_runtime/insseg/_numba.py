@@ -151,7 +151,10 @@ def _count_words(
     of a word) are read one by one. ``block`` is a run-time value on purpose: with a
     constant trip count LLVM unrolls the OR into one serial chain of scalar ``or``s
     (one word a cycle, below memory speed), with a run-time one it vectorizes it into
-    four independent vector accumulators, the floor's own loop.
+    four independent vector accumulators, the floor's own loop. The OR runs over a
+    slice of the block indexed from 0: indexed from the block's start, numba's
+    negative-index wraparound left LLVM unsure of the sign and it loaded the words
+    through gathers (``test_block_or_compiles_to_vector_ors_from_memory``).
     """
     n_words = words.shape[0]
     for r in numba.prange(rows.shape[0]):
