@@ -87,7 +87,7 @@ FOREIGN_KINDS = o.Option(
     'kinds whose annotated objects (podmortem.io/watch: "true") get their pods sampled: JSON '
     '[{"group":"batch","resource":"jobs","version":"v1"}] ("version": "" = preferred; [] = none) or '
     "jobs.batch,kubeflow.org/v1/pytorchjobs", "KINDS",
-    shown_default="batch/v1 jobs and kubeflow.org/v1 pytorchjobs",
+    shown_default="batch/v1 jobs, kubeflow.org/v1 pytorchjobs and jobset.x-k8s.io/v1alpha2 jobsets",
 )
 INTERVAL = o.Option(
     ("--interval",), "PODMORTEM_SAMPLE_INTERVAL_SECONDS", o.seconds(above=0, high=3600), "10",

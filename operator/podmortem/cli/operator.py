@@ -246,7 +246,7 @@ FOREIGN_KINDS = o.Option(
     ("--foreign-kinds",), "PODMORTEM_FOREIGN_KINDS", o.foreign_kinds(_foreign_kinds), None,
     'annotated job kinds: the chart\'s JSON [{"group":"batch","version":"v1","resource":"jobs"}] '
     '("version": "" = preferred; [] = none) or jobs.batch,kubeflow.org/v1/pytorchjobs', "KINDS",
-    shown_default="batch/v1 jobs and kubeflow.org/v1 pytorchjobs",
+    shown_default="batch/v1 jobs, kubeflow.org/v1 pytorchjobs and jobset.x-k8s.io/v1alpha2 jobsets",
 )
 
 
@@ -384,11 +384,11 @@ OPTIONS: tuple[o.Option[Any], ...] = (
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "operator",
-        help="run the operator: TrainingJobs, annotated jobs and pods, failure reports on exit 137",
+        help="run the operator: TrainingJobs, annotated jobs and pods, a report for each failed container",
         description=(
             "Run the podmortem operator. It creates and follows TrainingJob pods, follows pods and jobs "
-            'annotated podmortem.io/watch: "true", keeps their logs in a durable store, and on exit 137, '
-            "OOMKilled or eviction writes a failure report (TrainingJob status, or the "
+            'annotated podmortem.io/watch: "true", keeps their logs in a durable store, and when a container '
+            "exits non-zero, is OOMKilled or evicted writes a failure report (TrainingJob status, or the "
             "podmortem.io/failure-report annotation plus an Event). With --sidecar (or a TrainingJob's "
             "spec.sidecar) its pods get the podmortem sidecar; with --webhook-port it also serves the "
             "admission webhook that adds the sidecar to other labelled pods. Flags default to the "

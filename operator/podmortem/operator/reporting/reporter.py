@@ -1,4 +1,4 @@
-"""On exit 137, OOMKilled or eviction: collect evidence, diagnose, and write the report within 2 s.
+"""On a non-zero exit, OOMKilled or eviction: collect evidence, diagnose, and write the report within 2 s.
 
 The steps run against a clock that starts when the operator sees the
 termination. The agent on the pod's node is asked with a short timeout; the
