@@ -129,7 +129,7 @@ SinkFactory = Callable[[str, str, str], Awaitable[LogSink]]
 #: Followers that start (make their sink, build their state, ask for their first stream) in one
 #: event-loop iteration, at most: about a millisecond each, so a list of 10,000 pods does not make
 #: one iteration of seconds. The streams' connections are bounded apart (``FollowSettings.max_setups``).
-STARTS_PER_TURN = 8
+STARTS_PER_TURN = 16
 
 
 class WatchingSink:

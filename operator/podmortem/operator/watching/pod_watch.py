@@ -76,7 +76,7 @@ _MAX_NAME = 253
 #: Pods handed to handlers in one event-loop iteration, at most: a list page of 500 pods arrives at
 #: once, and each handler call starts in the next iteration (a pod's handling, its follower's start:
 #: a fraction of a millisecond each), so the list yields to the loop between groups of this many.
-HAND_OUTS_PER_TURN = 16
+HAND_OUTS_PER_TURN = 32
 
 Handler = Callable[[Mapping[str, Any], bool], Awaitable[None]]
 Filter = Callable[[Mapping[str, Any]], bool]
