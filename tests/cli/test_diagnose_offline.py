@@ -504,9 +504,45 @@ def test_yaml_without_pyyaml_says_what_to_do(tmp_path: Path) -> None:
     assert done.returncode == 2 and "not valid YAML" in done.stderr
 
 
-def test_html_is_for_kernel_records_only() -> None:
-    done = diagnose("--html", LOGS / "cuda-oom-expandable.log")
-    assert done.returncode == 2 and "--html reads kernel records only" in done.stderr
+def test_html_of_a_training_log_is_the_page_report_draws_from_its_json(tmp_path: Path) -> None:
+    log = LOGS / "cuda-oom-expandable.log"
+    done = diagnose("--html", log)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("<!DOCTYPE html>") and "cuda-oom" in done.stdout
+    assert f"<title>{log.stem}" in done.stdout
+    as_json = diagnose("--json", log)
+    (tmp_path / "r.json").write_text(as_json.stdout)
+    page = subprocess.run([PODMORTEM, "report", "--json", str(tmp_path / "r.json")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert page.returncode == 0, page.stderr
+    # The same document through the same page: alike but for the title, the generation time and the
+    # note on where log lines are.
+    ours = _body(done.stdout).replace("the page holds no log lines; without --html, podmortem diagnose "
+                                      "prints the log&#x27;s facts", "LOG NOTE")
+    theirs = _body(page.stdout).replace("a stored report holds no log lines; the operator&#x27;s page adds "
+                                        "them from its log store", "LOG NOTE")
+    assert "LOG NOTE" in ours and ours == theirs
+
+
+def test_html_of_a_pod_status_is_titled_by_the_pod() -> None:
+    done = diagnose("--html", LOGS / "pod-evicted-pids.json")
+    assert done.returncode == 0, done.stderr
+    assert "node-pressure-eviction" in done.stdout
+
+
+def test_html_with_nothing_found_says_so(tmp_path: Path) -> None:
+    quiet = tmp_path / "quiet.log"
+    quiet.write_text("epoch 1 loss 0.5\nepoch 2 loss 0.4\n")
+    done = diagnose("--html", quiet)
+    assert done.returncode != 0 and not done.stdout and "podmortem diagnose:" in done.stderr
+
+
+def _body(html: str) -> str:
+    import re
+
+    html = re.sub(r"<title>.*?</title>", "", html, flags=re.S)
+    html = re.sub(r"<h1[^>]*>.*?</h1>", "", html, flags=re.S)
+    return re.sub(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d)?(\.\d+)?( ?UTC|Z|\+00:00)?", "", html)
 
 
 # -- the --json schema -------------------------------------------------------------------------------

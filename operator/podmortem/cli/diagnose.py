@@ -86,7 +86,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--html", action="store_true",
-        help="print the last kill's report as a self-contained HTML page (no timeline: a record has none)",
+        help="print the last report as a self-contained HTML page, the one podmortem report draws (no "
+        "timeline: a record or a status holds none)",
     )
     parser.add_argument("--list-examples", action="store_true", help="list the bundled records and exit")
     diagnose_cluster.add_arguments(parser)

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from podmortem.cli import diagnose_files, diagnose_kernel
-from podmortem.cli.diagnose_exit import EXIT_INPUT, EXIT_NO_RECORD, EXIT_OK
+from podmortem.cli.diagnose_exit import EXIT_NO_RECORD, EXIT_OK
 from podmortem.diagnosis import catalogue, job_root_cause, job_section, offline
 from podmortem.diagnosis.offline import Kind
 from podmortem.kernel import log_lines, oom_parser
@@ -413,10 +413,6 @@ def _found(case: offline.Case) -> bool:
 
 def run(inputs: Inputs, args: argparse.Namespace) -> int:
     """Combine the inputs into reports and print them; the exit code."""
-    if args.html:
-        print("podmortem diagnose: --html reads kernel records only; for a pod status or a training log "
-              "use the text output or --json", file=sys.stderr)
-        return EXIT_INPUT
     pods = [p for f in inputs.files for p in f.pods]
     logs = [f.log for f in inputs.files if f.log is not None]
     combined = offline.combine(
@@ -432,6 +428,8 @@ def run(inputs: Inputs, args: argparse.Namespace) -> int:
     if len({id(c.source) for c in cases}) > 1:
         result = job_root_cause.root_cause(offline.first_failures(cases))
         job = job_section.section(result, max_bytes=JOB_SECTION_MAX_BYTES)
+    if args.html and (cases or leftover):
+        return _html(cases, leftover, inputs)
     if args.json:
         doc: dict[str, Any] = {
             "reports": [case_document(c, inputs) for c in cases]
@@ -447,6 +445,20 @@ def run(inputs: Inputs, args: argparse.Namespace) -> int:
     if not args.json:
         sys.stdout.write(render(cases, leftover, inputs, job, unused))
     return EXIT_OK
+
+
+def _html(cases: list[offline.Case], leftover: list[FailureReport], inputs: Inputs) -> int:
+    """The last report as the page `podmortem report` draws from this command's ``--json``."""
+    from podmortem.cli import report as report_cli
+
+    documents = [case_document(c, inputs) for c in cases] + [r.model_dump(mode="json") for r in leftover]
+    last = cases[-1] if not leftover and cases else None
+    named = "/".join(p for p in (last.termination.namespace, last.termination.pod) if p) if last else ""
+    title = named or ", ".join(f.label for f in inputs.files) or "failure report"
+    return report_cli.render_document(
+        {"reports": documents}, "the inputs", output=None, title=title, command="podmortem diagnose",
+        log_note="the page holds no log lines; without --html, podmortem diagnose prints the log's facts",
+    )
 
 
 def nothing_found(inputs: Inputs, combined: offline.Combined) -> str:

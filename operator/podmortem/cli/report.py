@@ -136,10 +136,6 @@ def read_from_api(args: argparse.Namespace) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
-    from podmortem.render import page
-    from podmortem.reports import stored_bounds
-    from podmortem.reports.document import ReportDocument
-
     source = args.json_file or args.from_status
     try:
         if args.from_status:
@@ -157,38 +153,53 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, LookupError) as exc:
         print(f"podmortem report: cannot read {source}: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    return render_document(doc, source, output=args.output)
+
+
+def render_document(
+    doc: object,
+    source: str,
+    *,
+    output: str | None,
+    title: str | None = None,
+    log_note: str = "a stored report holds no log lines; the operator's page adds them from its log store",
+    command: str = "podmortem report",
+) -> int:
+    """Write the page of the report in ``doc`` (what `find_report` takes); the exit code.
+
+    Also `podmortem diagnose --html`'s page for a pod status or a training log: the same document its
+    ``--json`` prints, drawn by the same code, so the two pages cannot differ."""
+    from podmortem.render import page
+    from podmortem.reports import stored_bounds
+    from podmortem.reports.document import ReportDocument
+
     try:
         found = find_report(doc)
     except stored_bounds.Unreadable as exc:
-        print(f"podmortem report: cannot read the report in {source}: {exc}", file=sys.stderr)
+        print(f"{command}: cannot read the report in {source}: {exc}", file=sys.stderr)
         return EXIT_INPUT
     if found is None:
         print(
-            f"podmortem report: {source} holds no failure report (expected a TrainingJob with "
+            f"{command}: {source} holds no failure report (expected a TrainingJob with "
             "status.failureReport, an object with the podmortem.io/failure-report annotation, a report, "
             "or podmortem diagnose --json)",
             file=sys.stderr,
         )
         return EXIT_INPUT
-    title, stored = found
+    found_title, stored = found
     try:
         report = ReportDocument.parse(stored_bounds.checked(stored))
     except stored_bounds.Unreadable as exc:
-        print(f"podmortem report: cannot read the report in {source}: {exc}", file=sys.stderr)
+        print(f"{command}: cannot read the report in {source}: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    title = title or found_title
     if title is None:
         title = "/".join(p for p in (report.pod.namespace, report.pod.name) if p) or "failure report"
     if isinstance(doc, Mapping) and isinstance(doc.get("reports"), list) and len(doc["reports"]) > 1:
-        print(f"podmortem report: {len(doc['reports'])} reports; the page shows the last", file=sys.stderr)
-    html = page.render(
-        page.PageInput(
-            title=title,
-            report=report,
-            log_note="a stored report holds no log lines; the operator's page adds them from its log store",
-            generated_at=datetime.now(UTC),
-        )
-    )
-    return write(html, args.output)
+        print(f"{command}: {len(doc['reports'])} reports; the page shows the last", file=sys.stderr)
+    now = datetime.now(UTC)
+    html = page.render(page.PageInput(title=title, report=report, log_note=log_note, generated_at=now))
+    return write(html, output)
 
 
 def write(html: str, output: str | None) -> int:
