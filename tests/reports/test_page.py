@@ -258,3 +258,18 @@ def test_a_recorded_record_leads_the_pages_verdict() -> None:
     assert re.search(r'<p class="verdict" id="verdict">\[RECORDED, not from this run: x\.log\] train-0', doc)
     plain = page.render(page.PageInput(title="ml/train", report=ReportDocument.parse(stored_report())))
     assert "RECORDED" not in plain
+
+
+def test_the_killed_rows_split_comes_from_its_kill_line_where_the_task_table_has_none() -> None:
+    """A 4.15 record: its task table prints rss only; the kill line has anon, file and shmem."""
+    path = Path(__file__).parents[1] / "fixtures" / "oom-records" / "01-k3s-v1-dmesgT-stress-4.15.log"
+    record = oom_parser.parse_text(path.read_text(encoding="utf-8"))[0]
+    report = from_record.diagnose(record)
+    assert report.kill is not None and all(t.rss_anon_pages is None for t in report.tasks)
+    doc = page.render(page.PageInput(title="k", report=ReportDocument(report=report)))
+    table = doc.split('class="tasks"')[1].split("</table>")[0]
+    rows = re.findall(r"<tr( class=\"killed\")?>(.*?)</tr>", table)
+    cells = {killed: re.findall(r"<td[^>]*>(.*?)</td>", row) for killed, row in rows[1:]}
+    killed, other = cells[' class="killed"'], cells[""]
+    assert killed[3:6] == ["97.3 MiB", "192.0 KiB", "0 B"], killed  # anon_rss_kb 99620, file 192, shmem 0
+    assert other[3:6] == ["?", "?", "?"], other  # the others' split is not known

@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from podmortem.render import timeline_svg
 from podmortem.reports import timeline_model as tm
 from podmortem.reports.document import KernelRecordState, ReportDocument
+from podmortem.reports.failure import TaskSummary
 from podmortem.reports.memory import MemorySample, ProcessMemory
 from podmortem.reports.text import shorten
 from podmortem.reports.times import parse_time
@@ -440,14 +441,25 @@ def _tasks(report: ReportDocument) -> str:
     def pages(value: int | None) -> str:
         return human_bytes(value * page) if value is not None else "?"
 
+    kill = report.report.kill
+
+    def split(t: TaskSummary, pages_value: int | None, kill_kb: int | None) -> str:
+        """A task table row's anon/file/shmem; most kernels' task tables print only rss, but the killed
+        process's own kill line has the split (as the text output says)."""
+        own = kill is not None and kill.pid == t.pid
+        if pages_value is None and t.killed and own and kill_kb is not None:
+            return human_bytes(kill_kb * 1024)
+        return pages(pages_value)
+
     rows = []
     for t in sorted(tasks, key=lambda t: -(t.rss_pages or 0)):
         cls = ' class="killed"' if t.killed else ""
         rows.append(
             f"<tr{cls}><td class=n>{esc(t.pid)}</td><td>{esc(t.name)}</td>"
-            f"<td class=n>{pages(t.rss_pages)}</td><td class=n>{pages(t.rss_anon_pages)}</td>"
-            f"<td class=n>{pages(t.rss_file_pages)}</td>"
-            f"<td class=n>{pages(t.rss_shmem_pages)}</td>"
+            f"<td class=n>{pages(t.rss_pages)}</td>"
+            f"<td class=n>{split(t, t.rss_anon_pages, kill.anon_rss_kb if kill else None)}</td>"
+            f"<td class=n>{split(t, t.rss_file_pages, kill.file_rss_kb if kill else None)}</td>"
+            f"<td class=n>{split(t, t.rss_shmem_pages, kill.shmem_rss_kb if kill else None)}</td>"
             f"<td class=n>{pages(t.swapents_pages)}</td><td class=n>{esc(t.oom_score_adj)}</td>"
             f"<td>{esc(t.sharing)}{' · killed' if t.killed else ''}</td></tr>"
         )
