@@ -174,7 +174,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="no progress or describe on stderr: only the summary on stdout (with --json, only the JSON)",
     )
     p.add_argument(
-        "-v", "--verbose", action="store_true", help="also show the operator's, agent's and kopf's own logs"
+        "-v", "--verbose", action="store_true",
+        help="also show the operator's, agent's and kopf's own logs, and each job's whole describe",
     )
     p.set_defaults(func=run)
 
@@ -225,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         keep_dir=args.keep_dir,
         run_timeout_s=args.timeout,
+        full_describe=args.verbose,
     )
     progress = None if args.quiet else sys.stderr
 

@@ -35,6 +35,21 @@ MAX_ITEMS = 12
 CUT_FROM_INDENT = 8
 
 
+#: What the demo's default view leaves out of a describe, each replaced by one line saying so: the
+#: pod template and the report's reference parts (its process table, evidence maps, kill line and
+#: cgroup figures), about 200 of a failed job's 260 lines. The verdict, the findings' messages and
+#: what to do, the conditions, the memory and the Events stay; ``podmortem demo -v`` shows all.
+BRIEF_HIDDEN: frozenset[tuple[str, ...]] = frozenset({
+    ("spec", "template"),
+    ("status", "failureReport", "tasks"),
+    ("status", "failureReport", "pod"),
+    ("status", "failureReport", "evidence"),
+    ("status", "failureReport", "kill"),
+    ("status", "failureReport", "cgroup"),
+    ("status", "failureReport", "findings", "evidence"),
+})
+
+
 @dataclass(frozen=True)
 class Labels:
     """Notes printed beside what they label (empty: a plain describe)."""
@@ -87,6 +102,7 @@ def _fields(
     *,
     path: tuple[str, ...] = (),
     labels: Labels | None = None,
+    hide: frozenset[tuple[str, ...]] = frozenset(),
 ) -> None:
     pad = " " * indent
     notes = labels.fields if labels is not None else {}
@@ -100,9 +116,12 @@ def _fields(
             here = (*path, str(key))
             note = f"  {notes[here]}" if here in notes else ""
             nested_list = isinstance(item, list) and any(isinstance(i, Mapping | list) for i in item)
-            if (isinstance(item, Mapping) and item) or nested_list:
+            if here in hide and item:
+                said = _hidden_notes(here, notes)
+                out.append(f"{pad}{words(str(key))}:  … (podmortem demo -v shows it){said}")
+            elif (isinstance(item, Mapping) and item) or nested_list:
                 out.append(f"{pad}{words(str(key))}:{note}")
-                _fields(item, indent + 2, out, max_items, path=here, labels=labels)
+                _fields(item, indent + 2, out, max_items, path=here, labels=labels, hide=hide)
             elif isinstance(item, list):
                 out.append(
                     f"{pad}{words(str(key))}:{' ' if item else ''}{', '.join(_scalar(i) for i in item)}{note}"
@@ -121,7 +140,7 @@ def _fields(
         for item in items:
             if isinstance(item, Mapping):
                 inner: list[str] = []
-                _fields(item, indent + 2, inner, max_items, path=path, labels=labels)
+                _fields(item, indent + 2, inner, max_items, path=path, labels=labels, hide=hide)
                 if inner:
                     inner[0] = pad + "- " + inner[0][indent + 2 :]
                 out.extend(inner)
@@ -131,6 +150,12 @@ def _fields(
             out.append(_more(pad, hidden))
     else:
         out.append(f"{pad}{_scalar(value)}")
+
+
+def _hidden_notes(path: tuple[str, ...], notes: Mapping[tuple[str, ...], str]) -> str:
+    """The labels of the fields under a hidden part, once each: a hidden part stays labelled."""
+    under = dict.fromkeys(note for where, note in notes.items() if where[: len(path)] == path)
+    return "".join(f"  {note}" for note in under)
 
 
 def _condition_note(value: Mapping[str, Any], path: tuple[str, ...], labels: Labels | None) -> str:
@@ -158,11 +183,13 @@ def describe(
     now: datetime | None = None,
     max_items: int | None = MAX_ITEMS,
     labels: Labels | None = None,
+    hide: frozenset[tuple[str, ...]] = frozenset(),
 ) -> str:
     """The object as ``kubectl describe`` prints a custom resource, Events included.
 
     ``max_items``: longer maps and lists are cut to their first entries and a count (None: all).
     ``labels``: notes beside fields, condition messages and Event messages (see `Labels`).
+    ``hide``: field paths (as in `Labels.fields`) printed as one line each (`BRIEF_HIDDEN`).
     """
     now = now or datetime.now(UTC)
     meta = obj.get("metadata") or {}
@@ -184,7 +211,7 @@ def describe(
     for section in ("spec", "status"):
         if obj.get(section):
             out.append(f"{words(section)}:")
-            _fields(obj[section], 2, out, max_items, path=(section,), labels=labels)
+            _fields(obj[section], 2, out, max_items, path=(section,), labels=labels, hide=hide)
     if events:
         out.append("Events:")
         out.append("  Type     Reason           Age   From       Message")

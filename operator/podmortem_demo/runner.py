@@ -111,6 +111,9 @@ class DemoSettings:
     #: so that the link in the status opens in a browser.
     log_http_port: int = 0
     log_base_url: str = ""
+    #: Print each job's whole describe; by default its reference parts are one line each
+    #: (`describe.BRIEF_HIDDEN`), which keeps a run's stderr to a screenful or two.
+    full_describe: bool = False
 
 
 @dataclass
@@ -745,7 +748,8 @@ class Demo:
             self._report_page(operator, name, report)
         say(f"kubectl describe trainingjob {name}", stamp=True)
         labels = recorded_labels(tj) if choice.mode == "recorded" else describe.Labels()
-        say(describe.describe(tj, events=events, labels=labels), stamp=False)
+        hide = frozenset() if self.settings.full_describe else describe.BRIEF_HIDDEN
+        say(describe.describe(tj, events=events, labels=labels, hide=hide), stamp=False)
         return result
 
 

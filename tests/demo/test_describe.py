@@ -119,3 +119,33 @@ def test_labels_mark_fields_condition_messages_and_events() -> None:
     assert lines[-2].endswith(" first") and lines[-1].endswith(" [R] attached")
     # Without labels, nothing is marked.
     assert "[R]" not in describe.describe(obj, events=events)
+
+
+def test_hidden_parts_are_one_line_each_and_keep_their_labels() -> None:
+    obj = {
+        "kind": "TrainingJob",
+        "metadata": {"name": "a"},
+        "spec": {"followLogs": True, "template": {"spec": {"containers": [{"name": "trainer"}]}}},
+        "status": {
+            "failureReport": {
+                "verdict": "memcg-limit",
+                "tasks": [{"pid": 1}, {"pid": 2}],
+                "findings": [{"code": "fork-copies", "message": "forked", "evidence": {"fork_pids": [1, 2]}}],
+                "kill": {"pid": 6054, "comm": "python3"},
+                "cgroup": {},
+            },
+        },
+    }
+    labels = describe.Labels(fields={("status", "failureReport", "kill", "pid"): "[R]"})
+    full = describe.describe(obj, labels=labels).splitlines()
+    brief = describe.describe(obj, labels=labels, hide=describe.BRIEF_HIDDEN).splitlines()
+    assert len(brief) < len(full)
+    assert "  Template:  … (podmortem demo -v shows it)" in brief and "  Follow Logs:  true" in brief
+    assert "    Tasks:  … (podmortem demo -v shows it)" in brief
+    assert "        Evidence:  … (podmortem demo -v shows it)" in brief
+    assert "        Message:  forked" in brief and "    Verdict:  memcg-limit" in brief
+    # A label under a hidden part is said on its line: nothing recorded goes unmarked.
+    assert "    Kill:  … (podmortem demo -v shows it)  [R]" in brief
+    assert "      Pid:  6054  [R]" in full
+    # An empty part has nothing to hide.
+    assert "    Cgroup:  … (podmortem demo -v shows it)" not in brief
