@@ -94,6 +94,26 @@ async def test_answered_streams_go_on_to_their_first_read_a_few_per_iteration() 
     assert iterations.most_in_one == OPENS_PER_TURN
 
 
+async def test_an_answered_stream_holds_its_set_up_slot_until_its_first_read() -> None:
+    """Answered streams waiting for their turn must not let ever more requests go meanwhile."""
+    transport = HeldTransport()
+    transport.go.set()
+    api = PodLogApi(transport, settings=FollowSettings(max_setups=OPENS_PER_TURN))
+    read = 0
+    most_unread = 0
+
+    async def first_read(i: int) -> None:
+        nonlocal read, most_unread
+        async with api.open_log(namespace="ns", name=f"p{i}", container="main", follow=True):
+            read += 1
+            most_unread = max(most_unread, transport.answered - read)
+            await asyncio.sleep(0)
+
+    await asyncio.gather(*(first_read(i) for i in range(8 * OPENS_PER_TURN)))
+    assert read == 8 * OPENS_PER_TURN
+    assert most_unread < OPENS_PER_TURN  # never more answered and unread than there are slots
+
+
 async def test_no_bound_when_none() -> None:
     transport = HeldTransport()
     api = PodLogApi(transport, settings=FollowSettings(max_setups=None))

@@ -69,10 +69,11 @@ class FollowSettings:
     #: operator at start-up. Past it, followers wait for one another. None: no limit.
     max_connections: int | None = None
     #: Requests waiting for their answer's headers at once, at most (a connection being opened, a
-    #: request sent): every one of them can complete in the same event-loop iteration, and an operator
-    #: starting over 10,000 pods had thousands do so, a stall of seconds. Past it, requests wait for one
-    #: another; the streams once open are not counted. None: no limit.
-    max_setups: int | None = 64
+    #: request sent; a stream until its first read's turn): every one of them can complete in the same
+    #: event-loop iteration, and an operator starting over 10,000 pods had thousands do so, a stall of
+    #: seconds. Past it, requests wait for one another; the streams once read are not counted. Too few
+    #: would hold start-up to that many streams per API answer's time. None: no limit.
+    max_setups: int | None = 256
 
     def __post_init__(self) -> None:
         for name in ("read_timeout_s", "connect_timeout_s", "pod_read_timeout_s"):

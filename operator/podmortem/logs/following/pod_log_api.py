@@ -122,8 +122,9 @@ class PodLogApi:
         #: once (None: no limit).
         self.slots = (ConnectionSlots(settings.max_connections)
                       if settings.max_connections is not None else None)
-        #: Requests between their connection's opening and their answer's headers, at most
-        #: ``max_setups`` at once (None: no limit): they complete a few per loop iteration, not all in one.
+        #: Requests between their connection's opening and their answer's headers (a stream: its first
+        #: read's turn), at most ``max_setups`` at once (None: no limit): they complete a few per loop
+        #: iteration, not all in one.
         self._setups = asyncio.Semaphore(settings.max_setups) if settings.max_setups is not None else None
         #: Lets answered streams on to their first read `OPENS_PER_TURN` per loop iteration.
         self._opened = LoopPacer(OPENS_PER_TURN)
@@ -140,8 +141,7 @@ class PodLogApi:
     ) -> aiohttp.ClientResponse:
         path = path.format(namespace=quote(namespace, safe=""), name=quote(name, safe=""))
         try:
-            async with self._setup():
-                response = await self._transport.get(path, query=query, client_timeout=client_timeout)
+            response = await self._transport.get(path, query=query, client_timeout=client_timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise errors.ApiUnavailable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from exc
         if response.status != 200:
@@ -160,8 +160,9 @@ class PodLogApi:
         timeout = aiohttp.ClientTimeout(total=s.pod_read_timeout_s)
         what = f"reading pod {namespace}/{name}"
         async with self._slot():
-            response = await self._call(_POD_PATH, namespace=namespace, name=name, query=[],
-                                        client_timeout=timeout, what=what)
+            async with self._setup():
+                response = await self._call(_POD_PATH, namespace=namespace, name=name, query=[],
+                                            client_timeout=timeout, what=what)
             try:
                 body = await response.read()
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -201,10 +202,17 @@ class PodLogApi:
         )
         what = f"log of {namespace}/{name}/{container}"
         async with self._slot():
-            response = await self._call(_LOG_PATH, namespace=namespace, name=name, query=query,
-                                        client_timeout=timeout, what=what)
+            async with self._setup():
+                response = await self._call(_LOG_PATH, namespace=namespace, name=name, query=query,
+                                            client_timeout=timeout, what=what)
+                try:
+                    # Its set-up slot is held until its turn: answered streams waiting to be read
+                    # must not let ever more requests go.
+                    await self._opened.turn()
+                except BaseException:
+                    response.close()
+                    raise
             try:
-                await self._opened.turn()
                 yield response.content
             finally:
                 # A follow stream never ends by itself: close the connection rather than drain it.
