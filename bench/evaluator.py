@@ -353,6 +353,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     assoc_each: list[float] = []
     floor_one: list[float] = []
     floor_all: list[float] = []
+    def associate(scene: dict[str, Any]) -> Any:
+        return impl.associate(
+            scene["classes"], scene["scores"], scene["masks"], scene["segment"], scene["instance"],
+            instance_ignore_index=-1, min_region_size=100, **kw,
+        )
+
     for s in range(args.scenes):
         before = rss()
         scene = make_scene(1000 + s, args.n, args.p, args.gt, dense=args.method != "lean-sparse")
@@ -360,18 +366,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         reset_peak()
         t0 = time.perf_counter()
         c0 = time.process_time()
-        held.append(
-            impl.associate(
-                scene["classes"],
-                scene["scores"],
-                scene["masks"],
-                scene["segment"],
-                scene["instance"],
-                instance_ignore_index=-1,
-                min_region_size=100,
-                **kw,
-            )
-        )
+        held.append(associate(scene))
         assoc_s += time.perf_counter() - t0
         assoc_each.append(time.perf_counter() - t0)
         assoc_cpu_s += time.process_time() - c0
@@ -388,16 +383,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             # memory is measured: a busy shared machine slows either at random, and building
             # another 8 GB scene costs far more than reading this one again.
             t0 = time.perf_counter()
-            impl.associate(
-                scene["classes"],
-                scene["scores"],
-                scene["masks"],
-                scene["segment"],
-                scene["instance"],
-                instance_ignore_index=-1,
-                min_region_size=100,
-                **kw,
-            )
+            associate(scene)
             assoc_each.append(time.perf_counter() - t0)
             floor_one.append(floor.fastest(scene["masks"], 1))
             floor_all.append(floor.fastest(scene["masks"], threads))

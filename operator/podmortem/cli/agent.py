@@ -25,7 +25,6 @@ from podmortem.connection_limits import ServerLimits
 
 if TYPE_CHECKING:
     from podmortem.agent.settings import AgentSettings
-    from podmortem.kube.label_selector import LabelSelector
     from podmortem.kube.owners import ForeignKind
 
 EXIT_OK = 0
@@ -64,14 +63,8 @@ NAMESPACES = o.Option(
     "comma-separated namespaces whose pods are listed, one list call each (the chart's RBAC then "
     "exists only there); empty = all namespaces", "NS,...", shown_default="all",
 )
-def _label_selector(text: str) -> LabelSelector:
-    from podmortem.kube.label_selector import parse
-
-    return parse(text)
-
-
 FOLLOW_SELECTOR = o.Option(
-    ("--follow-selector",), "PODMORTEM_FOLLOW_SELECTOR", _label_selector, None,
+    ("--follow-selector",), "PODMORTEM_FOLLOW_SELECTOR", o.label_selector, None,
     "also sample every pod whose labels match this Kubernetes label selector, annotated or not: the "
     "operator's --follow-selector (the chart's followSelector), so the pods it reports by label "
     "have samples and kernel records", "SELECTOR", shown_default="none",

@@ -251,14 +251,8 @@ FOREIGN_KINDS = o.Option(
 
 
 
-def _label_selector(text: str) -> LabelSelector:
-    from podmortem.kube.label_selector import parse
-
-    return parse(text)
-
-
 FOLLOW_SELECTOR = o.Option(
-    ("--follow-selector",), "PODMORTEM_FOLLOW_SELECTOR", _label_selector, None,
+    ("--follow-selector",), "PODMORTEM_FOLLOW_SELECTOR", o.label_selector, None,
     "follow and report every pod whose labels match this Kubernetes label selector (app=trainer,"
     "tier in (gpu,tpu),!canary), opted in or not, as if annotated podmortem.io/watch: \"true\"; "
     "with --follow-namespace, only in those namespaces", "SELECTOR", shown_default="none",

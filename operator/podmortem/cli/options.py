@@ -31,10 +31,13 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from podmortem.errors import PodmortemError
+
+if TYPE_CHECKING:
+    from podmortem.kube.label_selector import LabelSelector
 
 T = TypeVar("T")
 Source = Literal["flag", "env", "default"]
@@ -407,6 +410,14 @@ FOREIGN_KINDS_FORMS = (
     'a JSON list like [{"group":"batch","version":"v1","resource":"jobs"}] ("version": "" = the '
     "preferred one; [] = none) or a comma-separated list like jobs.batch,kubeflow.org/v1/pytorchjobs"
 )
+
+
+def label_selector(value: str) -> LabelSelector:
+    """A Kubernetes label selector (`podmortem.kube.label_selector`), imported when one is given:
+    the agent keeps its start-up lean."""
+    from podmortem.kube.label_selector import parse
+
+    return parse(value)
 
 
 def foreign_kinds(parse: Callable[[str], T]) -> Callable[[str], T]:
