@@ -214,6 +214,27 @@ _LOCALIZED_SIGNAL_REPORTS: tuple[Entry, ...] = tuple(
     if words is not None
 )
 
+#: zsh's job report for a numbered job: printjob() writes "[%ld]  %c " (the job's number, then '+' for the
+#: current job, '-' for the previous, ' ' for another), with jobs -l or LONG_LIST_JOBS the pid ("%d "), then
+#: sigmsg(SIGKILL) padded to the longest status, then the job's text. The notification of a job that
+#: ended (what a log or terminal keeps) carries the pid; `jobs` without -l, which does not, is a query.
+_ZSH_NUMBERED_KILLS: tuple[Entry, ...] = tuple(
+    Entry(f"zsh-killed-job{suffix}", "zsh",
+          "Src/jobs.c printjob, a numbered job (sigmsg(SIGKILL) = \"killed\")",
+          fmt, "zsh 4-5", "sigkill-not-oom", fields, framework="zsh", verified=True, read_at=_ZSH_JOBS)
+    for suffix, fmt, fields in (
+        ("-pid", "[%d] %d killed %s", _f("job:int", "pid:int", "command:rest")),
+        ("-current-pid", "[%d] + %d killed %s", _f("job:int", "pid:int", "command:rest")),
+        ("-previous-pid", "[%d] - %d killed %s", _f("job:int", "pid:int", "command:rest")),
+    )
+)
+#: Volcano's evictor (pkg/scheduler/cache/cache.go defaultEvictor.Evict): the victim's Warning event
+#: "Evict" with fmt.Sprintf("Pod is evicted, because of %v", reason); the actions pass "preempt" (a
+#: higher-priority job in the queue) and "reclaim" (another queue taking back its share): both are the
+#: scheduler taking the node from a running pod for another, a preemption.
+_VOLCANO_EVICT = ("volcano-sh/volcano pkg/scheduler/cache/cache.go defaultEvictor.Evict as stored (file ids "
+                  "6326600503, 21310075121, 21728888964)")
+
 ENTRIES: tuple[Entry, ...] = (
     # -- the kernel: mm/oom_kill.c ----------------------------------------------------------------
     Entry("kernel-oom-header", _KERNEL, "mm/oom_kill.c dump_header()",
@@ -380,6 +401,23 @@ ENTRIES: tuple[Entry, ...] = (
           framework=_TORCH, verified=True,
           read_at="pytorch c10/cuda/CUDACachingAllocator.cpp 1.x as stored (file ids 171536164, "
                   "42605107017)"),
+    # The same messages' tail from "Tried to allocate" on, as a poster or a wrapping viewer leaves it: the
+    # caching allocator's own clause, which nothing else prints.
+    Entry("torch-oom-tail-2x", _TORCH,
+          "c10/cuda/CUDACachingAllocator.cpp DeviceCachingAllocator::malloc(), the message after "
+          "\"CUDA out of memory. \"",
+          "Tried to allocate {}. GPU {} has a total capacity of {} of which {} is free.",
+          "2.1-2.10", "cuda-oom", _f("tried:size", "device:int", "total:size", "free:size"),
+          framework=_TORCH, verified=True,
+          read_at="pytorch c10/cuda/CUDACachingAllocator.cpp TORCH_CHECK_WITH(OutOfMemoryError, ...) as "
+                  "stored (file ids 79076714, 3232397)"),
+    Entry("torch-oom-tail-1x", _TORCH,
+          "c10/cuda/CUDACachingAllocator.cpp malloc() 1.x, the message after \"CUDA out of memory. \"",
+          "Tried to allocate {} (GPU {}; {} total capacity; {} already allocated; {} free;",
+          "1.0-2.0", "cuda-oom", _f("tried:size", "device:int", "total:size", "allocated:size", "free:size"),
+          framework=_TORCH, verified=True,
+          read_at="pytorch c10/cuda/CUDACachingAllocator.cpp 1.x as stored (file ids 171536164, "
+                  "42605107017)"),
     Entry("torch-dataloader-killed", _TORCH,
           "torch/csrc/DataLoader.cpp _error_if_any_worker_fails: \"DataLoader worker (pid \" << pid << \") "
           "is "
@@ -538,6 +576,31 @@ ENTRIES: tuple[Entry, ...] = (
           "Failed to allocate request for %s (%uB) on device ordinal %d", "jaxlib 0.4", "cuda-oom",
           _f("human:size", "tried:int", "device:int"), framework="JAX/XLA", verified=True,
           read_at="stream_executor_memory_allocator.cc as stored (file id 682210614)"),
+    # -- TensorFlow's stream executor (CUDA and ROCm drivers) -------------------------------------------
+    Entry("tf-driver-failed-to-allocate", "TensorFlow",
+          "stream_executor/cuda/cuda_driver.cc GpuDriver::DeviceAllocate: LOG(ERROR) (LOG(INFO) from 2.x) << "
+          "\"failed to allocate \" << HumanReadableNumBytes(bytes) << \" (\" << bytes << \" bytes) from "
+          "device: \" << ToString(res), res being CUDA_ERROR_OUT_OF_MEMORY (\": out of memory\" follows "
+          "from TF 1.13, where ToString adds the driver's string)",
+          "failed to allocate {} ({} bytes) from device: CUDA_ERROR_OUT_OF_MEMORY", "TF 0.x-2.x, XLA",
+          "cuda-oom", _f("human:text", "tried:int"), framework="TensorFlow", verified=True,
+          read_at="tensorflow stream_executor cuda_driver.cc and rocm_driver.cc as stored (file ids "
+                  "31512141, 15626699, 249921667)"),
+    Entry("tf-rocm-driver-failed-to-allocate", "TensorFlow",
+          "stream_executor/rocm/rocm_driver.cc GpuDriver::DeviceAllocate (hipMallocVanilla), the same "
+          "stream with ToString(hipError_t)",
+          "failed to allocate {} ({} bytes) from device: HIP_ERROR_OutOfMemory", "TF 2.x ROCm, XLA",
+          "cuda-oom", _f("human:text", "tried:int"), framework="TensorFlow", verified=True,
+          read_at="tensorflow stream_executor rocm_driver.cc as stored (file ids 15626699, 249921667)"),
+    # -- TPU runtime (libtpu, closed source) ---------------------------------------------------------
+    Entry("tpu-hbm-oom", "XLA (TPU)",
+          "libtpu's device allocator, through PJRT: absl ResourceExhausted \"Error allocating device "
+          "buffer: Attempting to allocate %s. That was not possible. There are %s free.\" then the "
+          "memory space (\"; (0x0x0_HBM0)\"); a device-memory OOM like a GPU's",
+          "Error allocating device buffer: Attempting to allocate {}. That was not possible. There are {} "
+          "free.",
+          "libtpu 2021-2025 (jaxlib 0.2-0.4)", "cuda-oom", _f("human:text", "free_human:text"),
+          framework="JAX/XLA (TPU)"),  # libtpu is closed: the format is read from its printed messages
     # -- Python, NumPy, libstdc++ -------------------------------------------------------------------
     Entry("numpy-unable-to-allocate", "NumPy",
           "numpy/core/_exceptions.py (numpy/_core from 2.0) _ArrayMemoryError.__str__, the size by "
@@ -594,6 +657,7 @@ ENTRIES: tuple[Entry, ...] = (
           "%d segmentation fault %s", "zsh 4-5", "segfault", _f("pid:int", "command:rest"), framework="zsh",
           verified=True, read_at=_ZSH_JOBS),
     *_LOCALIZED_SIGNAL_REPORTS,
+    *_ZSH_NUMBERED_KILLS,
     # -- Slurm --------------------------------------------------------------------------------------
     Entry("slurm-oom-kill-event", "Slurm",
           "src/plugins/task/cgroup/task_cgroup_memory.c task_cgroup_memory_check_oom: error(\"Detected "
@@ -651,6 +715,14 @@ ENTRIES: tuple[Entry, ...] = (
           read_at="kubernetes test/e2e_node's copy of the constant, citing "
                   "nodeshutdown_manager_linux.go#L43-L44 "
                   "(file id 36763662)"),
+    Entry("volcano-evict-preempt", "Volcano scheduler",
+          "pkg/scheduler/cache/cache.go defaultEvictor.Evict(pod, \"preempt\") (actions/preempt)",
+          "Pod is evicted, because of preempt", "volcano 0.x-1.x", "preempted", kind="pod",
+          framework="volcano-scheduler", verified=True, read_at=_VOLCANO_EVICT),
+    Entry("volcano-evict-reclaim", "Volcano scheduler",
+          "pkg/scheduler/cache/cache.go defaultEvictor.Evict(pod, \"reclaim\") (actions/reclaim)",
+          "Pod is evicted, because of reclaim", "volcano 0.x-1.x", "preempted", kind="pod",
+          framework="volcano-scheduler", verified=True, read_at=_VOLCANO_EVICT),
     Entry("scheduler-preempted", "Kubernetes scheduler",
           "pkg/scheduler/framework/preemption prepareCandidate: the victim's DisruptionTarget condition "
           "(reason PreemptionByScheduler; PreemptionByKubeScheduler in 1.26)",
@@ -674,6 +746,16 @@ ENTRIES: tuple[Entry, ...] = (
           read_at="kubernetes preemption.go and generic_scheduler.go as stored (file ids 23937636730, "
                   "6893570380)"),
 )
+
+#: NumPy's exception type by its name alone, for a message in other words (a translation, a retyping) that
+#: no entry above reads: looked for only where no catalogued message is in the line, since the type's
+#: name comes before the message it would otherwise hide.
+NUMPY_ARRAY_MEMORY_ERROR = Entry(
+    "numpy-array-memory-error-type", "NumPy",
+    "numpy/core/_exceptions.py (numpy/_core from 2.0) class _ArrayMemoryError(MemoryError), printed by "
+    "traceback.format_exception_only as its qualified name, \": \" and the message",
+    "_ArrayMemoryError: {}", "1.17-2.x", "python-exception", _f("message:rest"), framework="NumPy",
+    verified=True, read_at="numpy _exceptions.py as stored (file id 1021840626)")
 
 #: The entries by key.
 BY_KEY: dict[str, Entry] = {e.key: e for e in ENTRIES}

@@ -215,11 +215,33 @@ def fragment_kind(lines: Sequence[str]) -> Kind | None:
     joined = "\n".join(lines)
     if (_API_LINE.match(lines[0]) or _BRACKETS.fullmatch(lines[0])) and _API_STATE.search(joined):
         return "pod" if _mostly_keys(lines) else None
+    if _terminated_alone(lines):
+        return "pod"  # ``yq '.status.containerStatuses[0].lastState.terminated'``: the state's fields alone
     if "{" in lines and _DISRUPTION_JSON.search(joined):
         return "pod"  # ``jq '.status.conditions[]'``: a pod's DisruptionTarget condition alone
     if pod_events.kind_of(lines):
         return "describe"  # ``kubectl get events``, an Events row, ``Message:`` or the kubelet's words alone
     return None
+
+
+#: A field of the API's ContainerStateTerminated (k8s.io/api/core/v1 types.go), as YAML prints it.
+_TERMINATED_KEY = re.compile(
+    r"\s{0,16}(exitCode|signal|reason|message|startedAt|finishedAt|containerID)[ \t]*:[ \t]+\S"
+)
+#: Lines (a shell command, the poster's words) that may come before a terminated state's fields.
+_COMMAND_LINES = 3
+
+
+def _terminated_alone(lines: Sequence[str]) -> bool:
+    """The fields of one terminated state and nothing after them (``exitCode`` among them), after at most
+    a few other lines: a query's output (yq, ``-o jsonpath``) of ``lastState.terminated`` or
+    ``state.terminated`` at whatever depth it was taken, its own key left behind."""
+    head = lines[:_COMMAND_LINES + 1]
+    start = next((i for i, line in enumerate(head) if _TERMINATED_KEY.match(line)), None)
+    if start is None:
+        return False
+    keys = [m.group(1) for line in lines[start:_SNIFF_LINES] if (m := _TERMINATED_KEY.match(line))]
+    return len(keys) == len(lines[start:_SNIFF_LINES]) and len(keys) >= 2 and "exitCode" in keys
 
 
 # -- pod objects -----------------------------------------------------------------------------------

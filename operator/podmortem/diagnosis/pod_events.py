@@ -34,7 +34,10 @@ from podmortem.diagnosis import catalogue
 #: Event reasons that carry a pod's end, and what they set: the pod's reason, or a DisruptionTarget's.
 _POD_REASONS = {"Evicted": "Evicted"}
 _DISRUPTIONS = {"Preempted": "PreemptionByScheduler", "TaintManagerEviction": "DeletionByTaintManager"}
-_KNOWN = frozenset({*_POD_REASONS, *_DISRUPTIONS})
+#: Volcano's reason for any pod its scheduler evicts (pkg/scheduler/cache/cache.go): a preemption only when
+#: its message says the action was ``preempt`` or ``reclaim`` (the catalogue's volcano-evict entries).
+_VOLCANO_EVICT = "Evict"
+_KNOWN = frozenset({*_POD_REASONS, *_DISRUPTIONS, _VOLCANO_EVICT})
 #: ``kubectl get events``' header, any of its column sets.
 _HEADER = re.compile(
     r"(?:NAMESPACE\s+)?LAST SEEN\s+TYPE\s+REASON\s+OBJECT\s+(?:SUBOBJECT\s+SOURCE\s+)?MESSAGE\b"
@@ -54,6 +57,7 @@ _GET_ROW = re.compile(
 )
 _MESSAGE_FIELD = re.compile(r"\s*Message:\s+(?P<message>\S.*)")
 _POD_MESSAGES = tuple(e for e in catalogue.ENTRIES if e.kind == "pod")
+_VOLCANO_MESSAGES = tuple(e for e in _POD_MESSAGES if e.key.startswith("volcano-evict"))
 #: The kubelet's messages that name the container they are about (``Container X was using ...``,
 #: ``Container X exceeded its local ephemeral storage limit ...``), as catalogued.
 _CONTAINER_MESSAGES = tuple(e for e in _POD_MESSAGES if any(f.name == "container" for f in e.fields))
@@ -111,6 +115,11 @@ def pods_from_events(lines: Sequence[str]) -> list[dict[str, Any]]:
                   for reason, message in [read]]
     pods: dict[tuple[str, str], dict[str, Any]] = {}
     for namespace, name, reason, message in events:
+        if reason == _VOLCANO_EVICT:
+            found = catalogue.find(message, _VOLCANO_MESSAGES)
+            if found is None or found.entry.verdict != "preempted":
+                continue
+            reason = "Preempted"
         if reason not in _KNOWN and reason != "Shutdown":
             continue
         pod = pods.setdefault((namespace, name), _pod(namespace, name))

@@ -439,12 +439,36 @@ def _exception_line(lines: Sequence[str]) -> PythonException | None:
     where no traceback header came before it."""
     for raw in reversed(lines):
         found = catalogue.find(raw, _EXCEPTION_MESSAGES)
+        if found is None and "_ArrayMemoryError: " in raw:
+            found = catalogue.find(raw, (catalogue.NUMPY_ARRAY_MEMORY_ERROR,))
         if found is None:
             continue
         before = raw[max(0, found.start - 204):found.start]
+        if found.entry.key == "numpy-array-memory-error-type":
+            # The type's name starts the message: its module path before it ("numpy.core._exceptions.").
+            module = _MODULE_PATH.search(before)
+            return PythonException(line=raw[found.start - (len(module.group(0)) if module else 0):].strip())
         named = _EXCEPTION_TYPE.search(before)
         if named is not None:
             return PythonException(line=raw[found.start - len(named.group(1)) - 2:].strip())
+        if before.strip() == "" and (kind := _type_line_before(lines, raw)) is not None:
+            return PythonException(line=f"{kind}: {raw.strip()}")
+    return None
+
+
+#: A module path just before a type's name ("numpy.core._exceptions.").
+_MODULE_PATH = re.compile(r"(?:[A-Za-z_]\w{0,60}\.){1,8}$")
+#: An exception type's qualified name alone on a line: a report that sets the type and its message apart
+#: (Django's technical 500 page, "Exception Type" then "Exception Value", pasted as text).
+_TYPE_ALONE = re.compile(r"(?:[A-Za-z_]\w{0,60}\.){0,8}[A-Za-z_]\w{0,60}(?:Error|Exception)")
+
+
+def _type_line_before(lines: Sequence[str], raw: str) -> str | None:
+    """The exception type named alone on the line before a message that starts its own line."""
+    for i in range(len(lines) - 1, 0, -1):
+        if lines[i] is raw or lines[i] == raw:
+            previous = lines[i - 1].strip().strip("|").strip()
+            return previous if _TYPE_ALONE.fullmatch(previous) else None
     return None
 
 
@@ -591,6 +615,11 @@ _AGENT_FAILED = re.compile(
 )
 
 
+#: The same line cut after its exit code (a poster's paste), still named by the agent's logger: Python
+#: logging's default format ("%(levelname)s:%(name)s:%(message)s") puts the module's logger name before it.
+_AGENT_FAILED_CUT = re.compile(r"elastic\.multiprocessing\.api:failed \(exitcode: ?(-?[0-9]{1,4})\)")
+
+
 def _agent_failure(lines: Sequence[str]) -> ChildFailure | None:
     """The agent's own line for the first failed worker, where the summary block was cut off.
 
@@ -607,6 +636,13 @@ def _agent_failure(lines: Sequence[str]) -> ChildFailure | None:
                                     pid=int(m.group(3)), time=None, host=None,
                                     signal=-code if code < 0 else None, source="torchrun-agent",
                                     line=_message_at(raw, m.start()))
+            cut = _AGENT_FAILED_CUT.search(raw)
+            if cut is not None:
+                code = int(cut.group(1))
+                return ChildFailure(rank=None, local_rank=None, exit_code=code, pid=None, time=None,
+                                    host=None,
+                                    signal=-code if code < 0 else None, source="torchrun-agent",
+                                    line=raw[cut.start() + len("elastic.multiprocessing.api:"):].strip())
     return None
 
 

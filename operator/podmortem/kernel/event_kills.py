@@ -36,6 +36,8 @@ _KILL = re.compile("|".join(re.escape(t) for t in KILL_TEXTS))
 _PROGRAM_LINE = re.compile(r"[\w.@/-]\[\d{1,10}\]: ")
 #: The reason as a cell of ``kubectl get events`` or describe's Events table.
 _ROW = re.compile(r"(?:^|[\s|])OOMKilling(?=[\s|])")
+#: The reason as a table's cell: two spaces or more (or a bar) either side.
+_PADDED_CELL = re.compile(r"(?:  |\|\s?)OOMKilling(?:\s{2,}|\s?\|)")
 #: The reason as a field of an event dump: ``Reason:OOMKilling``, ``reason: OOMKilling``, JSON.
 _REASON_FIELD = re.compile(r"""(?<![\w])["']?[Rr]eason["']?\s{0,8}[:=]\s{0,8}["']?OOMKilling\b""")
 #: The message field of an event dump.
@@ -110,5 +112,11 @@ class EventKills:
             # The row's cells between the reason and the message name the Event's object (``get
             # events``: ``node/NAME``) or its source (describe: ``kernel-monitor, NAME``): a line of
             # prose that only names the reason ("Warning OOMKilling <the message>") is a quote.
-            if m is not None and ("node/" in rest[:m.start()] or "kernel-monitor" in rest[:m.start()]):
+            # A tool's own table of the node's events (kubeye's ``ke diag``: NAMESPACE SEVERITY NODENAME
+            # EVENTTIME REASON MESSAGE) puts the message right after the reason: the reason is a cell,
+            # padded on both sides as a table's writer pads it, and the kill line is the next cell.
+            cell = m is not None and not rest[:m.start()].strip() \
+                and _PADDED_CELL.search(raw[max(0, row.start() - 1):row.end() + 2]) is not None
+            between = rest[:m.start()] if m is not None else ""
+            if m is not None and (cell or "node/" in between or "kernel-monitor" in between):
                 self.lines.append(rest[m.start():].rstrip())
