@@ -112,6 +112,7 @@ def test_a_terminated_states_fields_alone(command: str, reason: str, code: int) 
 def test_a_log_that_ends_with_an_exit_code_line_is_no_pod() -> None:
     assert offline.sniff("epoch 1\nepoch 2\nepoch 3\nepoch 4\nexitCode: 1\nreason: done\n") is None
     assert offline.sniff("exitCode: 1\nthen the trainer printed more\n") is None
+    assert offline.sniff("Traceback (most recent call last):\n    exitCode: 137\nreason: OOMKilled\n") is None
 
 
 @given(st.sampled_from(("", "+", "-")), _pids, st.integers(1, 99))

@@ -228,20 +228,24 @@ def fragment_kind(lines: Sequence[str]) -> Kind | None:
 _TERMINATED_KEY = re.compile(
     r"\s{0,16}(exitCode|signal|reason|message|startedAt|finishedAt|containerID)[ \t]*:[ \t]+\S"
 )
-#: Lines (a shell command, the poster's words) that may come before a terminated state's fields.
+#: Shell commands (``$ kubectl get pod ... | yq ...``) that may come before a terminated state's fields.
 _COMMAND_LINES = 3
+_PROMPT = ("$ ", "% ")
 
 
 def _terminated_alone(lines: Sequence[str]) -> bool:
-    """The fields of one terminated state and nothing after them (``exitCode`` among them), after at most
-    a few other lines: a query's output (yq, ``-o jsonpath``) of ``lastState.terminated`` or
-    ``state.terminated`` at whatever depth it was taken, its own key left behind."""
+    """The fields of one terminated state, at one indentation and nothing after them (``exitCode`` among
+    them), after at most a few shell commands: a query's output (yq, ``-o jsonpath``) of
+    ``lastState.terminated`` or ``state.terminated`` at whatever depth it was taken, its own key left
+    behind. A log that quotes such lines after its own is none."""
     head = lines[:_COMMAND_LINES + 1]
     start = next((i for i, line in enumerate(head) if _TERMINATED_KEY.match(line)), None)
-    if start is None:
+    if start is None or not all(line.lstrip().startswith(_PROMPT) for line in head[:start]):
         return False
-    keys = [m.group(1) for line in lines[start:_SNIFF_LINES] if (m := _TERMINATED_KEY.match(line))]
-    return len(keys) == len(lines[start:_SNIFF_LINES]) and len(keys) >= 2 and "exitCode" in keys
+    part = lines[start:_SNIFF_LINES]
+    keys = [m.group(1) for line in part if (m := _TERMINATED_KEY.match(line))]
+    indents = {len(line) - len(line.lstrip()) for line in part}
+    return len(keys) == len(part) and len(keys) >= 2 and "exitCode" in keys and len(indents) == 1
 
 
 # -- pod objects -----------------------------------------------------------------------------------
