@@ -150,33 +150,3 @@ def test_the_caching_allocators_tail_alone(mib: int, gpu: int) -> None:
     oom = training_log.cuda_oom([line])
     assert oom is not None and oom.tried == mib * 2**20
 
-
-def _header_with_frames(*frames: str) -> list[str]:
-    stamp = "Dec 11 10:48:09 node kernel: "
-    return [stamp + x + "\n" for x in (
-        "thrash invoked oom-killer: gfp_mask=0xd0, order=0, oom_score_adj=0",
-        "thrash cpuset=91091d5382d5 mems_allowed=0-1",
-        "CPU: 2 PID: 11554 Comm: thrash Tainted: G    I    ------------ T 3.10.0-862.11.6.el7.x86_64 #1",
-        "Call Trace:",
-        " [<ffffffffa21135d4>] dump_stack+0x19/0x1b",
-        " [<ffffffffa210e79f>] dump_header+0x90/0x229",
-        *frames,
-    )]
-
-
-def test_task_in_mem_cgroups_callees_left_on_the_stack_say_memcg() -> None:
-    # mm/oom_kill.c oom_unkillable_task calls task_in_mem_cgroup (find_lock_task_mm, then
-    # try_get_mem_cgroup_from_mm) only when the OOM is a memory cgroup's.
-    (record,) = oom_parser.parse_lines(_header_with_frames(
-        " [<ffffffffa1b9a7b6>] ? find_lock_task_mm+0x56/0xc0",
-        " [<ffffffffa1c0f5b8>] ? try_get_mem_cgroup_from_mm+0x28/0x60",
-    ))
-    assert record.trace_memcg
-
-
-def test_one_of_task_in_mem_cgroups_callees_alone_says_nothing() -> None:
-    # oom_badness calls find_lock_task_mm in a global OOM too; a charge calls try_get_mem_cgroup_from_mm.
-    for frame in (" [<ffffffffa1b9a7b6>] ? find_lock_task_mm+0x56/0xc0",
-                  " [<ffffffffa1c0f5b8>] ? try_get_mem_cgroup_from_mm+0x28/0x60"):
-        (record,) = oom_parser.parse_lines(_header_with_frames(frame))
-        assert not record.trace_memcg

@@ -105,11 +105,6 @@ _TASK_IN = re.compile(r"Task in (.*) killed as a result of limit of (\S+)")
 _TASKS_IN = re.compile(r"Tasks in (.*) are going to be killed due to memory\.oom\.group set")
 #: Call-trace frames of the memory cgroup OOM path (3.x-6.x): a memcg OOM whatever else is cut.
 _MEMCG_FRAMES = ("mem_cgroup_out_of_memory", "mem_cgroup_oom_synchronize")
-#: mm/memcontrol.c task_in_mem_cgroup()'s callees, in this order (3.x-5.2): ``find_lock_task_mm`` then
-#: ``try_get_mem_cgroup_from_mm``. The OOM killer calls it only with a memory cgroup to kill in
-#: (mm/oom_kill.c oom_unkillable_task: ``if (memcg && !task_in_mem_cgroup(p, memcg))``, from the victim
-#: scan and dump_tasks), so both left on the stack (the trace's "? " frames) say the OOM was a memcg's.
-_TASK_IN_MEMCG_FRAMES = ("find_lock_task_mm+", "try_get_mem_cgroup_from_mm+")
 #: Call-trace frames of the page allocator's way to the OOM killer (mm/page_alloc.c, 3.x-6.x):
 #: ``__alloc_pages_slowpath`` calls ``__alloc_pages_may_oom``, which calls ``out_of_memory`` for the
 #: whole node (a memory cgroup's charge never goes through them).
@@ -184,8 +179,6 @@ class _Builder:
     reaped: list[ReapedProcess] = field(default_factory=list)
     no_killable: bool = False
     trace_memcg: bool = False
-    #: Which of task_in_mem_cgroup()'s two callees the trace showed (`_TASK_IN_MEMCG_FRAMES`).
-    trace_task_in_memcg: set[str] = field(default_factory=set)
     trace_page_alloc: bool = False
     show_mem: bool = False
     mem_info: dict[str, int] = field(default_factory=dict)
@@ -492,10 +485,6 @@ class OomParser:
                     return
                 if "mem_cgroup_o" in msg and any(f in msg for f in _MEMCG_FRAMES):
                     b.trace_memcg = True
-                elif "_mm+" in msg and (frame := next((f for f in _TASK_IN_MEMCG_FRAMES if f in msg), None)):
-                    b.trace_task_in_memcg.add(frame)
-                    if len(b.trace_task_in_memcg) == len(_TASK_IN_MEMCG_FRAMES):
-                        b.trace_memcg = True
                 elif "__alloc_pages_" in msg and any(f in msg for f in _PAGE_ALLOC_FRAMES):
                     b.trace_page_alloc = True
 
