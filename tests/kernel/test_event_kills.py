@@ -81,6 +81,15 @@ def test_with_the_kernel_record_the_events_add_nothing() -> None:
     assert [(r.victim_pid, r.line_format) for r in records] == [(4242, "dmesg")]
 
 
+def test_an_event_dump_and_a_describe_row_of_another_kill_are_two_kills() -> None:
+    """Without the kernel's own lines each Event is a kill, whatever form kubectl printed it in."""
+    dump = ["Reason:OOMKilling ", f"Message:{_killed(3504804, 'kubectl', 100, 50, True)}"]
+    old = "Killed process 11726, UID 498, (mysqld) total-vm:7823732kB, anon-rss:2539268kB, file-rss:768kB"
+    row = _ROWS[2].format(age="95s", node="node-a", msg=old)
+    records = oom_parser.parse_lines([*dump, "", row])
+    assert [(r.victim_pid, r.victim_comm) for r in records] == [(3504804, "kubectl"), (11726, "mysqld")]
+
+
 def test_what_is_no_event_of_the_node() -> None:
     msg = _killed(4242, "python", 100, 50, True)
     for line in (
