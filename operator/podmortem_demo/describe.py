@@ -36,14 +36,15 @@ CUT_FROM_INDENT = 8
 
 
 #: What the demo's default view leaves out of a describe, each replaced by one line saying so: the
-#: pod template and the report's reference parts (its process table, evidence maps, kill line and
-#: cgroup figures), about 200 of a failed job's 260 lines. The verdict, the findings' messages and
-#: what to do, the conditions, the memory and the Events stay; ``podmortem demo -v`` shows all.
+#: pod template and the report's reference parts (its process table, the findings' evidence maps,
+#: the working set's points, the kill line and cgroup figures), about 170 of a failed job's 260
+#: lines. The verdict, the findings' messages and what to do, the conditions, the memory, the
+#: report's evidence with its peaks and the Events stay; ``podmortem demo -v`` shows all.
 BRIEF_HIDDEN: frozenset[tuple[str, ...]] = frozenset({
     ("spec", "template"),
     ("status", "failureReport", "tasks"),
     ("status", "failureReport", "pod"),
-    ("status", "failureReport", "evidence"),
+    ("status", "failureReport", "evidence", "workingSet", "points"),
     ("status", "failureReport", "kill"),
     ("status", "failureReport", "cgroup"),
     ("status", "failureReport", "findings", "evidence"),
