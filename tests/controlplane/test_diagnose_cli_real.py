@@ -19,6 +19,7 @@ from typing import Any
 
 from tests.controlplane._release import kubelet_kill
 from tests.controlplane.cluster import ControlPlane, cri_line
+from tests.controlplane.test_logs_cli_real import grant
 
 PODMORTEM = str(Path(sys.executable).with_name("podmortem"))
 CONTAINER = "trainer"
@@ -33,13 +34,8 @@ def reader_kubeconfig(plane: ControlPlane, namespace: str, tmp: Path) -> Path:
     name = "diagnoser"
     plane.apply(
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": name, "namespace": namespace}, "rules": READER_RULES},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": name, "namespace": namespace},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]},
     )
+    grant(plane, namespace=namespace, account_ns=namespace, account=name, name=name, rules=READER_RULES)
     return plane.service_account_kubeconfig(tmp / "diagnoser.kubeconfig", namespace=namespace, name=name)
 
 
